@@ -1,0 +1,100 @@
+"""A minimal, cheap OpenAI-style streaming server for measuring the load generator itself.
+
+Raw asyncio HTTP/1.1 (keep-alive, chunked SSE) so that the server costs little CPU: fixed TTFT and
+ITL, `max_tokens` content chunks, a usage chunk, `[DONE]`. It records its own TTFT per request
+(request read -> first content chunk written) and serves them at GET /truth. Run it as
+`python -m benchmarks.loadgen.fastserver --port P --ttft-ms 30 --itl-ms 20`.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import json
+
+_HEAD = (
+    b"HTTP/1.1 200 OK\r\nContent-Type: text/event-stream\r\n"
+    b"Transfer-Encoding: chunked\r\nConnection: keep-alive\r\n\r\n"
+)
+_TOKEN = json.dumps(
+    {
+        "id": "cmpl-fast",
+        "object": "text_completion",
+        "created": 0,
+        "model": "fast",
+        "choices": [{"index": 0, "text": " tok", "logprobs": None, "finish_reason": None}],
+    },
+    separators=(",", ":"),
+).encode()
+
+
+def _chunk(payload: bytes) -> bytes:
+    data = b"data: " + payload + b"\n\n"
+    return b"%x\r\n%s\r\n" % (len(data), data)
+
+
+_TOKEN_CHUNK = _chunk(_TOKEN)
+_DONE = _chunk(b"[DONE]") + b"0\r\n\r\n"
+
+
+class FastServer:
+    """Serves completions with fixed timings; keeps server-side TTFTs (seconds) for /truth."""
+
+    def __init__(self, ttft_s: float, itl_s: float) -> None:
+        self.ttft_s = ttft_s
+        self.itl_s = itl_s
+        self.ttfts: list[float] = []
+
+    async def handle(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        loop = asyncio.get_running_loop()
+        try:
+            while True:
+                head = await reader.readuntil(b"\r\n\r\n")
+                arrival = loop.time()
+                length = 0
+                for line in head.split(b"\r\n"):
+                    if line[:15].lower() == b"content-length:":
+                        length = int(line[15:])
+                body = await reader.readexactly(length) if length else b""
+                if head.startswith(b"GET /truth"):
+                    data = json.dumps({"ttft_s": self.ttfts}).encode()
+                    writer.write(
+                        b"HTTP/1.1 200 OK\r\nContent-Type: application/json\r\n"
+                        b"Content-Length: %d\r\n\r\n%s" % (len(data), data)
+                    )
+                    continue
+                tokens = json.loads(body).get("max_tokens", 16)
+                writer.write(_HEAD)
+                await asyncio.sleep(self.ttft_s)
+                for i in range(tokens):
+                    writer.write(_TOKEN_CHUNK)
+                    if i == 0:
+                        self.ttfts.append(loop.time() - arrival)
+                    if i < tokens - 1:
+                        await asyncio.sleep(self.itl_s)
+                usage = {"choices": [], "usage": {"completion_tokens": tokens}}
+                writer.write(_chunk(json.dumps(usage).encode()) + _DONE)
+                await writer.drain()
+        except (asyncio.IncompleteReadError, ConnectionError):
+            pass
+        finally:
+            writer.close()
+
+
+async def serve(port: int, ttft_s: float, itl_s: float) -> None:
+    server = await asyncio.start_server(FastServer(ttft_s, itl_s).handle, "127.0.0.1", port, backlog=4096)
+    async with server:
+        await server.serve_forever()
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--port", type=int, required=True)
+    parser.add_argument("--ttft-ms", type=float, default=30.0)
+    parser.add_argument("--itl-ms", type=float, default=20.0)
+    args = parser.parse_args()
+    asyncio.run(serve(args.port, args.ttft_ms / 1000.0, args.itl_ms / 1000.0))
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,72 @@
+"""What one load point is: target, request shape, arrival process, bounds, timeouts and SLOs."""
+
+from __future__ import annotations
+
+from typing import Literal
+
+from pydantic import BaseModel, ConfigDict, Field, model_validator
+
+from benchmarks.loadgen.errors import LoadgenError
+
+
+class Timeouts(BaseModel):
+    """Finite per-phase limits, so a dead or stalled server can never hang a run."""
+
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+    connect_s: float = Field(5.0, gt=0)
+    first_byte_s: float = Field(120.0, gt=0)
+    total_s: float = Field(600.0, gt=0)
+
+
+class Slo(BaseModel):
+    """Service-level objectives a request must meet to count towards goodput (None = no limit)."""
+
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+    ttft_ms: float | None = Field(None, gt=0)
+    tpot_ms: float | None = Field(None, gt=0)
+    e2e_ms: float | None = Field(None, gt=0)
+
+    def is_set(self) -> bool:
+        return any(v is not None for v in (self.ttft_ms, self.tpot_ms, self.e2e_ms))
+
+
+class LoadSpec(BaseModel):
+    """One point of load: closed-loop `concurrency` or open-loop Poisson `rate`, never both."""
+
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+    base_url: str
+    model: str
+    api: Literal["completions", "chat"] = "completions"
+    input_len: int = Field(256, ge=1)
+    output_len: int = Field(128, ge=1)
+    concurrency: int | None = Field(None, ge=1)
+    rate: float | None = Field(None, gt=0)
+    requests: int = Field(..., ge=1)
+    duration_s: float | None = Field(None, gt=0)
+    warmup: int | None = Field(None, ge=0)
+    seed: int = 0
+    timeouts: Timeouts = Timeouts()
+    slo: Slo = Slo()
+    # A lag p99 above this says the client, not the server, limited the point.
+    max_client_lag_ms: float = Field(1.0, gt=0)
+
+    @model_validator(mode="after")
+    def _one_arrival_process(self) -> LoadSpec:
+        if (self.concurrency is None) == (self.rate is None):
+            raise LoadgenError(
+                f"load spec for {self.base_url}: give exactly one of concurrency (closed loop) "
+                f"or rate (open-loop Poisson), got concurrency={self.concurrency} rate={self.rate}"
+            )
+        return self
+
+    @property
+    def warmup_requests(self) -> int:
+        """Requests sent first and not counted: one per worker (closed loop) or one second of arrivals."""
+        if self.warmup is not None:
+            return self.warmup
+        if self.concurrency is not None:
+            return self.concurrency
+        return max(1, round(self.rate or 1))

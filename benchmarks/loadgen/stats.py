@@ -1,0 +1,156 @@
+"""Collector: turn one point's request records into typed client-side statistics."""
+
+from __future__ import annotations
+
+from collections import Counter
+from datetime import UTC, datetime
+
+import numpy as np
+from pydantic import BaseModel, ConfigDict
+
+from benchmarks.loadgen.backend import RequestRecord
+from benchmarks.loadgen.runner import LoadRun
+from benchmarks.loadgen.spec import LoadSpec, Slo
+
+
+class Summary(BaseModel):
+    """Distribution of one latency, in milliseconds."""
+
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+    mean: float
+    p50: float
+    p90: float
+    p99: float
+
+
+class LagSummary(BaseModel):
+    """Client scheduling lag (actual minus scheduled send time), in milliseconds."""
+
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+    mean: float
+    p99: float
+
+
+class Goodput(BaseModel):
+    """Completed requests that met every SLO: a rate over the window and a share of completions."""
+
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+    slo: Slo
+    requests_per_s: float
+    fraction: float
+
+
+class Window(BaseModel):
+    """First counted scheduled send to last counted end, wall clock."""
+
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+    start: datetime
+    end: datetime
+    seconds: float
+
+
+class PointStats(BaseModel):
+    """Client-side figures of one point; failed requests are counted apart from the latencies."""
+
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+    concurrency: int | None
+    rate: float | None
+    input_len: int
+    output_len: int
+    completed: int
+    failed: int
+    failures: dict[str, int]
+    ttft_ms: Summary | None
+    itl_ms: Summary | None
+    tpot_ms: Summary | None
+    e2e_ms: Summary | None
+    output_tokens: int
+    output_tokens_per_s: float
+    requests_per_s: float
+    client_lag_ms: LagSummary | None
+    client_bound: bool
+    goodput: Goodput | None
+    window: Window | None
+    stopped_by: str
+
+
+def summarize_ms(values_s: list[float] | np.ndarray) -> Summary | None:
+    """mean/p50/p90/p99 in ms of values given in seconds; None when there are none."""
+    a = np.asarray(values_s, dtype=float) * 1000.0
+    if a.size == 0:
+        return None
+    p50, p90, p99 = np.percentile(a, [50, 90, 99])
+    return Summary(mean=float(a.mean()), p50=float(p50), p90=float(p90), p99=float(p99))
+
+
+def _tpot_s(r: RequestRecord) -> float | None:
+    # TPOT from token counts, not chunk gaps: a chunk may carry several tokens.
+    if r.first_token is None or r.output_tokens < 2:
+        return None
+    return (r.end - r.first_token) / (r.output_tokens - 1)
+
+
+def _meets(r: RequestRecord, slo: Slo) -> bool:
+    tpot = _tpot_s(r)
+    checks = (
+        (slo.ttft_ms, (r.first_token or r.end) - r.scheduled),
+        (slo.tpot_ms, tpot if tpot is not None else 0.0),
+        (slo.e2e_ms, r.end - r.scheduled),
+    )
+    return all(limit is None or value * 1000.0 <= limit for limit, value in checks)
+
+
+def summarize(run: LoadRun, spec: LoadSpec) -> PointStats:
+    """Statistics over the counted requests of one point."""
+    ok = [r for r in run.records if r.ok]
+    failures = Counter(r.error for r in run.records if not r.ok)
+    window: Window | None = None
+    seconds = 0.0
+    if run.records:
+        start = min(r.scheduled for r in run.records)
+        end = max(r.end for r in run.records)
+        seconds = max(end - start, 1e-9)
+        window = Window(
+            start=datetime.fromtimestamp(start + run.wall_offset, UTC),
+            end=datetime.fromtimestamp(end + run.wall_offset, UTC),
+            seconds=seconds,
+        )
+    lags = np.array([r.sent - r.scheduled for r in run.records]) * 1000.0
+    lag = None
+    if lags.size:
+        lag = LagSummary(mean=float(lags.mean()), p99=float(np.percentile(lags, 99)))
+    itls = [b - a for r in ok for a, b in zip(r.chunk_times, r.chunk_times[1:])]
+    tpots = [t for r in ok if (t := _tpot_s(r)) is not None]
+    tokens = sum(r.output_tokens for r in ok)
+    goodput = None
+    if spec.slo.is_set() and seconds:
+        good = sum(1 for r in ok if _meets(r, spec.slo))
+        goodput = Goodput(
+            slo=spec.slo, requests_per_s=good / seconds, fraction=good / len(ok) if ok else 0.0
+        )
+    return PointStats(
+        concurrency=spec.concurrency,
+        rate=spec.rate,
+        input_len=spec.input_len,
+        output_len=spec.output_len,
+        completed=len(ok),
+        failed=sum(failures.values()),
+        failures=dict(sorted(failures.items())),
+        ttft_ms=summarize_ms([r.first_token - r.scheduled for r in ok]),
+        itl_ms=summarize_ms(itls),
+        tpot_ms=summarize_ms(tpots),
+        e2e_ms=summarize_ms([r.end - r.scheduled for r in ok]),
+        output_tokens=tokens,
+        output_tokens_per_s=tokens / seconds if seconds else 0.0,
+        requests_per_s=len(ok) / seconds if seconds else 0.0,
+        client_lag_ms=lag,
+        client_bound=lag is not None and lag.p99 > spec.max_client_lag_ms,
+        goodput=goodput,
+        window=window,
+        stopped_by=run.stopped_by,
+    )

@@ -1,0 +1,1 @@
+"""One ComponentResource per platform concern; versions pinned in `components.versions`."""

@@ -1,0 +1,191 @@
+"""A zonal GKE Standard cluster (free tier), its least-privilege node identity, the CPU system pool,
+and the Kubernetes provider every in-cluster component uses."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+import pulumi
+import pulumi_gcp as gcp
+import pulumi_kubernetes as k8s
+
+from components.network import PODS_RANGE, SERVICES_RANGE
+
+# What a node needs to ship logs and metrics, and nothing more (instead of the default compute
+# service account, which holds Editor on the project).
+NODE_ROLES = (
+    "roles/logging.logWriter",
+    "roles/monitoring.metricWriter",
+    "roles/monitoring.viewer",
+    "roles/stackdriver.resourceMetadata.writer",
+    "roles/artifactregistry.reader",
+)
+NODE_OAUTH_SCOPES = ["https://www.googleapis.com/auth/cloud-platform"]
+POOL_LABEL = "gke-ml-labs/pool"
+# Fields the node pools set explicitly so GKE has nothing to back-fill, plus those GKE still fills
+# in after creation: without ignoring them a later `up` proposes to REPLACE the pool.
+NODE_POOL_IGNORE_CHANGES = ["initialNodeCount", "nodeConfig.kubeletConfig", "nodeConfig.linuxNodeConfig"]
+
+
+@dataclass(frozen=True)
+class NodeDefaults:
+    """node_config settings shared by every pool of the cluster."""
+
+    service_account: pulumi.Input[str]
+    resource_labels: dict[str, str]
+
+    def node_config(self, **overrides) -> gcp.container.NodePoolNodeConfigArgs:
+        base = dict(
+            image_type="COS_CONTAINERD",
+            disk_type="pd-balanced",
+            oauth_scopes=NODE_OAUTH_SCOPES,
+            service_account=self.service_account,
+            resource_labels=self.resource_labels,
+            metadata={"disable-legacy-endpoints": "true"},
+            workload_metadata_config=gcp.container.NodePoolNodeConfigWorkloadMetadataConfigArgs(mode="GKE_METADATA"),
+            shielded_instance_config=gcp.container.NodePoolNodeConfigShieldedInstanceConfigArgs(
+                enable_secure_boot=True, enable_integrity_monitoring=True
+            ),
+        )
+        return gcp.container.NodePoolNodeConfigArgs(**{**base, **overrides})
+
+
+@dataclass(frozen=True)
+class GkeClusterArgs:
+    project: str
+    zone: str
+    cluster_name: str
+    network: pulumi.Input[str]
+    subnetwork: pulumi.Input[str]
+    release_channel: str
+    resource_labels: dict[str, str]
+    system_machine_type: str
+    system_min_nodes: int
+    system_max_nodes: int
+    system_spot: bool
+    # GKE-managed DCGM needs managed Prometheus; labs that run their own exporter leave both off so
+    # only one DCGM exporter ever runs.
+    managed_dcgm: bool = False
+    monitoring_components: list[str] = field(default_factory=lambda: ["SYSTEM_COMPONENTS"])
+
+
+class GkeCluster(pulumi.ComponentResource):
+    def __init__(self, name: str, args: GkeClusterArgs, opts: pulumi.ResourceOptions | None = None):
+        super().__init__("gke-ml-labs:platform:GkeCluster", name, None, opts)
+        child = pulumi.ResourceOptions(parent=self)
+
+        self.node_service_account = gcp.serviceaccount.Account(
+            f"{name}-nodes",
+            project=args.project,
+            account_id=f"{args.cluster_name}-nodes"[:30].rstrip("-"),
+            display_name=f"GKE nodes of {args.cluster_name}",
+            opts=child,
+        )
+        self.node_roles = [
+            gcp.projects.IAMMember(
+                f"{name}-nodes-{role.split('/')[1].replace('.', '-')}",
+                project=args.project,
+                role=role,
+                member=self.node_service_account.email.apply(lambda e: f"serviceAccount:{e}"),
+                opts=child,
+            )
+            for role in NODE_ROLES
+        ]
+        self.node_defaults = NodeDefaults(self.node_service_account.email, args.resource_labels)
+
+        components = list(args.monitoring_components) + (["DCGM"] if args.managed_dcgm else [])
+        self.cluster = gcp.container.Cluster(
+            name,
+            name=args.cluster_name,
+            project=args.project,
+            location=args.zone,  # zonal: the one control plane GKE's free tier covers
+            network=args.network,
+            subnetwork=args.subnetwork,
+            networking_mode="VPC_NATIVE",
+            ip_allocation_policy=gcp.container.ClusterIpAllocationPolicyArgs(
+                cluster_secondary_range_name=PODS_RANGE, services_secondary_range_name=SERVICES_RANGE
+            ),
+            remove_default_node_pool=True,
+            initial_node_count=1,
+            deletion_protection=False,  # a lab must be destroyable with `pulumi destroy`
+            release_channel=gcp.container.ClusterReleaseChannelArgs(channel=args.release_channel),
+            workload_identity_config=gcp.container.ClusterWorkloadIdentityConfigArgs(
+                workload_pool=f"{args.project}.svc.id.goog"
+            ),
+            resource_labels=args.resource_labels,
+            # GKE cost allocation: the billing export then splits cluster cost by namespace and label.
+            cost_management_config=gcp.container.ClusterCostManagementConfigArgs(enabled=True),
+            monitoring_config=gcp.container.ClusterMonitoringConfigArgs(
+                enable_components=components,
+                managed_prometheus=gcp.container.ClusterMonitoringConfigManagedPrometheusArgs(
+                    enabled=args.managed_dcgm
+                ),
+            ),
+            # The default pool is created and removed at once; its settings never matter again.
+            opts=pulumi.ResourceOptions(parent=self, ignore_changes=["nodeConfig", "initialNodeCount"]),
+        )
+
+        self.system_pool = gcp.container.NodePool(
+            f"{name}-system",
+            name="system",
+            project=args.project,
+            cluster=self.cluster.name,
+            location=args.zone,
+            node_locations=[args.zone],
+            initial_node_count=args.system_min_nodes,
+            autoscaling=gcp.container.NodePoolAutoscalingArgs(
+                total_min_node_count=args.system_min_nodes,
+                total_max_node_count=args.system_max_nodes,
+                location_policy="BALANCED",
+            ),
+            management=gcp.container.NodePoolManagementArgs(auto_repair=True, auto_upgrade=True),
+            node_config=self.node_defaults.node_config(
+                machine_type=args.system_machine_type,
+                spot=args.system_spot,
+                disk_size_gb=50,
+                labels={POOL_LABEL: "system"},
+            ),
+            opts=pulumi.ResourceOptions(parent=self, ignore_changes=NODE_POOL_IGNORE_CHANGES),
+        )
+
+        self.kubeconfig = pulumi.Output.secret(
+            pulumi.Output.all(
+                self.cluster.name, self.cluster.endpoint, self.cluster.master_auth.cluster_ca_certificate
+            ).apply(lambda a: kubeconfig(args.project, args.zone, a[0], a[1], a[2]))
+        )
+        # Installing charts and CRs needs a node to run on: wait for the system pool.
+        self.provider = k8s.Provider(
+            f"{name}-k8s",
+            kubeconfig=self.kubeconfig,
+            # If the cluster is already gone, drop its objects from state instead of failing destroy.
+            delete_unreachable=True,
+            opts=pulumi.ResourceOptions(parent=self, depends_on=[self.system_pool]),
+        )
+        self.register_outputs({"cluster_name": self.cluster.name, "kubeconfig": self.kubeconfig})
+
+
+def kubeconfig(project: str, zone: str, name: str, endpoint: str, ca_cert: str) -> str:
+    """A kubeconfig that authenticates through gke-gcloud-auth-plugin: no key or token is stored."""
+    context = f"gke_{project}_{zone}_{name}"
+    return f"""apiVersion: v1
+kind: Config
+clusters:
+- name: {context}
+  cluster:
+    server: https://{endpoint}
+    certificate-authority-data: {ca_cert}
+contexts:
+- name: {context}
+  context:
+    cluster: {context}
+    user: {context}
+current-context: {context}
+users:
+- name: {context}
+  user:
+    exec:
+      apiVersion: client.authentication.k8s.io/v1beta1
+      command: gke-gcloud-auth-plugin
+      installHint: Install gke-gcloud-auth-plugin (gcloud components install gke-gcloud-auth-plugin)
+      provideClusterInfo: true
+"""

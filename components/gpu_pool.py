@@ -1,0 +1,120 @@
+"""The L4 GPU node pool: spot, scaled from zero, tainted so only GPU workloads keep a node alive.
+
+Also the one place that says how a GPU workload is placed on this pool (`GpuPlacement`), so every
+lab's pods request, tolerate and select it the same way.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Literal
+
+import pulumi
+import pulumi_gcp as gcp
+
+from components.cluster import NODE_POOL_IGNORE_CHANGES, POOL_LABEL, NodeDefaults
+
+GPU_RESOURCE = "nvidia.com/gpu"
+# Declared explicitly: GKE adds it to GPU nodes anyway, and leaving it out shows a permanent diff.
+GPU_TAINT = {"key": GPU_RESOURCE, "value": "present", "effect": "NoSchedule"}
+GPU_POOL_NAME = "gpu"
+
+
+@dataclass(frozen=True)
+class GpuSharing:
+    """GKE-native GPU sharing on the pool (`gpu_sharing_config`)."""
+
+    strategy: Literal["TIME_SHARING", "MPS"]
+    max_shared_clients_per_gpu: int
+
+
+@dataclass(frozen=True)
+class GpuNodePoolArgs:
+    project: str
+    cluster: pulumi.Input[str]
+    zone: str
+    node_locations: list[str]
+    node_defaults: NodeDefaults
+    machine_type: str
+    accelerator: str
+    gpus_per_node: int
+    spot: bool
+    min_nodes: int
+    max_nodes: int
+    driver_version: str
+    disk_gb: int
+    sharing: GpuSharing | None = None
+    extra_labels: dict[str, str] = field(default_factory=dict)
+
+
+@dataclass(frozen=True)
+class GpuPlacement:
+    """How a pod lands on the GPU pool: request, toleration and selector, as Kubernetes dicts."""
+
+    pool_name: str = GPU_POOL_NAME
+
+    @property
+    def node_selector(self) -> dict[str, str]:
+        return {POOL_LABEL: self.pool_name}
+
+    @property
+    def tolerations(self) -> list[dict[str, str]]:
+        return [{**{k: GPU_TAINT[k] for k in ("key", "value", "effect")}, "operator": "Equal"}]
+
+    @staticmethod
+    def limits(gpus: int = 1) -> dict[str, str]:
+        return {GPU_RESOURCE: str(gpus)}
+
+
+class GpuNodePool(pulumi.ComponentResource):
+    def __init__(self, name: str, args: GpuNodePoolArgs, opts: pulumi.ResourceOptions | None = None):
+        super().__init__("gke-ml-labs:platform:GpuNodePool", name, None, opts)
+        self.placement = GpuPlacement()
+        sharing = (
+            gcp.container.NodePoolNodeConfigGuestAcceleratorGpuSharingConfigArgs(
+                gpu_sharing_strategy=args.sharing.strategy,
+                max_shared_clients_per_gpu=args.sharing.max_shared_clients_per_gpu,
+            )
+            if args.sharing
+            else None
+        )
+        self.pool = gcp.container.NodePool(
+            f"{name}-pool",
+            name=GPU_POOL_NAME,
+            project=args.project,
+            cluster=args.cluster,
+            location=args.zone,
+            node_locations=args.node_locations,
+            initial_node_count=args.min_nodes,
+            autoscaling=gcp.container.NodePoolAutoscalingArgs(
+                # Whole-pool bounds (not per zone), so gpu_max_nodes is exactly what quota must cover.
+                total_min_node_count=args.min_nodes,
+                total_max_node_count=args.max_nodes,
+                # ANY: take whichever zone has L4 stock; lowers spot preemption and stock-out risk.
+                location_policy="ANY",
+            ),
+            management=gcp.container.NodePoolManagementArgs(auto_repair=True, auto_upgrade=True),
+            node_config=args.node_defaults.node_config(
+                machine_type=args.machine_type,
+                spot=args.spot,
+                disk_size_gb=args.disk_gb,
+                labels={**args.extra_labels, POOL_LABEL: GPU_POOL_NAME},
+                taints=[
+                    gcp.container.NodePoolNodeConfigTaintArgs(
+                        key=GPU_TAINT["key"], value=GPU_TAINT["value"], effect="NO_SCHEDULE"
+                    )
+                ],
+                guest_accelerators=[
+                    gcp.container.NodePoolNodeConfigGuestAcceleratorArgs(
+                        type=args.accelerator,
+                        count=args.gpus_per_node,
+                        gpu_driver_installation_config=gcp.container.NodePoolNodeConfigGuestAcceleratorGpuDriverInstallationConfigArgs(
+                            gpu_driver_version=args.driver_version
+                        ),
+                        gpu_sharing_config=sharing,
+                    )
+                ],
+            ),
+            opts=pulumi.ResourceOptions(parent=self, ignore_changes=NODE_POOL_IGNORE_CHANGES),
+        )
+        self.register_outputs({"pool": self.pool.name})

@@ -1,0 +1,57 @@
+"""One Helm release of a pinned chart into its own namespace: the single component every chart uses.
+
+`helm.v3.Release` (not `helm.v4.Chart`) because it waits until the release's workloads are ready,
+so custom resources that depend on it are created only once their CRDs and webhooks serve.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any
+
+import pulumi
+import pulumi_kubernetes as k8s
+
+from components.versions import Chart
+
+
+@dataclass(frozen=True)
+class HelmReleaseArgs:
+    chart: Chart
+    namespace: str
+    values: dict[str, Any] = field(default_factory=dict)
+    labels: dict[str, str] = field(default_factory=dict)
+    create_namespace: bool = True
+    # Minutes, not seconds: a first install pulls images onto a node the autoscaler may still be adding.
+    timeout_s: int = 900
+    skip_crds: bool = False
+
+
+class HelmRelease(pulumi.ComponentResource):
+    def __init__(self, name: str, args: HelmReleaseArgs, opts: pulumi.ResourceOptions | None = None):
+        super().__init__("gke-ml-labs:platform:HelmRelease", name, None, opts)
+        depends: list[pulumi.Resource] = []
+        if args.create_namespace:
+            self.namespace = k8s.core.v1.Namespace(
+                f"{name}-ns",
+                metadata=k8s.meta.v1.ObjectMetaArgs(name=args.namespace, labels=args.labels),
+                opts=pulumi.ResourceOptions(parent=self),
+            )
+            depends.append(self.namespace)
+        chart = args.chart
+        self.release = k8s.helm.v3.Release(
+            name,
+            name=name,
+            chart=f"{chart.repo}/{chart.name}" if chart.is_oci else chart.name,
+            repository_opts=None if chart.is_oci else k8s.helm.v3.RepositoryOptsArgs(repo=chart.repo),
+            version=chart.version,
+            namespace=args.namespace,
+            values=args.values,
+            skip_crds=args.skip_crds,
+            timeout=args.timeout_s,
+            # A failed first install is rolled back rather than left half-applied.
+            atomic=True,
+            cleanup_on_fail=True,
+            opts=pulumi.ResourceOptions(parent=self, depends_on=depends),
+        )
+        self.register_outputs({"status": self.release.status})

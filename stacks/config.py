@@ -1,0 +1,173 @@
+"""The typed lab config: everything a `Pulumi.<stack>.yaml` may say, validated before any resource exists.
+
+Keys live in the project's config namespace (`gke-ml-labs:<key>`). The base cluster and GPU pool are
+flat keys (`gpu_max_nodes`, `zone`, ...) because users change them most often with
+`pulumi config set`; each platform feature is one object key (`kueue: {...}`), defined in the
+feature modules beside this one and switched on per lab by `stacks.labs`.
+"""
+
+from __future__ import annotations
+
+import ipaddress
+import re
+from typing import Literal
+
+from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
+
+from stacks import cost_features, platform_features, serving_features
+
+LabName = Literal["dev", "g1", "g2", "g3", "g4", "g5", "g6", "g7", "g8"]
+
+# L4 GPUs per G2 machine type (FACTS.md; Compute Engine accelerator-optimized machine table).
+G2_L4_COUNT: dict[str, int] = {
+    "g2-standard-4": 1,
+    "g2-standard-8": 1,
+    "g2-standard-12": 1,
+    "g2-standard-16": 1,
+    "g2-standard-24": 2,
+    "g2-standard-32": 1,
+    "g2-standard-48": 4,
+    "g2-standard-96": 8,
+}
+
+_LABEL_KEY = re.compile(r"^[a-z][a-z0-9_-]{0,62}$")
+_LABEL_VALUE = re.compile(r"^[a-z0-9_-]{0,63}$")
+_REGION = re.compile(r"^[a-z]+-[a-z]+[0-9]+$")
+
+
+class Frozen(BaseModel):
+    """Base for every config model: immutable, and a misspelt key is an error, never ignored."""
+
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+
+class LabConfig(Frozen):
+    """One stack's whole configuration. Defaults give the cheapest safe platform."""
+
+    lab: LabName
+    stack: str = Field(description="Pulumi stack name (set by the loader)")
+    project: str = Field(description="GCP project id (from gcp:project)")
+    region: str = Field("us-central1", description="GCP region (from gcp:region)")
+    zone: str | None = Field(None, description="zone of the zonal cluster; default <region>-a")
+    gpu_zones: list[str] | None = Field(
+        None, description="zones the GPU pool may use (location_policy ANY picks one with stock)"
+    )
+    release_channel: Literal["RAPID", "REGULAR", "STABLE"] = "REGULAR"
+    # System pool: runs controllers, Prometheus, Grafana. e2-standard-4 fits the heaviest lab (g5).
+    system_machine_type: str = "e2-standard-4"
+    system_min_nodes: int = Field(1, ge=1, le=10)
+    system_max_nodes: int = Field(2, ge=1, le=10)
+    system_spot: bool = False
+    # GPU pool: one L4 spot node at most, scaled from zero.
+    gpu_machine_type: str = "g2-standard-4"
+    gpu_accelerator: Literal["nvidia-l4"] = "nvidia-l4"
+    gpu_count: int | None = Field(None, ge=1, description="GPUs per node; default: what the machine type carries")
+    gpu_spot: bool = True
+    gpu_min_nodes: int = Field(0, ge=0, le=16)
+    gpu_max_nodes: int = Field(1, ge=1, le=16)
+    gpu_driver_version: Literal["DEFAULT", "LATEST", "INSTALLATION_DISABLED"] = "LATEST"
+    gpu_disk_gb: int = Field(100, ge=50, le=2000)
+    subnet_cidr: str = "10.10.0.0/20"
+    pods_cidr: str = "10.20.0.0/14"
+    services_cidr: str = "10.24.0.0/20"
+    labels: dict[str, str] = Field(default_factory=dict, description="extra billing labels")
+
+    observability: platform_features.Observability = platform_features.Observability()
+    gpu_sharing: platform_features.GpuSharing = platform_features.GpuSharing()
+    kueue: platform_features.Kueue = platform_features.Kueue()
+    training_operator: platform_features.TrainingOperator = platform_features.TrainingOperator()
+    checkpoints: platform_features.Checkpoints = platform_features.Checkpoints()
+    tenancy: platform_features.Tenancy = platform_features.Tenancy()
+    kserve: serving_features.KServe = serving_features.KServe()
+    vllm: serving_features.Vllm = serving_features.Vllm()
+    argo: serving_features.Argo = serving_features.Argo()
+    budget: cost_features.Budget = cost_features.Budget()
+    idle_guard: cost_features.IdleGuard = cost_features.IdleGuard()
+    cost_exporter: cost_features.CostExporter = cost_features.CostExporter()
+
+    @field_validator("region")
+    @classmethod
+    def _region_shape(cls, v: str) -> str:
+        if not _REGION.match(v):
+            raise ValueError(f"{v!r} is not a GCP region name (like 'us-central1')")
+        return v
+
+    @field_validator("gpu_machine_type")
+    @classmethod
+    def _g2_only(cls, v: str) -> str:
+        if v not in G2_L4_COUNT:
+            raise ValueError(f"{v!r} does not carry an L4; allowed: {', '.join(G2_L4_COUNT)}")
+        return v
+
+    @field_validator("subnet_cidr", "pods_cidr", "services_cidr")
+    @classmethod
+    def _cidr(cls, v: str) -> str:
+        try:
+            ipaddress.ip_network(v)
+        except ValueError as e:
+            raise ValueError(f"{v!r} is not a CIDR range like '10.10.0.0/20' ({e})") from None
+        return v
+
+    @field_validator("labels")
+    @classmethod
+    def _gce_labels(cls, v: dict[str, str]) -> dict[str, str]:
+        for key, value in v.items():
+            if not _LABEL_KEY.match(key) or not _LABEL_VALUE.match(value):
+                raise ValueError(
+                    f"label {key}={value!r}: GCE labels are lowercase letters, digits, '_' and '-', "
+                    "keys start with a letter, both at most 63 characters"
+                )
+        return v
+
+    @model_validator(mode="after")
+    def _consistent(self) -> LabConfig:
+        problems: list[str] = []
+        zone_ok = f"{self.region}-"
+        for z in [self.zone] + (self.gpu_zones or []):
+            if z is not None and (not z.startswith(zone_ok) or len(z) != len(zone_ok) + 1):
+                problems.append(f"zone {z!r} is not in region {self.region} (expected {zone_ok}a, {zone_ok}b, ...)")
+        carried = G2_L4_COUNT.get(self.gpu_machine_type)
+        if self.gpu_count is not None and carried is not None and self.gpu_count != carried:
+            problems.append(
+                f"gpu_count {self.gpu_count}: {self.gpu_machine_type} carries exactly {carried} L4 "
+                f"(g2-standard-4/8/12/16/32: 1, -24: 2, -48: 4, -96: 8)"
+            )
+        if self.gpu_min_nodes > self.gpu_max_nodes:
+            problems.append(f"gpu_min_nodes ({self.gpu_min_nodes}) is above gpu_max_nodes ({self.gpu_max_nodes})")
+        if self.system_min_nodes > self.system_max_nodes:
+            problems.append(
+                f"system_min_nodes ({self.system_min_nodes}) is above system_max_nodes ({self.system_max_nodes})"
+            )
+        nets = {k: ipaddress.ip_network(getattr(self, k)) for k in ("subnet_cidr", "pods_cidr", "services_cidr")}
+        names = list(nets)
+        for i, a in enumerate(names):
+            for b in names[i + 1 :]:
+                if nets[a].overlaps(nets[b]):
+                    problems.append(f"{a} {nets[a]} overlaps {b} {nets[b]}")
+        for check in (platform_features.check, serving_features.check, cost_features.check):
+            problems.extend(check(self))
+        if problems:
+            raise ValueError("; ".join(problems))
+        return self
+
+    # Derived values: computed here once so components never re-derive them.
+    @property
+    def cluster_zone(self) -> str:
+        return self.zone or f"{self.region}-a"
+
+    @property
+    def gpu_node_zones(self) -> list[str]:
+        return self.gpu_zones or [self.cluster_zone]
+
+    @property
+    def gpus_per_node(self) -> int:
+        return self.gpu_count or G2_L4_COUNT[self.gpu_machine_type]
+
+    @property
+    def max_gpus(self) -> int:
+        """Physical GPUs the pool can ever hold: what the L4 quota must cover."""
+        return self.gpu_max_nodes * self.gpus_per_node
+
+    @property
+    def billing_labels(self) -> dict[str, str]:
+        return {**self.labels, "lab": self.lab, "stack": self.stack, "managed-by": "pulumi", "app": "gke-ml-labs"}

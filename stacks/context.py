@@ -1,0 +1,44 @@
+"""What the base platform hands to each lab feature: the config, the cluster, the GPU pool, the
+Kubernetes provider, and the stack outputs the feature fills in."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any
+
+import pulumi
+
+from components.cluster import GkeCluster
+from components.gpu_pool import GpuNodePool
+from stacks.config import LabConfig
+from stacks.loader import Secrets
+
+
+@dataclass
+class StackOutputs:
+    """The parts of the stack-outputs contract (DESIGN.md) that lab features add to."""
+
+    namespaces: list[str] = field(default_factory=list)
+    endpoints: dict[str, dict[str, Any]] = field(default_factory=dict)
+    prometheus: dict[str, Any] | None = None
+    grafana: dict[str, Any] | None = None
+    artifact_bucket: pulumi.Input[str] | None = None
+    versions: dict[str, str] = field(default_factory=dict)
+    benchmark: dict[str, Any] = field(default_factory=dict)
+    gpu_sharing: dict[str, Any] | None = None
+
+
+@dataclass
+class PlatformContext:
+    cfg: LabConfig
+    secrets: Secrets
+    cluster: GkeCluster
+    gpu: GpuNodePool
+    outputs: StackOutputs = field(default_factory=StackOutputs)
+    # Resources later features wait for, by role (e.g. "prometheus": the release serving the
+    # ServiceMonitor CRD), so a custom resource is never created before its CRD and controller.
+    ready: dict[str, pulumi.Resource] = field(default_factory=dict)
+
+    def k8s_opts(self, depends_on: list[pulumi.Resource] | None = None) -> pulumi.ResourceOptions:
+        """Options for an in-cluster component: the cluster's provider, handed down to every child."""
+        return pulumi.ResourceOptions(providers={"kubernetes": self.cluster.provider}, depends_on=depends_on or [])

@@ -1,0 +1,204 @@
+"""Runs the whole program for a `Pulumi.<stack>.yaml` under Pulumi mocks: no CLI, no cloud, no network.
+
+Records every registered resource with its inputs, parent, dependencies and options, in update mode
+(mocked cloud-computed outputs) or preview mode (those outputs unknown, as on a first `pulumi preview`).
+The tests and the offline plan both use it.
+"""
+
+from __future__ import annotations
+
+import json
+from functools import partial
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import pulumi
+import yaml
+from pulumi.runtime import mocks as pulumi_mocks
+
+from stacks import loader
+
+REPO = Path(__file__).resolve().parents[1]
+OFFLINE_PROJECT = "offline-plan-project"
+# A stand-in for each secret (real values are encrypted in the stack file and need the CLI).
+_SECRET_PLACEHOLDER = "offline-secret-value"
+
+
+@dataclass
+class Recorded:
+    type: str
+    name: str
+    urn: str
+    custom: bool
+    inputs: dict[str, Any]
+    parent: str
+    provider: str
+    dependencies: list[str]
+    ignore_changes: list[str]
+    delete_before_replace: bool
+    protect: bool
+    retain_on_delete: bool
+
+
+@dataclass
+class MockRun:
+    stack: str
+    preview: bool
+    resources: list[Recorded] = field(default_factory=list)
+    outputs: dict[str, Any] = field(default_factory=dict)
+    unknown_outputs: set[str] = field(default_factory=set)  # not known until the cloud answers
+
+    def of_type(self, type_: str) -> list[Recorded]:
+        return [r for r in self.resources if r.type == type_]
+
+    def one(self, type_: str, name: str | None = None) -> Recorded:
+        found = [r for r in self.of_type(type_) if name is None or r.name == name]
+        if len(found) != 1:
+            raise LookupError(f"expected one {type_} {name or ''}, found {[r.name for r in found]}")
+        return found[0]
+
+    def by_urn(self, urn: str) -> Recorded:
+        return next(r for r in self.resources if r.urn == urn)
+
+    def ancestors(self, resource: Recorded) -> list[Recorded]:
+        chain, urn = [], resource.parent
+        urns = {r.urn: r for r in self.resources}
+        while urn in urns:
+            chain.append(urns[urn])
+            urn = urns[urn].parent
+        return chain
+
+    def depends_on(self, resource: Recorded, other: Recorded) -> bool:
+        """True when `resource` (or a component above it) waits for `other` or a component holding it."""
+        holders = {other.urn} | {a.urn for a in self.ancestors(other)}
+        return any(
+            holders & set(r.dependencies) or any(self._contains(d, other) for d in r.dependencies)
+            for r in [resource, *self.ancestors(resource)]
+        )
+
+    def _contains(self, component_urn: str, other: Recorded) -> bool:
+        return any(a.urn == component_urn for a in self.ancestors(other))
+
+
+def _computed_outputs(args: pulumi_mocks.MockResourceArgs, project: str) -> dict[str, Any]:
+    """What the cloud would fill in after create, for the types whose outputs the program reads."""
+    name = args.inputs.get("name", args.name)
+    if args.typ == "gcp:container/cluster:Cluster":
+        return {
+            "endpoint": "203.0.113.10",
+            "masterAuth": {"clusterCaCertificate": "TU9DSy1DQQ=="},
+            "selfLink": f"https://container.googleapis.com/v1/projects/{project}/zones/x/clusters/{name}",
+        }
+    if args.typ == "gcp:serviceaccount/account:Account":
+        return {"email": f"{args.inputs['accountId']}@{project}.iam.gserviceaccount.com"}
+    if args.typ.startswith("gcp:compute/"):
+        return {"selfLink": f"https://www.googleapis.com/compute/v1/projects/{project}/x/{name}"}
+    if args.typ == "gcp:storage/bucket:Bucket":
+        return {"url": f"gs://{name}"}
+    return {}
+
+
+class _Mocks(pulumi.runtime.Mocks):
+    def __init__(self, preview: bool, project: str):
+        self.preview = preview
+        self.project = project
+
+    def new_resource(self, args: pulumi_mocks.MockResourceArgs):
+        state = dict(args.inputs)
+        if not self.preview:
+            state.update(_computed_outputs(args, self.project))
+            if args.typ.startswith("gcp:"):
+                state.setdefault("name", args.name)
+        return f"{args.name}-id", state
+
+    def call(self, args: pulumi_mocks.MockCallArgs):
+        if args.token == "gcp:organizations/getProject:getProject":
+            return {"number": "123456789012", "projectId": self.project}
+        return {}
+
+
+class _RecordingMonitor(pulumi_mocks.MockMonitor):
+    def __init__(self, mocks: _Mocks, run: MockRun):
+        super().__init__(mocks)
+        self.run = run
+
+    def RegisterResource(self, request):
+        response = super().RegisterResource(request)
+        if request.type != "pulumi:pulumi:Stack":
+            self.run.resources.append(
+                Recorded(
+                    type=request.type,
+                    name=request.name,
+                    urn=response.urn,
+                    custom=request.custom,
+                    inputs=pulumi.runtime.rpc.deserialize_properties(request.object),
+                    parent=request.parent,
+                    provider=request.provider,
+                    dependencies=list(request.dependencies),
+                    ignore_changes=list(request.ignoreChanges),
+                    delete_before_replace=request.deleteBeforeReplace,
+                    protect=request.protect,
+                    retain_on_delete=request.retainOnDelete,
+                )
+            )
+        return response
+
+
+def stack_config(stack: str, directory: Path = REPO) -> tuple[dict[str, str], list[str]]:
+    """A stack file's config as the CLI would hand it to the program: JSON text per key."""
+    path = directory / f"Pulumi.{stack}.yaml"
+    if not path.exists():
+        known = sorted(p.name[len("Pulumi.") : -len(".yaml")] for p in directory.glob("Pulumi.*.yaml"))
+        raise FileNotFoundError(f"no stack file {path.name}; stacks here: {', '.join(known)}")
+    document = yaml.safe_load(path.read_text()) or {}
+    config, secret_keys = {}, []
+    for key, value in (document.get("config") or {}).items():
+        if isinstance(value, dict) and set(value) == {"secure"}:
+            config[key], secret_keys = _SECRET_PLACEHOLDER, [*secret_keys, key]
+        else:
+            config[key] = value if isinstance(value, str) else json.dumps(value)
+    return config, secret_keys
+
+
+def run_stack(
+    stack: str,
+    *,
+    preview: bool = False,
+    overrides: dict[str, Any] | None = None,
+    secrets: dict[str, str] | None = None,
+    directory: Path = REPO,
+) -> MockRun:
+    """Run the program for one stack file. `overrides` replaces config keys ("gke-ml-labs:zone": ...)."""
+    from stacks.program import build
+
+    config, secret_keys = stack_config(stack, directory)
+    config.setdefault("gcp:project", OFFLINE_PROJECT)
+    for key, value in (overrides or {}).items():
+        if value is None:
+            config.pop(key, None)
+        else:
+            config[key] = value if isinstance(value, str) else json.dumps(value)
+    for key, value in (secrets or {}).items():
+        config[key], secret_keys = value, [*secret_keys, key]
+
+    run = MockRun(stack=stack, preview=preview)
+    mocks = _Mocks(preview, config.get("gcp:project", OFFLINE_PROJECT))
+    pulumi.runtime.set_mocks(
+        mocks, project=loader.PROJECT, stack=stack, preview=preview, monitor=_RecordingMonitor(mocks, run)
+    )
+    pulumi.runtime.set_all_config(config, secret_keys)
+
+    @pulumi.runtime.test
+    def program():
+        cfg, stack_secrets = loader.load()
+        exported = build(cfg, stack_secrets)
+        run.unknown_outputs.update(exported)
+        return pulumi.Output.all(*(pulumi.Output.from_input(v).apply(partial(_known, k)) for k, v in exported.items()))
+
+    def _known(key: str, value: Any) -> None:
+        run.unknown_outputs.discard(key)
+        run.outputs[key] = value
+
+    program()
+    return run
