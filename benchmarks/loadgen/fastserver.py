@@ -2,7 +2,8 @@
 
 Raw asyncio HTTP/1.1 (keep-alive, chunked SSE) so that the server costs little CPU: fixed TTFT and
 ITL, `max_tokens` content chunks, a usage chunk, `[DONE]`. It records its own TTFT per request
-(request read -> first content chunk written) and serves them at GET /truth. Run it as
+(request read -> first content chunk written) and the monotonic arrival and first-token stamps
+(comparable with the client's: CLOCK_MONOTONIC is system-wide) at GET /truth. Run it as
 `python -m benchmarks.loadgen.fastserver --port P --ttft-ms 30 --itl-ms 20`.
 """
 
@@ -38,12 +39,13 @@ _DONE = _chunk(b"[DONE]") + b"0\r\n\r\n"
 
 
 class FastServer:
-    """Serves completions with fixed timings; keeps server-side TTFTs (seconds) for /truth."""
+    """Serves completions with fixed timings; keeps server-side stamps (monotonic seconds) for /truth."""
 
     def __init__(self, ttft_s: float, itl_s: float) -> None:
         self.ttft_s = ttft_s
         self.itl_s = itl_s
-        self.ttfts: list[float] = []
+        self.arrivals: list[float] = []
+        self.first_tokens: list[float] = []
 
     async def handle(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
         loop = asyncio.get_running_loop()
@@ -57,7 +59,8 @@ class FastServer:
                         length = int(line[15:])
                 body = await reader.readexactly(length) if length else b""
                 if head.startswith(b"GET /truth"):
-                    data = json.dumps({"ttft_s": self.ttfts}).encode()
+                    truth = {"arrival": self.arrivals, "first_token": self.first_tokens}
+                    data = json.dumps(truth).encode()
                     writer.write(
                         b"HTTP/1.1 200 OK\r\nContent-Type: application/json\r\n"
                         b"Content-Length: %d\r\n\r\n%s" % (len(data), data)
@@ -69,7 +72,8 @@ class FastServer:
                 for i in range(tokens):
                     writer.write(_TOKEN_CHUNK)
                     if i == 0:
-                        self.ttfts.append(loop.time() - arrival)
+                        self.arrivals.append(arrival)
+                        self.first_tokens.append(loop.time())
                     if i < tokens - 1:
                         await asyncio.sleep(self.itl_s)
                 usage = {"choices": [], "usage": {"completion_tokens": tokens}}

@@ -1,0 +1,330 @@
+"""HTTP face of the simulated backend: vLLM's OpenAI-compatible routes, /metrics and ground truth.
+
+Prompt length: a string counts one token per whitespace-separated word; a list of ints (as `prompt`
+or `prompt_token_ids`) counts one token per id. Chat requests count the words of every message's
+text (no chat-template tokens are added). Each generated token is one word with a leading space,
+so a client counting words in the streamed text counts tokens.
+
+Streaming chat sends its role-only chunk as soon as the request is accepted, before any token
+exists: a client that times the first chunk instead of the first content token measures nothing.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import json
+import time
+from collections.abc import AsyncIterator
+from typing import Any
+
+from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
+from starlette.applications import Starlette
+from starlette.requests import Request
+from starlette.responses import JSONResponse, Response, StreamingResponse
+from starlette.routing import Route
+
+from benchmarks.serving.catalogue import get_model
+from benchmarks.sim.config import SimConfig
+from benchmarks.sim.engine import Engine, SimRequest
+from benchmarks.sim.metrics import SimMetrics
+
+DEFAULT_MAX_TOKENS = 16
+
+
+class BadRequest(Exception):
+    """A request vLLM would reject; carries the HTTP status and vLLM's error type."""
+
+    def __init__(self, message: str, *, status: int = 400, kind: str = "BadRequestError", param: str | None = None):
+        super().__init__(message)
+        self.status = status
+        self.kind = kind
+        self.param = param
+
+
+def _error(exc: BadRequest) -> JSONResponse:
+    body = {"error": {"message": str(exc), "type": exc.kind, "param": exc.param, "code": exc.status}}
+    return JSONResponse(body, status_code=exc.status)
+
+
+def _token_text(request: SimRequest, position: int) -> str:
+    return f" w{(request.index * 7919 + position) % 997}"
+
+
+def _int_field(body: dict[str, Any], name: str, default: int | None) -> int | None:
+    value = body.get(name, default)
+    if value is not None and (not isinstance(value, int) or isinstance(value, bool) or value < 0):
+        raise BadRequest(f"{name} must be a non-negative integer, got {value!r}", param=name)
+    return value
+
+
+def _prompt_tokens(body: dict[str, Any]) -> int:
+    prompt = body.get("prompt_token_ids", body.get("prompt"))
+    if isinstance(prompt, list) and len(prompt) == 1 and isinstance(prompt[0], (str, list)):
+        prompt = prompt[0]  # a batch of one
+    if isinstance(prompt, str):
+        return len(prompt.split())
+    if isinstance(prompt, list) and all(isinstance(t, int) and not isinstance(t, bool) for t in prompt):
+        return len(prompt)
+    raise BadRequest("prompt must be a string or a list of token ids (one prompt per request)", param="prompt")
+
+
+def _chat_tokens(body: dict[str, Any]) -> int:
+    messages = body.get("messages")
+    if not isinstance(messages, list) or not messages:
+        raise BadRequest("messages must be a non-empty list", param="messages")
+    words = 0
+    for message in messages:
+        content = message.get("content") if isinstance(message, dict) else None
+        if isinstance(content, str):
+            words += len(content.split())
+        elif isinstance(content, list):
+            words += sum(len(str(part.get("text", "")).split()) for part in content if isinstance(part, dict))
+        else:
+            raise BadRequest("each message needs a string or list content", param="messages")
+    return words
+
+
+class SimServer:
+    """One simulated vLLM server: engine, metrics and route handlers."""
+
+    def __init__(self, config: SimConfig) -> None:
+        self.config = config
+        self.sizing = config.sizing()
+        self.model_name = get_model(config.model).name
+        self.metrics = SimMetrics(model_name=self.model_name, gpu=_gpu(config), sizing=self.sizing)
+        self.engine: Engine | None = None
+        self.created = int(time.time())
+
+    @contextlib.asynccontextmanager
+    async def lifespan(self, app: Starlette) -> AsyncIterator[None]:
+        self.engine = Engine(
+            self.sizing,
+            seed=self.config.seed,
+            speedup=self.config.speedup,
+            on_token=self.metrics.on_token,
+            on_finish=self.metrics.on_finish,
+        )
+        self.metrics.attach(self.engine)
+        task = asyncio.create_task(self.engine.run())
+        try:
+            yield
+        finally:
+            task.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await task
+
+    # -- plain routes -------------------------------------------------------------------------
+    async def health(self, request: Request) -> Response:
+        return Response(status_code=200)
+
+    async def models(self, request: Request) -> JSONResponse:
+        card = {
+            "id": self.model_name,
+            "object": "model",
+            "created": self.created,
+            "owned_by": "vllm",
+            "root": self.model_name,
+            "parent": None,
+            "max_model_len": self.sizing.max_model_len,
+        }
+        return JSONResponse({"object": "list", "data": [card]})
+
+    async def prometheus(self, request: Request) -> Response:
+        return Response(generate_latest(self.metrics.registry), media_type=CONTENT_TYPE_LATEST)
+
+    async def sim_requests(self, request: Request) -> JSONResponse:
+        assert self.engine is not None
+        return JSONResponse([r.record() for r in self.engine.finished])
+
+    async def sim_config(self, request: Request) -> JSONResponse:
+        return JSONResponse({"config": self.config.model_dump(), "sizing": self.sizing.model_dump()})
+
+    # -- generation ---------------------------------------------------------------------------
+    async def completions(self, request: Request) -> Response:
+        return await self._generate(request, chat=False)
+
+    async def chat_completions(self, request: Request) -> Response:
+        return await self._generate(request, chat=True)
+
+    async def _generate(self, http: Request, *, chat: bool) -> Response:
+        try:
+            body = await self._body(http)
+            prompt_tokens = _chat_tokens(body) if chat else _prompt_tokens(body)
+            max_tokens = self._max_tokens(body, prompt_tokens, chat=chat)
+            min_tokens = _int_field(body, "min_tokens", 0) or 0
+        except BadRequest as exc:
+            return _error(exc)
+        assert self.engine is not None
+        sim = self.engine.submit(
+            prompt_tokens=prompt_tokens,
+            max_tokens=max_tokens,
+            min_tokens=min(min_tokens, max_tokens),
+            ignore_eos=bool(body.get("ignore_eos", False)),
+        )
+        shape = _ChatShape(self, sim) if chat else _CompletionShape(self, sim)
+        if body.get("stream"):
+            options = body.get("stream_options") or {}
+            include_usage = isinstance(options, dict) and bool(options.get("include_usage"))
+            return StreamingResponse(self._stream(sim, shape, include_usage), media_type="text/event-stream")
+        await self._drain(sim)
+        return JSONResponse(shape.whole())
+
+    async def _body(self, http: Request) -> dict[str, Any]:
+        try:
+            body = await http.json()
+        except (json.JSONDecodeError, UnicodeDecodeError):
+            raise BadRequest("request body is not valid JSON") from None
+        if not isinstance(body, dict):
+            raise BadRequest("request body must be a JSON object")
+        model = body.get("model")
+        if model is not None and model != self.model_name:
+            raise BadRequest(f"The model `{model}` does not exist.", status=404, kind="NotFoundError", param="model")
+        return body
+
+    def _max_tokens(self, body: dict[str, Any], prompt_tokens: int, *, chat: bool) -> int:
+        limit = self.sizing.max_model_len
+        name = "max_completion_tokens" if chat and "max_completion_tokens" in body else "max_tokens"
+        requested = _int_field(body, name, None)
+        if prompt_tokens >= limit or (requested is not None and prompt_tokens + requested > limit):
+            wanted = prompt_tokens + (requested or 0)
+            raise BadRequest(
+                f"This model's maximum context length is {limit} tokens. However, you requested "
+                f"{wanted} tokens ({prompt_tokens} in the messages, {requested or 0} in the completion). "
+                "Please reduce the length of the messages or completion.",
+                param="messages" if chat else "prompt",
+            )
+        if requested is None:
+            # vLLM's default: chat may use the rest of the context, completions 16 tokens.
+            requested = limit - prompt_tokens if chat else DEFAULT_MAX_TOKENS
+        if requested < 1:
+            raise BadRequest(f"{name} must be at least 1, got {requested}", param=name)
+        return requested
+
+    async def _drain(self, sim: SimRequest) -> None:
+        assert sim.events is not None and self.engine is not None
+        try:
+            while await sim.events.get() is not None:
+                pass
+        finally:
+            self.engine.abort(sim)
+
+    async def _stream(self, sim: SimRequest, shape: _Shape, include_usage: bool) -> AsyncIterator[str]:
+        assert sim.events is not None and self.engine is not None
+        try:
+            for chunk in shape.opening():
+                yield _sse(chunk)
+            sent = 0
+            while (count := await sim.events.get()) is not None:
+                text = "".join(_token_text(sim, i) for i in range(sent, count))
+                sent = count
+                yield _sse(shape.delta(text, None))
+            yield _sse(shape.delta("", sim.finish_reason))
+            if include_usage:
+                yield _sse(shape.usage_chunk())
+            yield "data: [DONE]\n\n"
+        finally:
+            # A client that went away mid-stream frees its sequence, as vLLM aborts it.
+            self.engine.abort(sim)
+
+
+def _gpu(config: SimConfig):  # noqa: ANN202 - GpuSpec, imported lazily to keep this module's imports light
+    from benchmarks.serving.catalogue import get_gpu
+
+    return get_gpu(config.gpu)
+
+
+def _sse(payload: dict[str, Any]) -> str:
+    return f"data: {json.dumps(payload)}\n\n"
+
+
+class _Shape:
+    """The JSON of one response kind (completion or chat), streamed or whole."""
+
+    object_whole = ""
+    object_chunk = ""
+    id_prefix = ""
+
+    def __init__(self, server: SimServer, sim: SimRequest) -> None:
+        self.server = server
+        self.sim = sim
+        self.id = f"{self.id_prefix}-{sim.request_id}"
+
+    def _envelope(self, kind: str) -> dict[str, Any]:
+        return {"id": self.id, "object": kind, "created": int(self.sim.arrival_wall_s), "model": self.server.model_name}
+
+    def usage(self) -> dict[str, int]:
+        return {
+            "prompt_tokens": self.sim.prompt_tokens,
+            "total_tokens": self.sim.prompt_tokens + self.sim.output_tokens,
+            "completion_tokens": self.sim.output_tokens,
+        }
+
+    def usage_chunk(self) -> dict[str, Any]:
+        return {**self._envelope(self.object_chunk), "choices": [], "usage": self.usage()}
+
+    def text(self) -> str:
+        return "".join(_token_text(self.sim, i) for i in range(self.sim.output_tokens))
+
+    def opening(self) -> list[dict[str, Any]]:
+        return []
+
+    def delta(self, text: str, finish_reason: str | None) -> dict[str, Any]:
+        raise NotImplementedError
+
+    def whole(self) -> dict[str, Any]:
+        raise NotImplementedError
+
+
+class _CompletionShape(_Shape):
+    object_whole = object_chunk = "text_completion"
+    id_prefix = "cmpl"
+
+    def delta(self, text: str, finish_reason: str | None) -> dict[str, Any]:
+        choice = {"index": 0, "text": text, "logprobs": None, "finish_reason": finish_reason, "stop_reason": None}
+        return {**self._envelope(self.object_chunk), "choices": [choice]}
+
+    def whole(self) -> dict[str, Any]:
+        choice = {
+            "index": 0,
+            "text": self.text(),
+            "logprobs": None,
+            "finish_reason": self.sim.finish_reason,
+            "stop_reason": None,
+        }
+        return {**self._envelope(self.object_whole), "choices": [choice], "usage": self.usage()}
+
+
+class _ChatShape(_Shape):
+    object_whole = "chat.completion"
+    object_chunk = "chat.completion.chunk"
+    id_prefix = "chatcmpl"
+
+    def opening(self) -> list[dict[str, Any]]:
+        choice = {"index": 0, "delta": {"role": "assistant", "content": ""}, "logprobs": None, "finish_reason": None}
+        return [{**self._envelope(self.object_chunk), "choices": [choice]}]
+
+    def delta(self, text: str, finish_reason: str | None) -> dict[str, Any]:
+        delta = {"content": text} if text else {}
+        choice = {"index": 0, "delta": delta, "logprobs": None, "finish_reason": finish_reason}
+        return {**self._envelope(self.object_chunk), "choices": [choice]}
+
+    def whole(self) -> dict[str, Any]:
+        message = {"role": "assistant", "content": self.text()}
+        choice = {"index": 0, "message": message, "logprobs": None, "finish_reason": self.sim.finish_reason}
+        return {**self._envelope(self.object_whole), "choices": [choice], "usage": self.usage()}
+
+
+def build_app(config: SimConfig) -> Starlette:
+    """An ASGI app serving one simulated vLLM engine; the engine runs while the app's lifespan does."""
+    server = SimServer(config)
+    routes = [
+        Route("/health", server.health, methods=["GET"]),
+        Route("/v1/models", server.models, methods=["GET"]),
+        Route("/v1/completions", server.completions, methods=["POST"]),
+        Route("/v1/chat/completions", server.chat_completions, methods=["POST"]),
+        Route("/metrics", server.prometheus, methods=["GET"]),
+        Route("/sim/requests", server.sim_requests, methods=["GET"]),
+        Route("/sim/config", server.sim_config, methods=["GET"]),
+    ]
+    return Starlette(routes=routes, lifespan=server.lifespan)

@@ -1,0 +1,60 @@
+"""Time one engine step of the simulated backend: the roofline of benchmarks.serving plus the
+efficiency and overhead constants fitted to published vLLM measurements (docs/calibration.md).
+
+A step runs a batch of sequences, each computing `new_tokens` tokens after `cached_tokens` already
+in the KV cache (a decode is one new token; a prefill chunk is many). Its duration:
+
+    STEP_OVERHEAD_S + PER_SEQUENCE_OVERHEAD_S x sequences
+      + max(bytes moved / (bandwidth x BANDWIDTH_EFFICIENCY), FLOPs / (peak x COMPUTE_EFFICIENCY))
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from benchmarks.serving.sizing import Sizing, prefill_flops
+
+# Achieved fraction of datasheet memory bandwidth on a decode step. Fitted jointly with
+# STEP_OVERHEAD_S to two single-stream decode figures: Qwen2.5-0.5B on an L4 (ITL 5.1 ms) and
+# Llama-3.1-8B on an A100-40GB (75 tokens/s); see docs/calibration.md.
+BANDWIDTH_EFFICIENCY = 0.77
+# Fixed cost of a step that is not weight/KV traffic: kernel launches, scheduler, sampling.
+STEP_OVERHEAD_S = 0.8e-3
+# Extra cost per scheduled sequence (sampling, output processing); fitted to the rise of the L4
+# Qwen2.5-0.5B ITL from 5.1 ms at concurrency 1 to 7.1 ms at 32.
+PER_SEQUENCE_OVERHEAD_S = 47e-6
+# Achieved fraction of dense tensor FLOP/s in prefill GEMMs. Assumed (typical for GEMMs of a few
+# thousand tokens), not fitted: the sources' TTFTs are dominated by request overhead.
+COMPUTE_EFFICIENCY = 0.5
+# Time from a request's arrival at the HTTP server to the engine seeing it (tokenisation,
+# API-server to engine-core hop). Fitted to the L4 Qwen2.5-0.5B TTFT at concurrency 1 (27 ms)
+# minus the simulated prefill step.
+REQUEST_OVERHEAD_S = 21e-3
+
+
+@dataclass(frozen=True)
+class ScheduledWork:
+    """One sequence's share of a step."""
+
+    new_tokens: int
+    cached_tokens: int
+
+
+@dataclass(frozen=True)
+class StepCost:
+    duration_s: float
+    memory_time_s: float
+    compute_time_s: float
+
+
+def step_cost(sizing: Sizing, work: list[ScheduledWork]) -> StepCost:
+    kv = sizing.kv_bytes_per_token
+    # Attention reads each sequence's whole context (cached plus new) and writes the new tokens' KV.
+    kv_bytes = sum((w.cached_tokens + 2 * w.new_tokens) * kv for w in work)
+    memory = (sizing.decode_weight_bytes + kv_bytes) / (
+        sizing.memory_bandwidth_bytes_per_s * BANDWIDTH_EFFICIENCY
+    )
+    flops = sum(prefill_flops(sizing, w.new_tokens, w.cached_tokens) for w in work)
+    compute = flops / (sizing.peak_flops * COMPUTE_EFFICIENCY)
+    duration = STEP_OVERHEAD_S + PER_SEQUENCE_OVERHEAD_S * len(work) + max(memory, compute)
+    return StepCost(duration_s=duration, memory_time_s=memory, compute_time_s=compute)

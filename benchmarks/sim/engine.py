@@ -1,0 +1,323 @@
+"""The simulated vLLM engine: continuous batching over a paged KV cache, stepped on the roofline clock.
+
+`Scheduler` is the synchronous core (the same rules as vLLM's V1 scheduler, simplified): each step
+gives running sequences their next tokens first, then admits waiting ones, within a token budget
+(chunked prefill) and `max_num_seqs`. KV blocks of 16 tokens are allocated as sequences grow; when
+a running sequence needs a block and none is free, the newest running sequence is preempted
+(its blocks freed, to be recomputed from scratch later).
+
+`Engine` drives the scheduler from one asyncio task on time.monotonic: it sleeps each step's
+simulated duration (divided by `speedup`) and hands tokens to the waiting HTTP handlers.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import collections
+import heapq
+import itertools
+import math
+import random
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+
+from benchmarks.serving.sizing import Sizing
+from benchmarks.sim.costs import REQUEST_OVERHEAD_S, ScheduledWork, StepCost, step_cost
+
+FINISH_LENGTH = "length"
+FINISH_STOP = "stop"
+FINISH_ABORT = "abort"
+
+
+@dataclass
+class SimRequest:
+    """One request's state in the engine and its server-side timeline (monotonic seconds)."""
+
+    request_id: str
+    index: int
+    prompt_tokens: int
+    max_tokens: int
+    target_tokens: int
+    arrival_s: float
+    arrival_wall_s: float
+    ready_s: float
+    num_computed: int = 0
+    output_tokens: int = 0
+    blocks: int = 0
+    preemptions: int = 0
+    first_scheduled_s: float | None = None
+    token_times_s: list[float] = field(default_factory=list)
+    finish_s: float | None = None
+    finish_reason: str | None = None
+    # Output-token counts as tokens appear, then None once the request has finished.
+    events: asyncio.Queue[int | None] | None = None
+
+    @property
+    def remaining(self) -> int:
+        """Tokens to run through the model before the next output token appears."""
+        return self.prompt_tokens + self.output_tokens - self.num_computed
+
+    def record(self) -> dict[str, object]:
+        """The ground-truth entry GET /sim/requests serves for a finished request."""
+        first = self.token_times_s[0] if self.token_times_s else None
+        times = self.token_times_s
+        return {
+            "request_id": self.request_id,
+            "arrival_s": self.arrival_s,
+            "arrival_wall_s": self.arrival_wall_s,
+            "first_scheduled_s": self.first_scheduled_s,
+            "first_token_s": first,
+            "token_times_s": list(times),
+            "itl_s": [b - a for a, b in zip(times, times[1:])],
+            "finish_s": self.finish_s,
+            "ttft_s": None if first is None else first - self.arrival_s,
+            "e2e_s": None if self.finish_s is None else self.finish_s - self.arrival_s,
+            "prompt_tokens": self.prompt_tokens,
+            "output_tokens": self.output_tokens,
+            "finish_reason": self.finish_reason,
+            "preemptions": self.preemptions,
+        }
+
+
+@dataclass(frozen=True)
+class Step:
+    """What one engine step runs: (request, tokens computed) pairs and their cost."""
+
+    work: list[tuple[SimRequest, int]]
+    cost: StepCost
+
+
+class Scheduler:
+    """Continuous batching with a paged KV cache; no clock of its own."""
+
+    def __init__(self, sizing: Sizing, *, seed: int) -> None:
+        self.sizing = sizing
+        self.seed = seed
+        self.free_blocks = sizing.num_gpu_blocks
+        self.waiting: collections.deque[SimRequest] = collections.deque()
+        self.running: list[SimRequest] = []
+        self.preemptions_total = 0
+        self._arrivals: list[tuple[float, int, SimRequest]] = []
+        self._counter = itertools.count()
+
+    def new_request(
+        self,
+        *,
+        prompt_tokens: int,
+        max_tokens: int,
+        min_tokens: int,
+        ignore_eos: bool,
+        arrival_s: float,
+        ready_s: float,
+    ) -> SimRequest:
+        index = next(self._counter)
+        if ignore_eos:
+            target = max_tokens
+        else:
+            # A seeded stand-in for the model emitting EOS: uniform between min_tokens and max_tokens.
+            rng = random.Random(f"{self.seed}:{index}")
+            target = rng.randint(max(1, min(min_tokens, max_tokens)), max_tokens)
+        request = SimRequest(
+            request_id=f"cmpl-sim-{self.seed}-{index}",
+            index=index,
+            prompt_tokens=prompt_tokens,
+            max_tokens=max_tokens,
+            target_tokens=target,
+            arrival_s=arrival_s,
+            arrival_wall_s=time.time(),
+            ready_s=ready_s,
+        )
+        heapq.heappush(self._arrivals, (ready_s, index, request))
+        return request
+
+    def next_arrival_s(self) -> float | None:
+        return self._arrivals[0][0] if self._arrivals else None
+
+    def admit_arrivals(self, now_s: float) -> None:
+        while self._arrivals and self._arrivals[0][0] <= now_s:
+            self.waiting.append(heapq.heappop(self._arrivals)[2])
+
+    @property
+    def kv_cache_usage(self) -> float:
+        total = self.sizing.num_gpu_blocks
+        return (total - self.free_blocks) / total
+
+    def _blocks_for(self, tokens: int) -> int:
+        return math.ceil(tokens / self.sizing.block_size)
+
+    def _preempt_newest(self) -> SimRequest:
+        victim = self.running.pop()
+        self.free_blocks += victim.blocks
+        victim.blocks = 0
+        victim.num_computed = 0
+        victim.preemptions += 1
+        self.preemptions_total += 1
+        self.waiting.appendleft(victim)
+        return victim
+
+    def schedule(self, now_s: float) -> Step | None:
+        """Pick the next step's work and reserve its KV blocks; None when there is nothing to run."""
+        self.admit_arrivals(now_s)
+        budget = self.sizing.max_num_batched_tokens
+        work: list[tuple[SimRequest, int]] = []
+        preempted = False
+        index = 0
+        while index < len(self.running) and budget > 0:
+            request = self.running[index]
+            tokens = min(request.remaining, budget)
+            need = self._blocks_for(request.num_computed + tokens) - request.blocks
+            while need > self.free_blocks and request in self.running:
+                self._preempt_newest()
+                preempted = True
+            if request not in self.running:
+                break
+            self.free_blocks -= need
+            request.blocks += need
+            work.append((request, tokens))
+            budget -= tokens
+            index += 1
+        # As in vLLM, nothing new is admitted in a step that had to preempt.
+        while not preempted and self.waiting and len(self.running) < self.sizing.max_num_seqs and budget > 0:
+            request = self.waiting[0]
+            tokens = min(request.remaining, budget)
+            need = self._blocks_for(tokens)
+            if need > self.free_blocks:
+                break
+            self.waiting.popleft()
+            self.free_blocks -= need
+            request.blocks = need
+            if request.first_scheduled_s is None:
+                request.first_scheduled_s = now_s
+            self.running.append(request)
+            work.append((request, tokens))
+            budget -= tokens
+        if not work:
+            return None
+        cost = step_cost(
+            self.sizing, [ScheduledWork(new_tokens=t, cached_tokens=r.num_computed) for r, t in work]
+        )
+        return Step(work=work, cost=cost)
+
+    def complete(self, step: Step, now_s: float) -> list[SimRequest]:
+        """Apply a finished step: advance each sequence, emit tokens; returns requests that emitted."""
+        emitted = []
+        for request, tokens in step.work:
+            if request.finish_reason is not None:
+                continue  # aborted while the step ran
+            request.num_computed += tokens
+            if request.remaining > 0:
+                continue  # a prefill chunk; no token yet
+            request.output_tokens += 1
+            request.token_times_s.append(now_s)
+            emitted.append(request)
+            if request.output_tokens >= request.target_tokens:
+                reason = FINISH_LENGTH if request.output_tokens >= request.max_tokens else FINISH_STOP
+                self._finish(request, now_s, reason)
+        return emitted
+
+    def abort(self, request: SimRequest, now_s: float) -> None:
+        if request.finish_reason is None:
+            self._finish(request, now_s, FINISH_ABORT)
+
+    def _finish(self, request: SimRequest, now_s: float, reason: str) -> None:
+        request.finish_s = now_s
+        request.finish_reason = reason
+        self.free_blocks += request.blocks
+        request.blocks = 0
+        if request in self.running:
+            self.running.remove(request)
+        if request in self.waiting:
+            self.waiting.remove(request)
+        self._arrivals = [entry for entry in self._arrivals if entry[2] is not request]
+        heapq.heapify(self._arrivals)
+
+
+@dataclass(frozen=True)
+class StepRecord:
+    """A step as the GPU saw it, for the DCGM-like series (monotonic seconds)."""
+
+    start_s: float
+    end_s: float
+    memory_share: float
+    compute_share: float
+
+
+class Engine:
+    """Runs the scheduler in real time (durations divided by `speedup`) from one asyncio task."""
+
+    def __init__(
+        self,
+        sizing: Sizing,
+        *,
+        seed: int,
+        speedup: float,
+        on_token: Callable[[SimRequest], None] = lambda request: None,
+        on_finish: Callable[[SimRequest], None] = lambda request: None,
+    ) -> None:
+        self.scheduler = Scheduler(sizing, seed=seed)
+        self.speedup = speedup
+        self.finished: list[SimRequest] = []
+        self.steps: collections.deque[StepRecord] = collections.deque(maxlen=10_000)
+        self._on_token = on_token
+        self._on_finish = on_finish
+        self._wake = asyncio.Event()
+
+    def submit(self, *, prompt_tokens: int, max_tokens: int, min_tokens: int, ignore_eos: bool) -> SimRequest:
+        now = time.monotonic()
+        request = self.scheduler.new_request(
+            prompt_tokens=prompt_tokens,
+            max_tokens=max_tokens,
+            min_tokens=min_tokens,
+            ignore_eos=ignore_eos,
+            arrival_s=now,
+            ready_s=now + REQUEST_OVERHEAD_S / self.speedup,
+        )
+        request.events = asyncio.Queue()
+        self._wake.set()
+        return request
+
+    def abort(self, request: SimRequest) -> None:
+        if request.finish_reason is None:
+            self.scheduler.abort(request, time.monotonic())
+            self._record_finish(request)
+
+    def _record_finish(self, request: SimRequest) -> None:
+        self.finished.append(request)
+        self._on_finish(request)
+        if request.events is not None:
+            request.events.put_nowait(None)
+
+    async def run(self) -> None:
+        while True:
+            now = time.monotonic()
+            step = self.scheduler.schedule(now)
+            if step is None:
+                await self._idle(now)
+                continue
+            end = now + step.cost.duration_s / self.speedup
+            await asyncio.sleep(max(0.0, end - time.monotonic()))
+            done = time.monotonic()
+            self.steps.append(
+                StepRecord(
+                    start_s=now,
+                    end_s=done,
+                    memory_share=step.cost.memory_time_s / step.cost.duration_s,
+                    compute_share=step.cost.compute_time_s / step.cost.duration_s,
+                )
+            )
+            for request in self.scheduler.complete(step, done):
+                self._on_token(request)
+                if request.events is not None:
+                    request.events.put_nowait(request.output_tokens)
+                if request.finish_reason is not None:
+                    self._record_finish(request)
+
+    async def _idle(self, now: float) -> None:
+        self._wake.clear()
+        next_arrival = self.scheduler.next_arrival_s()
+        timeout = None if next_arrival is None else max(0.0, next_arrival - now)
+        try:
+            await asyncio.wait_for(self._wake.wait(), timeout)
+        except TimeoutError:
+            pass

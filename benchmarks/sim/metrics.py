@@ -1,0 +1,161 @@
+"""Prometheus series of the simulated backend: vLLM's metric names and DCGM-exporter-like GPU series.
+
+Counters and histograms are updated as tokens and requests finish; gauges (queue depths, KV use and
+the GPU series) are computed at scrape time from the engine's state and its recent steps.
+GPU series over the last WINDOW_S seconds:
+  DCGM_FI_DEV_GPU_UTIL      % of time a step was running (kernel-active time, as DCGM means it)
+  DCGM_FI_PROF_SM_ACTIVE    time-weighted compute share of steps (roofline compute time / step)
+  DCGM_FI_PROF_DRAM_ACTIVE  time-weighted memory share of steps (roofline memory time / step)
+  DCGM_FI_DEV_POWER_USAGE   IDLE_POWER_SHARE x TDP plus the rest of TDP scaled by the busier unit
+  DCGM_FI_DEV_FB_USED/FREE  what vLLM reserves (budget) plus the CUDA context, in MiB
+"""
+
+from __future__ import annotations
+
+import socket
+import time
+from collections.abc import Iterable
+
+from prometheus_client import CollectorRegistry, Counter, Histogram
+from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metric
+from prometheus_client.registry import Collector
+
+from benchmarks.serving.catalogue import GpuSpec
+from benchmarks.serving.sizing import Sizing
+from benchmarks.sim.engine import Engine, SimRequest
+
+WINDOW_S = 1.0
+IDLE_POWER_SHARE = 0.25
+CUDA_CONTEXT_BYTES = 512 * 1024**2
+MIB = 1024**2
+
+# Bucket boundaries as vLLM declares them.
+TTFT_BUCKETS = (0.001, 0.005, 0.01, 0.02, 0.04, 0.06, 0.08, 0.1, 0.25, 0.5, 0.75, 1.0, 2.5, 5.0, 7.5,
+                10.0, 20.0, 40.0, 80.0, 160.0, 640.0, 2560.0)
+ITL_BUCKETS = (0.01, 0.025, 0.05, 0.075, 0.1, 0.15, 0.2, 0.3, 0.4, 0.5, 0.75, 1.0, 2.5, 5.0, 7.5, 10.0,
+               20.0, 40.0, 80.0)
+REQUEST_BUCKETS = (0.3, 0.5, 0.8, 1.0, 1.5, 2.0, 2.5, 5.0, 10.0, 15.0, 20.0, 30.0, 40.0, 50.0, 60.0,
+                   120.0, 240.0, 480.0, 960.0, 1920.0, 7680.0)
+
+
+class SimMetrics:
+    """Owns the registry the /metrics route renders."""
+
+    def __init__(self, *, model_name: str, gpu: GpuSpec, sizing: Sizing) -> None:
+        self.registry = CollectorRegistry()
+        self.model_name = model_name
+        labels = ["model_name"]
+        self.prompt_tokens = Counter(
+            "vllm:prompt_tokens", "Prefill tokens processed.", labels, registry=self.registry
+        ).labels(model_name)
+        self.generation_tokens = Counter(
+            "vllm:generation_tokens", "Generation tokens processed.", labels, registry=self.registry
+        ).labels(model_name)
+        self.request_success = Counter(
+            "vllm:request_success", "Successfully processed requests.", ["model_name", "finished_reason"],
+            registry=self.registry,
+        )
+        self.ttft = Histogram(
+            "vllm:time_to_first_token_seconds", "Time to first token in seconds.", labels,
+            buckets=TTFT_BUCKETS, registry=self.registry,
+        ).labels(model_name)
+        self.itl = Histogram(
+            "vllm:inter_token_latency_seconds", "Inter-token latency in seconds.", labels,
+            buckets=ITL_BUCKETS, registry=self.registry,
+        ).labels(model_name)
+        self.e2e = Histogram(
+            "vllm:e2e_request_latency_seconds", "End-to-end request latency in seconds.", labels,
+            buckets=REQUEST_BUCKETS, registry=self.registry,
+        ).labels(model_name)
+        self.queue_time = Histogram(
+            "vllm:request_queue_time_seconds", "Time spent in the WAITING phase in seconds.", labels,
+            buckets=REQUEST_BUCKETS, registry=self.registry,
+        ).labels(model_name)
+        self._gpu = gpu
+        self._sizing = sizing
+
+    def attach(self, engine: Engine) -> None:
+        """Register the scrape-time gauges for this engine (preemptions are read from it too)."""
+        self.registry.register(_EngineCollector(engine, self.model_name, self._gpu, self._sizing))
+
+    def on_token(self, request: SimRequest) -> None:
+        self.generation_tokens.inc()
+        times = request.token_times_s
+        if len(times) == 1:
+            self.prompt_tokens.inc(request.prompt_tokens)
+            self.ttft.observe(times[0] - request.arrival_s)
+        else:
+            self.itl.observe(times[-1] - times[-2])
+
+    def on_finish(self, request: SimRequest) -> None:
+        if request.finish_reason in ("length", "stop") and request.finish_s is not None:
+            self.request_success.labels(self.model_name, request.finish_reason).inc()
+            self.e2e.observe(request.finish_s - request.arrival_s)
+        if request.first_scheduled_s is not None:
+            self.queue_time.observe(max(0.0, request.first_scheduled_s - request.ready_s))
+
+
+class _EngineCollector(Collector):
+    def __init__(self, engine: Engine, model_name: str, gpu: GpuSpec, sizing: Sizing) -> None:
+        self._engine = engine
+        self._model_name = model_name
+        self._gpu = gpu
+        self._hostname = socket.gethostname()
+        self._fb_used_mib = (sizing.memory_budget_bytes + CUDA_CONTEXT_BYTES) / MIB
+        self._fb_free_mib = max(0.0, gpu.memory_bytes / MIB - self._fb_used_mib)
+
+    def _gauge(self, name: str, documentation: str, value: float, **labels: str) -> GaugeMetricFamily:
+        family = GaugeMetricFamily(name, documentation, labels=list(labels))
+        family.add_metric(list(labels.values()), value)
+        return family
+
+    def _activity(self) -> tuple[float, float, float]:
+        """(busy, compute-weighted, memory-weighted) fractions of the last WINDOW_S seconds."""
+        now = time.monotonic()
+        start = now - WINDOW_S
+        busy = compute = memory = 0.0
+        for step in reversed(self._engine.steps):
+            if step.end_s <= start:
+                break
+            overlap = min(step.end_s, now) - max(step.start_s, start)
+            busy += overlap
+            compute += overlap * step.compute_share
+            memory += overlap * step.memory_share
+        return busy / WINDOW_S, compute / WINDOW_S, memory / WINDOW_S
+
+    def collect(self) -> Iterable[Metric]:
+        scheduler = self._engine.scheduler
+        model = {"model_name": self._model_name}
+        yield self._gauge("vllm:num_requests_running", "Requests in model execution batches.",
+                          len(scheduler.running), **model)
+        yield self._gauge("vllm:num_requests_waiting", "Requests waiting to be processed.",
+                          len(scheduler.waiting), **model)
+        yield self._gauge("vllm:kv_cache_usage_perc", "KV-cache usage. 1 means 100 percent usage.",
+                          scheduler.kv_cache_usage, **model)
+        yield _counter("vllm:num_preemptions", "Cumulative number of preemptions from the engine.",
+                       scheduler.preemptions_total, model)
+        busy, compute, memory = self._activity()
+        gpu = {
+            "gpu": "0",
+            "UUID": f"GPU-sim-{self._gpu.name}",
+            "device": "nvidia0",
+            "modelName": self._gpu.product_name,
+            "hostname": self._hostname,
+        }
+        power = self._gpu.tdp_watts * (IDLE_POWER_SHARE + (1 - IDLE_POWER_SHARE) * max(compute, memory))
+        yield self._gauge("DCGM_FI_DEV_GPU_UTIL", "GPU utilization (in %).", round(100 * busy), **gpu)
+        yield self._gauge("DCGM_FI_PROF_SM_ACTIVE", "Ratio of cycles an SM has at least 1 warp assigned.",
+                          compute, **gpu)
+        yield self._gauge("DCGM_FI_PROF_DRAM_ACTIVE", "Ratio of cycles the device memory interface is active.",
+                          memory, **gpu)
+        yield self._gauge("DCGM_FI_DEV_FB_USED", "Framebuffer memory used (in MiB).",
+                          round(self._fb_used_mib), **gpu)
+        yield self._gauge("DCGM_FI_DEV_FB_FREE", "Framebuffer memory free (in MiB).",
+                          round(self._fb_free_mib), **gpu)
+        yield self._gauge("DCGM_FI_DEV_POWER_USAGE", "Power draw (in W).", power, **gpu)
+
+
+def _counter(name: str, documentation: str, value: float, labels: dict[str, str]) -> Metric:
+    family = CounterMetricFamily(name, documentation, labels=list(labels))
+    family.add_metric(list(labels.values()), value)
+    return family

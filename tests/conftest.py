@@ -1,0 +1,17 @@
+"""Shared fixtures: run any stack file's whole program under Pulumi mocks."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from stacks.mockrun import REPO, MockRun, run_stack
+
+STACKS = sorted(p.name[len("Pulumi.") : -len(".yaml")] for p in Path(REPO).glob("Pulumi.*.yaml"))
+
+
+@pytest.fixture(scope="session")
+def stack_runs() -> dict[tuple[str, bool], MockRun]:
+    """Every stack file run once per session, in update and preview mode, keyed (stack, preview)."""
+    return {(s, p): run_stack(s, preview=p) for s in STACKS for p in (False, True)}

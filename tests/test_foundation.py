@@ -1,0 +1,190 @@
+"""The base platform every lab stands on: a GKE cluster that costs nothing while idle."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+from conftest import STACKS
+
+from stacks.loader import ConfigError
+from stacks.mockrun import run_stack
+from stacks.plan import main as plan_main
+
+CONTRACT = {
+    "lab", "project", "region", "zones", "cluster_name", "kubeconfig", "gpu_pool", "namespaces",
+    "endpoints", "prometheus", "grafana", "artifact_bucket", "labels", "versions", "benchmark",
+}
+NODE_POOL = "gcp:container/nodePool:NodePool"
+
+
+@pytest.mark.parametrize("stack", STACKS)
+@pytest.mark.parametrize("preview", [False, True], ids=["update", "preview"])
+def test_every_stack_file_runs_and_exports_the_contract(stack_runs, stack, preview):
+    run = stack_runs[(stack, preview)]
+    assert run.resources, "nothing registered"
+    assert CONTRACT <= set(run.outputs) | run.unknown_outputs
+    if not preview:
+        assert not run.unknown_outputs
+        assert run.outputs["lab"] == stack, "each Pulumi.<lab>.yaml is that lab's stack"
+
+
+@pytest.mark.parametrize("stack", STACKS)
+def test_gpu_pool_scales_to_zero_on_spot_and_is_tainted(stack_runs, stack):
+    run = stack_runs[(stack, False)]
+    pool = run.one(NODE_POOL, "gpu-pool").inputs
+    auto, node = pool["autoscaling"], pool["nodeConfig"]
+    assert auto["totalMinNodeCount"] == 0 and pool["initialNodeCount"] == 0
+    assert "minNodeCount" not in auto and "maxNodeCount" not in auto, "per-zone and total bounds mixed"
+    assert auto["locationPolicy"] == "ANY"
+    assert node["spot"] is True
+    assert {"key": "nvidia.com/gpu", "value": "present", "effect": "NO_SCHEDULE"} in node["taints"]
+    assert node["workloadMetadataConfig"] == {"mode": "GKE_METADATA"}
+    accel = node["guestAccelerators"][0]
+    assert accel["type"] == "nvidia-l4" and accel["count"] == 1
+    # A new project's L4 quota is usually one GPU: every lab must fit it as shipped.
+    assert auto["totalMaxNodeCount"] * accel["count"] <= 1
+
+
+def test_dev_cluster_is_zonal_destroyable_and_uses_workload_identity(stack_runs):
+    run = stack_runs[("dev", False)]
+    cluster = run.one("gcp:container/cluster:Cluster").inputs
+    assert cluster["location"] == "us-central1-a", "a regional cluster leaves GKE's free tier"
+    assert cluster["deletionProtection"] is False
+    assert cluster["removeDefaultNodePool"] is True
+    assert cluster["workloadIdentityConfig"] == {"workloadPool": "offline-plan-project.svc.id.goog"}
+    assert cluster["releaseChannel"] == {"channel": "REGULAR"}
+    system = run.one(NODE_POOL, "gke-system").inputs
+    assert "taints" not in system["nodeConfig"] and "guestAccelerators" not in system["nodeConfig"]
+    # Exactly the two pools: nothing else can hold a node.
+    assert sorted(r.name for r in run.of_type(NODE_POOL)) == ["gke-system", "gpu-pool"]
+
+
+def test_node_pools_guard_against_replacement_by_backfilled_fields(stack_runs):
+    run = stack_runs[("dev", False)]
+    for pool in run.of_type(NODE_POOL):
+        assert {"nodeConfig.kubeletConfig", "nodeConfig.linuxNodeConfig"} <= set(pool.ignore_changes)
+        node = pool.inputs["nodeConfig"]
+        # Set explicitly so GKE has nothing to fill in.
+        for key in ("imageType", "diskType", "diskSizeGb", "oauthScopes", "metadata", "serviceAccount"):
+            assert key in node, key
+
+
+@pytest.mark.parametrize("stack", STACKS)
+def test_billing_labels_on_every_labelled_cloud_resource(stack_runs, stack):
+    run = stack_runs[(stack, False)]
+    wanted = {"lab": run.outputs["lab"], "stack": stack, "managed-by": "pulumi"}
+    paths = {
+        "gcp:container/cluster:Cluster": ("resourceLabels",),
+        NODE_POOL: ("nodeConfig", "resourceLabels"),
+        "gcp:storage/bucket:Bucket": ("labels",),
+    }
+    checked = 0
+    for r in run.resources:
+        if r.type in paths:
+            value = r.inputs
+            for p in paths[r.type]:
+                value = value.get(p) or {}
+            assert wanted.items() <= value.items(), f"{r.type} {r.name} lacks billing labels: {value}"
+            checked += 1
+    assert checked >= 3
+
+
+@pytest.mark.parametrize("stack", STACKS)
+def test_no_service_account_key_anywhere(stack_runs, stack):
+    run = stack_runs[(stack, False)]
+    assert not run.of_type("gcp:serviceaccount/key:Key")
+    for r in run.resources:
+        assert "privateKey" not in json.dumps(r.inputs), r.name
+
+
+def test_nodes_run_as_a_dedicated_service_account_not_the_default_one(stack_runs):
+    run = stack_runs[("dev", False)]
+    sa = run.one("gcp:serviceaccount/account:Account", "gke-nodes")
+    roles = {r.inputs["role"] for r in run.of_type("gcp:projects/iAMMember:IAMMember") if r.parent == sa.parent}
+    assert "roles/editor" not in roles and "roles/owner" not in roles
+    for pool in run.of_type(NODE_POOL):
+        assert pool.inputs["nodeConfig"]["serviceAccount"].startswith(sa.inputs["accountId"])
+
+
+def test_apis_stay_enabled_on_destroy(stack_runs):
+    services = stack_runs[("dev", False)].of_type("gcp:projects/service:Service")
+    assert {"container.googleapis.com", "compute.googleapis.com"} <= {s.inputs["service"] for s in services}
+    assert all(s.inputs["disableOnDestroy"] is False for s in services)
+
+
+def test_kubernetes_provider_authenticates_through_the_gke_plugin(stack_runs):
+    run = stack_runs[("dev", False)]
+    provider = run.one("pulumi:providers:kubernetes")
+    kubeconfig = run.outputs["kubeconfig"]
+    assert "command: gke-gcloud-auth-plugin" in kubeconfig and "token" not in kubeconfig
+    assert provider.inputs["deleteUnreachable"] in (True, "true")
+
+
+def test_preview_leaves_cloud_computed_outputs_unknown(stack_runs):
+    run = stack_runs[("dev", True)]
+    assert "kubeconfig" in run.unknown_outputs
+    assert run.outputs["gpu_pool"]["max_nodes"] == 1
+
+
+BAD = [
+    ({"gke-ml-labs:gpu_max_node": 2}, "gke-ml-labs:gpu_max_node: unknown key; did you mean 'gpu_max_nodes'?"),
+    ({"gke-ml-labs:gpu_spot": "sometimes"}, "gke-ml-labs:gpu_spot: Input should be a valid boolean"),
+    ({"gke-ml-labs:gpu_max_nodes": 0}, "gke-ml-labs:gpu_max_nodes: Input should be greater than or equal to 1"),
+    ({"gke-ml-labs:gpu_max_nodes": 40}, "gke-ml-labs:gpu_max_nodes: Input should be less than or equal to 16"),
+    (
+        {"gke-ml-labs:gpu_machine_type": "g2-standard-24", "gke-ml-labs:gpu_count": 1},
+        "gpu_count 1: g2-standard-24 carries exactly 2 L4",
+    ),
+    ({"gke-ml-labs:gpu_machine_type": "n1-standard-4"}, "'n1-standard-4' does not carry an L4; allowed: g2-standard-4"),
+    ({"gke-ml-labs:zone": "europe-west4-a"}, "zone 'europe-west4-a' is not in region us-central1"),
+    ({"gke-ml-labs:gpu_zones": ["us-central1-b", "us-east1-c"]}, "zone 'us-east1-c' is not in region us-central1"),
+    ({"gke-ml-labs:gpu_min_nodes": 2, "gke-ml-labs:gpu_max_nodes": 1}, "gpu_min_nodes (2) is above gpu_max_nodes (1)"),
+    ({"gke-ml-labs:lab": "g9"}, "gke-ml-labs:lab: Input should be 'dev', 'g1'"),
+    ({"gke-ml-labs:pods_cidr": "10.10.0.0/16"}, "subnet_cidr 10.10.0.0/20 overlaps pods_cidr 10.10.0.0/16"),
+    ({"gke-ml-labs:labels": {"Team": "x"}}, "GCE labels are lowercase"),
+    ({"gcp:project": None}, "gcp:project is not set"),
+    ({"gcp:region": "central"}, "'central' is not a GCP region name"),
+]
+
+
+@pytest.mark.parametrize("overrides,message", BAD, ids=[m[:40] for _, m in BAD])
+def test_bad_config_fails_with_file_key_and_what_is_allowed_before_any_resource(overrides, message, monkeypatch):
+    created = []
+    monkeypatch.setattr("stacks.program.ProjectApis", lambda *a, **k: created.append(a))
+    with pytest.raises(ConfigError) as info:
+        run_stack("dev", overrides=overrides)
+    text = str(info.value)
+    assert text.startswith("Pulumi.dev.yaml: ") and "nothing was created" in text
+    assert message in text
+    assert not created
+
+
+def test_a_secret_given_in_plain_text_is_refused():
+    with pytest.raises(ConfigError, match="pulumi config set --secret hf_token"):
+        run_stack("dev", overrides={"gke-ml-labs:hf_token": "hf_abc"})
+    # The same value given as a secret is accepted.
+    assert run_stack("dev", secrets={"gke-ml-labs:hf_token": "hf_abc"}).resources
+
+
+def test_lab_defaults_lie_under_the_stack_file():
+    from stacks.labs import with_lab_defaults
+
+    merged = with_lab_defaults({"lab": "g6", "vllm": {"max_num_seqs": 8}})
+    assert merged["vllm"] == {"enabled": True, "max_num_seqs": 8}
+    assert with_lab_defaults({"lab": "g6", "vllm": {"enabled": False}})["vllm"]["enabled"] is False
+
+
+def test_offline_plan_prints_the_pool_and_writes_kubernetes_yaml(tmp_path, capsys):
+    assert plan_main(["dev"]) == 0
+    table = capsys.readouterr().out
+    assert "gpu-pool" in table and "spot; nodes 0..1; gpus 1x nvidia-l4; taint nvidia.com/gpu=present:NO_SCHEDULE" in table
+    assert plan_main(["dev", "--json", "--k8s-out", str(tmp_path)]) == 0
+    plan = json.loads(capsys.readouterr().out)
+    assert "kubeconfig" not in plan["outputs"]
+    assert {r["type"] for r in plan["resources"]} >= {"gcp:container/cluster:Cluster", NODE_POOL}
+
+
+def test_offline_plan_reports_bad_config_without_a_traceback(capsys):
+    assert plan_main(["nope"]) == 2
+    assert "no stack file Pulumi.nope.yaml" in capsys.readouterr().err
