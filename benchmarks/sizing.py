@@ -14,8 +14,6 @@ from pathlib import Path
 
 from benchmarks.serving.catalogue import GIB, GPUS, ModelSpec, ServingError, get_gpu, get_model
 from benchmarks.serving.sizing import (
-    DEFAULT_MAX_NUM_BATCHED_TOKENS,
-    DEFAULT_MAX_NUM_SEQS,
     DTYPE_BYTES,
     QUANTIZED_WEIGHT_BYTES,
     RooflinePoint,
@@ -39,8 +37,10 @@ def _parser() -> argparse.ArgumentParser:
     parser.add_argument("--dtype", choices=sorted(DTYPE_BYTES), help="default: the model's torch_dtype")
     parser.add_argument("--quantization", choices=sorted(QUANTIZED_WEIGHT_BYTES))
     parser.add_argument("--kv-cache-dtype", choices=["auto", "fp8"], default="auto")
-    parser.add_argument("--max-num-seqs", type=int, default=DEFAULT_MAX_NUM_SEQS)
-    parser.add_argument("--max-num-batched-tokens", type=int, default=DEFAULT_MAX_NUM_BATCHED_TOKENS)
+    parser.add_argument("--max-num-seqs", type=int, help="default: vLLM's for the GPU (256 on an L4)")
+    parser.add_argument(
+        "--max-num-batched-tokens", type=int, help="default: vLLM's for the GPU (2048 on an L4)"
+    )
     parser.add_argument(
         "--batch-sizes",
         default=",".join(map(str, DEFAULT_BATCH_SIZES)),
@@ -70,7 +70,10 @@ def _table(sizing: Sizing, points: list[RooflinePoint]) -> str:
     rows = [
         ("model", sizing.model),
         ("gpu", sizing.gpu),
-        ("dtype / quantization / kv dtype", f"{sizing.dtype} / {sizing.quantization or 'none'} / {sizing.kv_cache_dtype}"),
+        (
+            "dtype / quantization / kv dtype",
+            f"{sizing.dtype} / {sizing.quantization or 'none'} / {sizing.kv_cache_dtype}",
+        ),
         ("parameters", f"{sizing.parameter_count / 1e9:.3f} B"),
         ("weights", f"{sizing.weight_bytes / GIB:.2f} GiB"),
         ("KV bytes per token", f"{sizing.kv_bytes_per_token:,} B"),

@@ -67,6 +67,9 @@ class GkeClusterArgs:
     # only one DCGM exporter ever runs.
     managed_dcgm: bool = False
     monitoring_components: list[str] = field(default_factory=lambda: ["SYSTEM_COMPONENTS"])
+    # Dataplane V2 enforces NetworkPolicies (tenancy needs it). GKE sets it only at creation: changing it
+    # replaces the cluster.
+    dataplane_v2: bool = False
 
 
 class GkeCluster(pulumi.ComponentResource):
@@ -102,6 +105,7 @@ class GkeCluster(pulumi.ComponentResource):
             network=args.network,
             subnetwork=args.subnetwork,
             networking_mode="VPC_NATIVE",
+            datapath_provider="ADVANCED_DATAPATH" if args.dataplane_v2 else None,
             ip_allocation_policy=gcp.container.ClusterIpAllocationPolicyArgs(
                 cluster_secondary_range_name=PODS_RANGE, services_secondary_range_name=SERVICES_RANGE
             ),

@@ -20,3 +20,84 @@ class Chart:
     def is_oci(self) -> bool:
         return self.repo.startswith("oci://")
 
+
+
+# --- Platform components of labs g1-g4 and g8 (brief D) ---
+KUBE_PROMETHEUS_STACK = Chart(
+    "kube-prometheus-stack",
+    "https://prometheus-community.github.io/helm-charts",
+    "88.5.3",
+    upstream="kube-prometheus-stack/88.5.3",
+)
+# Chart 4.8.2 runs exporter image 4.5.3-4.8.2 (DCGM 4.5.3).
+DCGM_EXPORTER = Chart(
+    "dcgm-exporter", "https://nvidia.github.io/dcgm-exporter/helm-charts", "4.8.2", upstream="dcgm-exporter/4.5.3-4.8.2"
+)
+GPU_OPERATOR = Chart("gpu-operator", "https://helm.ngc.nvidia.com/nvidia", "v26.7.0", upstream="gpu-operator/v26.7.0")
+KUEUE = Chart("kueue", "oci://registry.k8s.io/kueue/charts", "0.19.2", upstream="kueue/v0.19.2")
+JOBSET = Chart("jobset", "oci://registry.k8s.io/jobset/charts", "0.12.0", upstream="jobset/v0.12.0")
+# Kubeflow Training Operator v1 (PyTorchJob): the last v1 release, installed with its own kustomize overlay.
+TRAINING_OPERATOR_VERSION = "v1.9.4"
+TRAINING_OPERATOR_KUSTOMIZE = (
+    f"github.com/kubeflow/trainer.git/manifests/overlays/standalone?ref={TRAINING_OPERATOR_VERSION}"
+)
+# Google's driver installer for COS GPU nodes whose pool has GKE's own install disabled (NVIDIA GPU
+# Operator mode). Pinned to a commit of GoogleCloudPlatform/container-engine-accelerators (2026-06-11):
+# the upstream docs point at `master`, which floats.
+GKE_COS_DRIVER_INSTALLER_COMMIT = "992db81257553607f1477945f1b3219632991829"
+GKE_COS_DRIVER_INSTALLER = {
+    "DEFAULT": "nvidia-driver-installer/cos/daemonset-preloaded.yaml",
+    "LATEST": "nvidia-driver-installer/cos/daemonset-preloaded-latest.yaml",
+}
+# The image the g4 PyTorchJob and the g8 checkpointing job run (PyTorch with CUDA 12.4 for the L4).
+PYTORCH_IMAGE = "docker.io/pytorch/pytorch:2.5.1-cuda12.4-cudnn9-runtime"
+
+# --- Serving and pipelines of labs g5-g7 (brief E) ---
+# KServe v0.20.0's own quick-install scripts (hack/setup/quick-install/kserve-knative-mode-*) were
+# tested with Knative Serving 1.21.1 and cert-manager v1.17.0: we pin that combination rather than
+# the newest tags (Knative 1.23.0, cert-manager 1.21.1), so a first `pulumi up` runs what KServe tested.
+KSERVE_CRD = Chart("kserve-crd", "oci://ghcr.io/kserve/charts", "v0.20.0", upstream="kserve/v0.20.0/charts/kserve-crd")
+KSERVE_RESOURCES = Chart(
+    "kserve-resources", "oci://ghcr.io/kserve/charts", "v0.20.0", upstream="kserve/v0.20.0/charts/kserve-resources"
+)
+# The ClusterServingRuntimes (sklearn, xgboost, ...) live in their own chart since v0.20.0.
+KSERVE_RUNTIMES = Chart(
+    "kserve-runtime-configs",
+    "oci://ghcr.io/kserve/charts",
+    "v0.20.0",
+    upstream="kserve/v0.20.0/charts/kserve-runtime-configs",
+)
+# upstream/ holds the v1.21.1 chart defaults only; the values we set (crds.enabled and the
+# nodeSelectors) exist unchanged in v1.17.0 too (crds.enabled since v1.15), so the check against
+# v1.21.1 holds for the pinned chart.
+CERT_MANAGER = Chart("cert-manager", "https://charts.jetstack.io", "v1.17.0", upstream="cert-manager/v1.21.1")
+KNATIVE_SERVING_VERSION = "knative-v1.21.1"
+KNATIVE_SERVING_CRDS = (
+    f"https://github.com/knative/serving/releases/download/{KNATIVE_SERVING_VERSION}/serving-crds.yaml"
+)
+KNATIVE_SERVING_CORE = (
+    f"https://github.com/knative/serving/releases/download/{KNATIVE_SERVING_VERSION}/serving-core.yaml"
+)
+# net-kourier of the same minor as Serving (the networking layer must match Serving's minor).
+KOURIER = (
+    f"https://github.com/knative-extensions/net-kourier/releases/download/{KNATIVE_SERVING_VERSION}/kourier.yaml"
+)
+# v0.11.2: inside the range public GKE programs pinned (FACTS.md); every server arg we pass
+# (--model, --dtype, --max-num-seqs, --max-model-len, --gpu-memory-utilization, --quantization,
+# --port) and the module entry point vllm.entrypoints.openai.api_server exist there.
+VLLM_IMAGE = "docker.io/vllm/vllm-openai:v0.11.2"
+ARGO_WORKFLOWS = Chart(
+    "argo-workflows", "https://argoproj.github.io/argo-helm", "1.0.18", upstream="argo-workflows/1.0.18"
+)
+# The g7 train and register steps: a slim Python with pip (scikit-learn is installed at a pinned version).
+PIPELINE_PYTHON_IMAGE = "docker.io/library/python:3.12.8-slim"
+PIPELINE_SKLEARN = "scikit-learn==1.5.2"
+PIPELINE_GCS = "google-cloud-storage==2.19.0"
+
+# --- Cost safety (brief F) ---
+# The idle guard and the cost exporter are Python scripts mounted from ConfigMaps into this image
+# (the same slim tag the g7 pipeline steps use, so nodes pull it once).
+SCRIPTS_PYTHON_IMAGE = "docker.io/library/python:3.12.8-slim"
+# The exporter's one dependency, installed at container start (same pin as requirements.txt).
+SCRIPTS_PROMETHEUS_CLIENT = "prometheus-client==0.26.0"
+PIPELINE_KUBERNETES = "kubernetes==31.0.0"

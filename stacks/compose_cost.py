@@ -1,15 +1,49 @@
-"""Composes the cost features of a lab onto the base platform (see stacks/context.py)."""
+"""Composes the cost features of a lab onto the base platform (see stacks/context.py): the billing
+budget, the idle guard and the cost exporter."""
 
 from __future__ import annotations
 
+import pulumi
+
+from components import cost_exporter, idle_guard
+from components.budget import BudgetArgs, ProjectBudget
+from components.dashboards.cost import cost_dashboard
 from stacks.config import LabConfig
 from stacks.context import PlatformContext
+
+BUDGET_API = "billingbudgets.googleapis.com"
 
 
 def apis(cfg: LabConfig) -> list[str]:
     """Google APIs these features need besides the base ones."""
-    return []
+    return [BUDGET_API] if cfg.budget.enabled else []
 
 
 def compose(ctx: PlatformContext) -> None:
     """Register these features' components and add their stack outputs to ctx.outputs."""
+    cfg = ctx.cfg
+    if cfg.budget.enabled:
+        # After the cluster, which itself waits for the project's APIs: the budget needs
+        # billingbudgets.googleapis.com enabled before its first call.
+        ProjectBudget("budget", BudgetArgs(cfg), opts=pulumi.ResourceOptions(depends_on=[ctx.cluster]))
+    if cfg.idle_guard.enabled:
+        idle_guard.IdleGuard("idle-guard", idle_guard.IdleGuardArgs(cfg), opts=ctx.k8s_opts())
+        ctx.outputs.namespaces.append(idle_guard.NAMESPACE)
+    if cfg.cost_exporter.enabled:
+        cost_exporter.CostExporter(
+            "cost-exporter",
+            cost_exporter.CostExporterArgs(cfg, prometheus=ctx.ready.get("prometheus")),
+            opts=ctx.k8s_opts(),
+        )
+        ctx.outputs.namespaces.append(cost_exporter.NAMESPACE)
+        ctx.outputs.endpoints["cost_exporter"] = {
+            "namespace": cost_exporter.NAMESPACE,
+            "service": cost_exporter.NAME,
+            "port": cost_exporter.PORT,
+            "path": "/metrics",
+            "protocol": "http",
+        }
+        dashboards = (ctx.outputs.grafana or {}).get("dashboards")
+        if isinstance(dashboards, dict):
+            model = cost_dashboard()
+            dashboards[model["title"]] = model["uid"]

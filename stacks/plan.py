@@ -84,7 +84,13 @@ def settings(r: Recorded) -> str:
 
 def rows(run: MockRun) -> list[dict[str, str]]:
     """Custom resources only: components are groupings, not things that are created or billed."""
-    return [{"type": r.type, "name": r.name, "settings": settings(r)} for r in run.resources if r.custom]
+    # Manifest files and kustomize directories are (remote) components too, but each stands for real objects.
+    manifests = ("kubernetes:yaml/", "kubernetes:kustomize/")
+    return [
+        {"type": r.type, "name": r.name, "settings": settings(r)}
+        for r in run.resources
+        if r.custom or r.type.startswith(manifests)
+    ]
 
 
 def kubernetes_objects(run: MockRun) -> list[tuple[str, dict[str, Any]]]:

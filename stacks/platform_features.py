@@ -1,14 +1,31 @@
 """Config of the platform features of labs g1-g4 and g8: observability, GPU sharing, Kueue,
-Training Operator, checkpoints, tenancy."""
+Training Operator, checkpoints, tenancy.
+
+Each model is one object key of the stack file (`gke-ml-labs:kueue: {...}`); `check` holds the rules
+that span several keys (a quota against the GPU pool, a sharing mode against the driver install).
+"""
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
+import re
+from typing import TYPE_CHECKING, Literal
 
-from pydantic import BaseModel, ConfigDict
+from pydantic import BaseModel, ConfigDict, Field, field_validator
 
 if TYPE_CHECKING:
     from stacks.config import LabConfig
+
+PREFIX = "gke-ml-labs"
+# A Kubernetes namespace / object name (RFC 1123 label).
+DNS_LABEL = r"^[a-z0-9]([-a-z0-9]{0,61}[a-z0-9])?$"
+_DURATION = r"^[1-9][0-9]*(h|d|w)$"
+# GKE accepts 2..48 clients per GPU for time-sharing (gpu_sharing_config.max_shared_clients_per_gpu).
+MAX_SHARED_CLIENTS = 48
+# Namespaces the platform itself uses; a tenant or lab namespace must not take one of them.
+RESERVED_NAMESPACES = frozenset(
+    {"default", "kube-system", "kube-public", "kube-node-lease", "monitoring", "gpu-operator", "kueue-system",
+     "jobset-system", "kubeflow"}
+)
 
 
 class _Feature(BaseModel):
@@ -17,29 +34,212 @@ class _Feature(BaseModel):
 
 
 class Observability(_Feature):
-    pass
+    """kube-prometheus-stack (Prometheus + Grafana) on the system pool, and a DCGM exporter on GPU nodes."""
+
+    retention: str = Field("2d", pattern=_DURATION, description="Prometheus retention, e.g. 2d (h, d or w)")
+    scrape_interval_s: int = Field(15, ge=5, le=120, description="Prometheus scrape interval in seconds")
+    grafana: bool = Field(True, description="deploy Grafana with the lab dashboards")
 
 
 class GpuSharing(_Feature):
-    pass
+    """Several pods on one L4 by time-slicing: GKE's own (`gke`) or the NVIDIA GPU Operator's (`nvidia`)."""
+
+    mode: Literal["gke", "nvidia"] = Field(
+        "gke",
+        description="gke: gpu_sharing_config on the pool, GKE driver and device plugin; "
+        "nvidia: NVIDIA GPU Operator device plugin with a time-slicing ConfigMap",
+    )
+    replicas: int = Field(4, ge=2, le=MAX_SHARED_CLIENTS, description="pods sharing each physical GPU")
+    nvidia_driver: Literal["DEFAULT", "LATEST"] = Field(
+        "LATEST",
+        description="nvidia mode only: the driver Google's COS installer puts on nodes (GKE's own install is off)",
+    )
 
 
 class Kueue(_Feature):
-    pass
+    """Kueue + JobSet: one ResourceFlavor for the GPU pool, a ClusterQueue capped by quota, a LocalQueue.
+
+    `job_*` describe ONE of the lab's jobs (the g3 benchmark submits `jobs` of them); the quota must
+    admit two at once and stay strictly below what all of them demand, so one always waits.
+    """
+
+    namespace: str = Field("batch-jobs", pattern=DNS_LABEL, description="lab namespace holding the LocalQueue")
+    cluster_queue: str = Field("gpu-cluster-queue", pattern=DNS_LABEL)
+    local_queue: str = Field("lab-queue", pattern=DNS_LABEL)
+    flavor: str = Field("l4-spot", pattern=DNS_LABEL, description="ResourceFlavor name of the GPU pool")
+    quota_gpus: int = Field(2, ge=1, description="nvidia.com/gpu nominal quota (shared GPUs count one each)")
+    quota_cpu: float = Field(3, gt=0, description="CPU cores nominal quota")
+    quota_memory_gib: float = Field(8, gt=0, description="memory nominal quota in GiB")
+    jobs: int = Field(3, ge=3, description="jobs the lab's benchmark submits")
+    job_gpus: int = Field(1, ge=1, description="GPUs one job requests")
+    job_cpu: float = Field(1, gt=0, description="CPU cores one job requests")
+    job_memory_gib: float = Field(2, gt=0, description="memory in GiB one job requests")
+    # Above the time a GPU node takes from zero to allocatable GPUs (up to ~15 min, FACTS.md), or
+    # Kueue would evict every first job while its node is still booting.
+    pods_ready_timeout_min: int = Field(20, ge=5, le=120, description="waitForPodsReady timeout in minutes")
 
 
 class TrainingOperator(_Feature):
-    pass
+    """Kubeflow Training Operator v1 and a namespace ready for the g4 PyTorchJob."""
+
+    namespace: str = Field("training", pattern=DNS_LABEL)
+    workers: int = Field(2, ge=2, le=16, description="pods of the PyTorchJob (master + workers), i.e. world size")
+    gpus_per_worker: int = Field(1, ge=1, description="nvidia.com/gpu each pod requests")
+    clean_pod_policy: Literal["None", "Running", "All"] = Field(
+        "None", description="PyTorchJob runPolicy.cleanPodPolicy: which pods are deleted when the job ends"
+    )
 
 
 class Checkpoints(_Feature):
-    pass
+    """A GCS bucket for checkpoints, written through Workload Identity (no keys), deleted with the stack."""
+
+    namespace: str = Field("spot-jobs", pattern=DNS_LABEL)
+    service_account: str = Field("checkpointer", pattern=DNS_LABEL, description="Kubernetes ServiceAccount name")
+    delete_after_days: int = Field(7, ge=1, le=365, description="objects older than this are deleted")
+    interval_s: int = Field(60, ge=10, le=3600, description="seconds between checkpoints of the g8 job")
+
+
+class Tenant(BaseModel):
+    """One team: a namespace with quota, limits, default-deny networking and RBAC for its Google group."""
+
+    model_config = ConfigDict(frozen=True, extra="forbid")
+    name: str = Field(pattern=DNS_LABEL, description="namespace name")
+    group: str = Field(description="Google group email bound to the tenant's Role")
+    gpus: int = Field(1, ge=0, description="requests.nvidia.com/gpu quota")
+    cpu: float = Field(4, gt=0, description="requests.cpu quota in cores")
+    memory_gib: float = Field(16, gt=0, description="requests.memory quota in GiB")
+    pods: int = Field(20, ge=1)
+
+    @field_validator("group")
+    @classmethod
+    def _email(cls, v: str) -> str:
+        if not re.fullmatch(r"[^@\s]+@[^@\s]+\.[^@\s]+", v):
+            raise ValueError(f"{v!r} is not a Google group email like ml-team@example.com")
+        return v
 
 
 class Tenancy(_Feature):
-    pass
+    """Tenants and PriorityClasses (serving > training > batch; batch never preempts)."""
+
+    tenants: list[Tenant] = Field(default_factory=list)
+
+
+def shared_gpus_per_node(cfg: LabConfig) -> int:
+    """Allocatable nvidia.com/gpu per GPU node: physical GPUs x time-slicing replicas."""
+    replicas = cfg.gpu_sharing.replicas if cfg.gpu_sharing.enabled else 1
+    return cfg.gpus_per_node * replicas
+
+
+def pool_gpu_capacity(cfg: LabConfig) -> int:
+    """nvidia.com/gpu the whole pool can ever offer (gpu_max_nodes nodes)."""
+    return cfg.gpu_max_nodes * shared_gpus_per_node(cfg)
+
+
+def _capacity_text(cfg: LabConfig) -> str:
+    replicas = cfg.gpu_sharing.replicas if cfg.gpu_sharing.enabled else 1
+    return (
+        f"the GPU pool offers at most {pool_gpu_capacity(cfg)} (gpu_max_nodes {cfg.gpu_max_nodes} x "
+        f"{cfg.gpus_per_node} GPU(s) per node x {replicas} sharing replica(s))"
+    )
+
+
+def _sharing_problems(cfg: LabConfig) -> list[str]:
+    sharing = cfg.gpu_sharing
+    nvidia = sharing.enabled and sharing.mode == "nvidia"
+    problems = []
+    if nvidia and cfg.gpu_driver_version != "INSTALLATION_DISABLED":
+        problems.append(
+            f"{PREFIX}:gpu_sharing.mode is 'nvidia' but {PREFIX}:gpu_driver_version is "
+            f"{cfg.gpu_driver_version!r}: GKE's driver install and the NVIDIA GPU Operator exclude each other, so "
+            f"set {PREFIX}:gpu_driver_version: INSTALLATION_DISABLED (or use gpu_sharing.mode: gke)"
+        )
+    if not nvidia and cfg.gpu_driver_version == "INSTALLATION_DISABLED":
+        problems.append(
+            f"{PREFIX}:gpu_driver_version INSTALLATION_DISABLED leaves GPU nodes without a driver unless "
+            f"{PREFIX}:gpu_sharing is enabled with mode 'nvidia' (the GPU Operator mode installs it), "
+            "allowed otherwise: DEFAULT, LATEST"
+        )
+    return problems
+
+
+def _kueue_problems(cfg: LabConfig) -> list[str]:
+    q = cfg.kueue
+    if not q.enabled:
+        return []
+    problems = []
+    key = f"{PREFIX}:kueue"
+    need_two = {"gpus": 2 * q.job_gpus, "cpu": 2 * q.job_cpu, "memory_gib": 2 * q.job_memory_gib}
+    for resource, two in need_two.items():
+        quota = getattr(q, f"quota_{resource}")
+        if quota < two:
+            problems.append(
+                f"{key}.quota_{resource} {quota:g} cannot admit two jobs of {key}.job_{resource} "
+                f"{getattr(q, f'job_{resource}'):g}: allowed >= {two:g}"
+            )
+    all_jobs = q.jobs * q.job_gpus
+    if q.quota_gpus >= all_jobs:
+        problems.append(
+            f"{key}.quota_gpus {q.quota_gpus} admits all {q.jobs} jobs ({all_jobs} GPUs): the lab needs one to "
+            f"wait, allowed: {2 * q.job_gpus} to {all_jobs - 1}"
+        )
+    if q.quota_gpus > pool_gpu_capacity(cfg):
+        problems.append(
+            f"{key}.quota_gpus {q.quota_gpus} is above what {_capacity_text(cfg)}: admitted jobs would never "
+            f"schedule: raise {PREFIX}:gpu_max_nodes or enable {PREFIX}:gpu_sharing, or lower the quota"
+        )
+    return problems
+
+
+def _training_problems(cfg: LabConfig) -> list[str]:
+    t = cfg.training_operator
+    demand = t.workers * t.gpus_per_worker
+    if not t.enabled or demand <= pool_gpu_capacity(cfg):
+        return []
+    return [
+        f"{PREFIX}:training_operator: {t.workers} workers x {t.gpus_per_worker} GPU(s) = {demand}, but "
+        f"{_capacity_text(cfg)}: the PyTorchJob could never start all its pods"
+    ]
+
+
+def _tenancy_problems(cfg: LabConfig) -> list[str]:
+    t = cfg.tenancy
+    if not t.enabled:
+        return []
+    key = f"{PREFIX}:tenancy"
+    if not t.tenants:
+        return [f"{key}.tenants is empty: give at least one tenant (name, group), or set {key}.enabled false"]
+    problems = []
+    names = [tenant.name for tenant in t.tenants]
+    duplicates = sorted({n for n in names if names.count(n) > 1})
+    if duplicates:
+        problems.append(f"{key}.tenants: names {', '.join(duplicates)} appear more than once, names must be unique")
+    taken = RESERVED_NAMESPACES | set(lab_namespaces(cfg))
+    for i, tenant in enumerate(t.tenants):
+        if tenant.name in taken:
+            problems.append(
+                f"{key}.tenants[{i}].name {tenant.name!r} is a namespace the platform uses, "
+                f"not allowed: {', '.join(sorted(taken))}"
+            )
+        if tenant.gpus > pool_gpu_capacity(cfg):
+            problems.append(f"{key}.tenants[{i}].gpus {tenant.gpus} is above what {_capacity_text(cfg)}")
+    return problems
+
+
+def lab_namespaces(cfg: LabConfig) -> list[str]:
+    """The namespaces the enabled lab features create for workloads."""
+    features = (cfg.kueue, cfg.training_operator, cfg.checkpoints)
+    return [f.namespace for f in features if f.enabled]
 
 
 def check(cfg: LabConfig) -> list[str]:
     """Cross-field rules of these features; each problem names its keys and what is allowed."""
-    return []
+    problems = _sharing_problems(cfg) + _kueue_problems(cfg) + _training_problems(cfg) + _tenancy_problems(cfg)
+    namespaces = lab_namespaces(cfg)
+    clash = sorted({n for n in namespaces if namespaces.count(n) > 1 or n in RESERVED_NAMESPACES})
+    if clash:
+        problems.append(
+            f"lab namespaces {', '.join(clash)} are used twice or are platform namespaces: give "
+            f"{PREFIX}:kueue.namespace, {PREFIX}:training_operator.namespace and {PREFIX}:checkpoints.namespace "
+            f"distinct names outside {', '.join(sorted(RESERVED_NAMESPACES))}"
+        )
+    return problems

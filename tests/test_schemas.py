@@ -100,6 +100,26 @@ def test_v1beta2_field_in_the_wrong_place_fails():
     assert "$.spec.resourceGroups[0].flavors[0].resources[2]: 'nominalQuota' is a required property" in message
 
 
+def test_custom_resource_metadata_is_checked_as_kubernetes_object_meta():
+    queue = cluster_queue()
+    queue["metadata"]["label"] = {"lab": "g3"}
+    assert "$.metadata: Additional properties are not allowed ('label' was unexpected)" in failure(
+        schemas.validate_custom_resource, queue
+    )
+
+
+def test_cluster_workflow_template_is_checked_with_the_full_workflow_template_schema():
+    template = {
+        "apiVersion": "argoproj.io/v1alpha1",
+        "kind": "ClusterWorkflowTemplate",
+        "metadata": {"name": "train"},
+        "spec": {"entrypoint": "main", "templates": [{"name": "main", "container": {"image": "python:3.11"}}]},
+    }
+    schemas.validate_custom_resource(template)
+    template["spec"]["entrypoints"] = "main"
+    assert "'entrypoints' (did you mean 'entrypoint'?)" in failure(schemas.validate_custom_resource, template)
+
+
 def test_every_error_is_reported_not_only_the_first():
     queue = cluster_queue(cohort="labs", stopPolicy="Sometimes")
     message = failure(schemas.validate_custom_resource, queue)
@@ -154,7 +174,10 @@ def test_version_that_is_not_served_fails():
             "apiVersion": "monitoring.coreos.com/v1",
             "kind": "ServiceMonitor",
             "metadata": {"name": "vllm"},
-            "spec": {"selector": {"matchLabels": {"app": "vllm"}}, "endpoints": [{"port": "http", "interval": "15s"}]},
+            "spec": {
+                "selector": {"matchLabels": {"app": "vllm"}},
+                "endpoints": [{"port": "http", "interval": "15s"}],
+            },
         },
         {
             "apiVersion": "serving.kserve.io/v1beta1",
@@ -177,6 +200,19 @@ def test_version_that_is_not_served_fails():
 )
 def test_realistic_custom_resources_pass(obj):
     schemas.validate_object(obj)
+
+
+def test_go_regex_flags_in_crd_patterns_are_honoured():
+    # prometheus-operator writes "^(?i)(abort|warn)?$", which Python's re rejects as written.
+    rule = {
+        "apiVersion": "monitoring.coreos.com/v1",
+        "kind": "PrometheusRule",
+        "metadata": {"name": "gpu"},
+        "spec": {"groups": [{"name": "g", "partial_response_strategy": "WARN", "rules": [{"record": "a:b", "expr": "up"}]}]},
+    }
+    schemas.validate_custom_resource(rule)
+    rule["spec"]["groups"][0]["partial_response_strategy"] = "ignore"
+    assert "partial_response_strategy" in failure(schemas.validate_custom_resource, rule)
 
 
 @pytest.mark.parametrize(

@@ -40,10 +40,14 @@ QUANTIZED_WEIGHT_BYTES: dict[str, float] = {"fp8": 1.0, "awq": 0.5 + 2.5 / 128, 
 KV_DTYPE_BYTES: dict[str, float] = {"fp8": 1}
 
 BLOCK_SIZE = 16
-# vLLM's defaults for the OpenAI server on GPUs under 70 GiB (V1 engine): 256 sequences and a
-# 2048-token scheduling budget per step (chunked prefill).
+# vLLM's defaults for the OpenAI server (EngineArgs.get_batch_defaults, V1 engine): 256 sequences
+# and a 2048-token scheduling budget per step (chunked prefill); GPUs with >= 70 GiB that are not
+# A100s get 1024 and 8192.
 DEFAULT_MAX_NUM_SEQS = 256
 DEFAULT_MAX_NUM_BATCHED_TOKENS = 2048
+LARGE_GPU_MAX_NUM_SEQS = 1024
+LARGE_GPU_MAX_NUM_BATCHED_TOKENS = 8192
+LARGE_GPU_BYTES = 70 * GIB
 
 # Live activation elements per profiled token, in units of intermediate and hidden size.
 ACTIVATION_INTERMEDIATE_FACTOR = 3.0
@@ -155,6 +159,13 @@ def activation_peak_bytes(
     return int(max(forward, sampler))
 
 
+def vllm_default_limits(gpu: GpuSpec) -> tuple[int, int]:
+    """(max_num_seqs, max_num_batched_tokens) that `vllm serve` picks on this GPU."""
+    if gpu.cuda_total_memory_bytes >= LARGE_GPU_BYTES and "a100" not in gpu.name:
+        return LARGE_GPU_MAX_NUM_SEQS, LARGE_GPU_MAX_NUM_BATCHED_TOKENS
+    return DEFAULT_MAX_NUM_SEQS, DEFAULT_MAX_NUM_BATCHED_TOKENS
+
+
 def _peak_flops(gpu: GpuSpec, quantization: str | None) -> float:
     # fp8 checkpoints run fp8 GEMMs where the GPU has them (W8A8); 4-bit AWQ/GPTQ kernels
     # dequantize to 16 bits and multiply at the bf16 rate (W4A16).
@@ -172,11 +183,17 @@ def size(
     dtype: str = "bfloat16",
     quantization: str | None = None,
     kv_cache_dtype: str = "auto",
-    max_num_seqs: int = DEFAULT_MAX_NUM_SEQS,
-    max_num_batched_tokens: int = DEFAULT_MAX_NUM_BATCHED_TOKENS,
+    max_num_seqs: int | None = None,
+    max_num_batched_tokens: int | None = None,
     num_gpu_blocks_override: int | None = None,
 ) -> Sizing:
-    """Size a vLLM engine; raises ServingError where vLLM would refuse to start."""
+    """Size a vLLM engine; raises ServingError where vLLM would refuse to start.
+
+    max_num_seqs and max_num_batched_tokens default to what vLLM picks on this GPU.
+    """
+    default_seqs, default_tokens = vllm_default_limits(gpu)
+    max_num_seqs = default_seqs if max_num_seqs is None else max_num_seqs
+    max_num_batched_tokens = default_tokens if max_num_batched_tokens is None else max_num_batched_tokens
     if not 0 < gpu_memory_utilization <= 1:
         raise ServingError(
             f"gpu_memory_utilization must be in (0, 1], got {gpu_memory_utilization}"
@@ -219,7 +236,9 @@ def size(
             f"{kv_tokens} tokens the KV cache can hold on {gpu.name}; lower max_model_len to at most "
             f"{kv_tokens} or raise gpu_memory_utilization"
         )
-    decode_weights = weights - (0 if model.tie_word_embeddings else int(model.embedding_parameters * dtype_bytes(dtype)))
+    # An untied input embedding is only gathered from, never streamed whole, on a decode step.
+    untied_embedding = 0 if model.tie_word_embeddings else int(model.embedding_parameters * dtype_bytes(dtype))
+    decode_weights = weights - untied_embedding
     return Sizing(
         model=model.name,
         gpu=gpu.name,

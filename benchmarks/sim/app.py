@@ -18,13 +18,14 @@ import time
 from collections.abc import AsyncIterator
 from typing import Any
 
-from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
+from prometheus_client import generate_latest
+from prometheus_client.exposition import CONTENT_TYPE_PLAIN_0_0_4
 from starlette.applications import Starlette
 from starlette.requests import Request
 from starlette.responses import JSONResponse, Response, StreamingResponse
 from starlette.routing import Route
 
-from benchmarks.serving.catalogue import get_model
+from benchmarks.serving.catalogue import get_gpu, get_model
 from benchmarks.sim.config import SimConfig
 from benchmarks.sim.engine import Engine, SimRequest
 from benchmarks.sim.metrics import SimMetrics
@@ -92,7 +93,7 @@ class SimServer:
         self.config = config
         self.sizing = config.sizing()
         self.model_name = get_model(config.model).name
-        self.metrics = SimMetrics(model_name=self.model_name, gpu=_gpu(config), sizing=self.sizing)
+        self.metrics = SimMetrics(model_name=self.model_name, gpu=get_gpu(config.gpu), sizing=self.sizing)
         self.engine: Engine | None = None
         self.created = int(time.time())
 
@@ -131,7 +132,8 @@ class SimServer:
         return JSONResponse({"object": "list", "data": [card]})
 
     async def prometheus(self, request: Request) -> Response:
-        return Response(generate_latest(self.metrics.registry), media_type=CONTENT_TYPE_LATEST)
+        # The 0.0.4 text format: what vLLM and dcgm-exporter serve and Prometheus 2.x parses.
+        return Response(generate_latest(self.metrics.registry), media_type=CONTENT_TYPE_PLAIN_0_0_4)
 
     async def sim_requests(self, request: Request) -> JSONResponse:
         assert self.engine is not None
@@ -178,7 +180,7 @@ class SimServer:
         if not isinstance(body, dict):
             raise BadRequest("request body must be a JSON object")
         model = body.get("model")
-        if model is not None and model != self.model_name:
+        if model is not None and model not in (self.model_name, self.config.model):
             raise BadRequest(f"The model `{model}` does not exist.", status=404, kind="NotFoundError", param="model")
         return body
 
@@ -218,20 +220,15 @@ class SimServer:
             while (count := await sim.events.get()) is not None:
                 text = "".join(_token_text(sim, i) for i in range(sent, count))
                 sent = count
-                yield _sse(shape.delta(text, None))
-            yield _sse(shape.delta("", sim.finish_reason))
+                # As vLLM does, the chunk with the last token carries the finish reason.
+                last = sim.finish_reason is not None and count == sim.output_tokens
+                yield _sse(shape.delta(text, sim.finish_reason if last else None))
             if include_usage:
                 yield _sse(shape.usage_chunk())
             yield "data: [DONE]\n\n"
         finally:
             # A client that went away mid-stream frees its sequence, as vLLM aborts it.
             self.engine.abort(sim)
-
-
-def _gpu(config: SimConfig):  # noqa: ANN202 - GpuSpec, imported lazily to keep this module's imports light
-    from benchmarks.serving.catalogue import get_gpu
-
-    return get_gpu(config.gpu)
 
 
 def _sse(payload: dict[str, Any]) -> str:
@@ -251,7 +248,8 @@ class _Shape:
         self.id = f"{self.id_prefix}-{sim.request_id}"
 
     def _envelope(self, kind: str) -> dict[str, Any]:
-        return {"id": self.id, "object": kind, "created": int(self.sim.arrival_wall_s), "model": self.server.model_name}
+        created = int(self.sim.arrival_wall_s)
+        return {"id": self.id, "object": kind, "created": created, "model": self.server.model_name}
 
     def usage(self) -> dict[str, int]:
         return {

@@ -7,7 +7,7 @@ from typing import Literal
 from pydantic import BaseModel, ConfigDict, Field
 
 from benchmarks.serving.catalogue import get_gpu, get_model
-from benchmarks.serving.sizing import DEFAULT_MAX_NUM_BATCHED_TOKENS, DEFAULT_MAX_NUM_SEQS, Sizing, size
+from benchmarks.serving.sizing import Sizing, size
 
 
 class SimConfig(BaseModel):
@@ -17,10 +17,10 @@ class SimConfig(BaseModel):
 
     model: str
     gpu: str = "l4"
-    max_num_seqs: int = Field(default=DEFAULT_MAX_NUM_SEQS, ge=1)
+    max_num_seqs: int | None = Field(default=None, ge=1, description="default: vLLM's for the GPU")
     gpu_memory_utilization: float = Field(default=0.9, gt=0, le=1)
     max_model_len: int | None = Field(default=None, ge=1)
-    max_num_batched_tokens: int = Field(default=DEFAULT_MAX_NUM_BATCHED_TOKENS, ge=1)
+    max_num_batched_tokens: int | None = Field(default=None, ge=1, description="default: vLLM's for the GPU")
     quantization: Literal["fp8", "awq", "gptq"] | None = None
     kv_cache_dtype: Literal["auto", "fp8"] = "auto"
     num_gpu_blocks_override: int | None = Field(default=None, ge=1)

@@ -23,9 +23,10 @@ STEP_OVERHEAD_S = 0.8e-3
 # Extra cost per scheduled sequence (sampling, output processing); fitted to the rise of the L4
 # Qwen2.5-0.5B ITL from 5.1 ms at concurrency 1 to 7.1 ms at 32.
 PER_SEQUENCE_OVERHEAD_S = 47e-6
-# Achieved fraction of dense tensor FLOP/s in prefill GEMMs. Assumed (typical for GEMMs of a few
-# thousand tokens), not fitted: the sources' TTFTs are dominated by request overhead.
-COMPUTE_EFFICIENCY = 0.5
+# Achieved fraction of dense tensor FLOP/s, which prefill chunks hit. Chosen between the L4
+# Qwen2.5-0.5B throughput points (best near 0.5) and the A100 Llama-3.1-8B point at
+# concurrency 8 (best above 0.8), where prefill stalls dominate; residuals in docs/calibration.md.
+COMPUTE_EFFICIENCY = 0.6
 # Time from a request's arrival at the HTTP server to the engine seeing it (tokenisation,
 # API-server to engine-core hop). Fitted to the L4 Qwen2.5-0.5B TTFT at concurrency 1 (27 ms)
 # minus the simulated prefill step.

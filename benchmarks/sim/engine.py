@@ -7,7 +7,9 @@ a running sequence needs a block and none is free, the newest running sequence i
 (its blocks freed, to be recomputed from scratch later).
 
 `Engine` drives the scheduler from one asyncio task on time.monotonic: it sleeps each step's
-simulated duration (divided by `speedup`) and hands tokens to the waiting HTTP handlers.
+simulated duration (divided by `speedup`) and hands tokens to the waiting HTTP handlers. Single
+token times land on the event loop's timer grid (about 1 ms), but back-to-back steps follow a
+timeline, so mean inter-token times match the simulated step times.
 """
 
 from __future__ import annotations
@@ -24,6 +26,12 @@ from dataclasses import dataclass, field
 
 from benchmarks.serving.sizing import Sizing
 from benchmarks.sim.costs import REQUEST_OVERHEAD_S, ScheduledWork, StepCost, step_cost
+
+# Beyond this much lag behind its timeline (a stalled process), the engine restarts the timeline
+# from now rather than rushing steps to catch up.
+MAX_LAG_S = 0.05
+# How long finished steps are kept for the GPU-activity series (metrics.WINDOW_S looks back 1 s).
+STEP_HISTORY_S = 2.0
 
 FINISH_LENGTH = "length"
 FINISH_STOP = "stop"
@@ -119,7 +127,7 @@ class Scheduler:
             rng = random.Random(f"{self.seed}:{index}")
             target = rng.randint(max(1, min(min_tokens, max_tokens)), max_tokens)
         request = SimRequest(
-            request_id=f"cmpl-sim-{self.seed}-{index}",
+            request_id=f"sim-{self.seed}-{index}",
             index=index,
             prompt_tokens=prompt_tokens,
             max_tokens=max_tokens,
@@ -216,6 +224,10 @@ class Scheduler:
                 self._finish(request, now_s, reason)
         return emitted
 
+    def in_flight(self) -> list[SimRequest]:
+        """Requests not finished yet: running, waiting, or still arriving."""
+        return [*self.running, *self.waiting, *(entry[2] for entry in self._arrivals)]
+
     def abort(self, request: SimRequest, now_s: float) -> None:
         if request.finish_reason is None:
             self._finish(request, now_s, FINISH_ABORT)
@@ -258,7 +270,7 @@ class Engine:
         self.scheduler = Scheduler(sizing, seed=seed)
         self.speedup = speedup
         self.finished: list[SimRequest] = []
-        self.steps: collections.deque[StepRecord] = collections.deque(maxlen=10_000)
+        self.steps: collections.deque[StepRecord] = collections.deque()
         self._on_token = on_token
         self._on_finish = on_finish
         self._wake = asyncio.Event()
@@ -289,19 +301,36 @@ class Engine:
             request.events.put_nowait(None)
 
     async def run(self) -> None:
+        try:
+            await self._loop()
+        except Exception:
+            # Never leave an HTTP handler waiting on a dead engine: end every open request.
+            for request in self.scheduler.in_flight():
+                self.abort(request)
+            raise
+
+    async def _loop(self) -> None:
+        # Back-to-back steps follow a timeline of their simulated durations, so a late wake-up
+        # (event-loop or timer overshoot) shortens the next sleep instead of stretching every step.
+        timeline: float | None = None
         while True:
             now = time.monotonic()
             step = self.scheduler.schedule(now)
             if step is None:
+                timeline = None
                 await self._idle(now)
                 continue
-            end = now + step.cost.duration_s / self.speedup
+            start = now if timeline is None or now - timeline > MAX_LAG_S else timeline
+            end = start + step.cost.duration_s / self.speedup
             await asyncio.sleep(max(0.0, end - time.monotonic()))
+            timeline = end
             done = time.monotonic()
+            while self.steps and self.steps[0].end_s < done - STEP_HISTORY_S:
+                self.steps.popleft()
             self.steps.append(
                 StepRecord(
-                    start_s=now,
-                    end_s=done,
+                    start_s=start,
+                    end_s=end,
                     memory_share=step.cost.memory_time_s / step.cost.duration_s,
                     compute_share=step.cost.compute_time_s / step.cost.duration_s,
                 )

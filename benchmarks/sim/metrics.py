@@ -24,7 +24,7 @@ from benchmarks.serving.catalogue import GpuSpec
 from benchmarks.serving.sizing import Sizing
 from benchmarks.sim.engine import Engine, SimRequest
 
-WINDOW_S = 1.0
+WINDOW_S = 1.0  # at most engine.STEP_HISTORY_S
 IDLE_POWER_SHARE = 0.25
 CUDA_CONTEXT_BYTES = 512 * 1024**2
 MIB = 1024**2

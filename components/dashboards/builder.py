@@ -57,10 +57,10 @@ def datasource_variable() -> dict:
     }
 
 
-def query_variable(name: str, label: str, query: str, *, regex: str = "", multi: bool = True) -> dict:
-    """A variable filled from Prometheus (`label_values(...)` or `query_result(...)`).
+def query_variable(name: str, label: str, query: str, *, regex: str = "") -> dict:
+    """A multi-valued variable filled from Prometheus (`label_values(...)` or `query_result(...)`).
 
-    Multi-valued variables offer "All" as `.*`, so a selector `label=~"$name"` matches everything.
+    "All" is `.*`, so a selector `label=~"$name"` then matches everything, series without the label too.
     """
     return {
         "name": name,
@@ -72,9 +72,9 @@ def query_variable(name: str, label: str, query: str, *, regex: str = "", multi:
         "regex": regex,
         "refresh": 2,  # on time-range change: pods and nodes come and go
         "sort": 1,
-        "multi": multi,
-        "includeAll": multi,
-        "allValue": ".*" if multi else None,
+        "multi": True,
+        "includeAll": True,
+        "allValue": ".*",
         "current": {},
         "hide": 0,
         "options": [],

@@ -25,6 +25,8 @@ FB_FREE = "DCGM_FI_DEV_FB_FREE"
 POWER = "DCGM_FI_DEV_POWER_USAGE"
 # Every DCGM field the dashboard reads; the exporter's counters list must enable them all.
 DCGM_METRICS = (GPU_UTIL, SM_ACTIVE, DRAM_ACTIVE, FB_USED, FB_FREE, POWER)
+# Those the pinned exporter's counters lists leave commented out: enable them through `customMetrics`.
+DCGM_OFF_BY_DEFAULT = (SM_ACTIVE,)
 
 HOST_LABELS = ("Hostname", "hostname")  # exporter < 4.6 and >= 4.6
 _POD_FILTER = 'namespace=~"$namespace",pod=~"$pod",pod!=""'  # pod="" is a GPU no pod holds

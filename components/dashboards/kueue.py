@@ -23,7 +23,10 @@ KUEUE_METRICS = (PENDING, ADMITTED_ACTIVE, ADMITTED_TOTAL, EVICTED_TOTAL, USAGE,
 # followers' copies would double the sums.
 _QUEUES = 'cluster_queue=~"$cluster_queue",replica_role!="follower"'
 _RESOURCES = _QUEUES + ',resource=~"$resource"'
-_BY_RESOURCE = "cluster_queue, flavor, resource"
+
+
+def _per_resource(metric: str) -> str:
+    return f"sum by (cluster_queue, flavor, resource) ({metric}{{{_RESOURCES}}})"
 
 
 def kueue_dashboard() -> dict:
@@ -76,8 +79,7 @@ def kueue_dashboard() -> dict:
                 "Usage as a fraction of nominal quota per flavor and resource; above 1 means borrowing.",
                 (
                     Query(
-                        f"sum by ({_BY_RESOURCE}) ({USAGE}{{{_RESOURCES}}}) / "
-                        f"sum by ({_BY_RESOURCE}) ({NOMINAL}{{{_RESOURCES}}})",
+                        f"{_per_resource(USAGE)} / {_per_resource(NOMINAL)}",
                         "{{cluster_queue}} {{resource}} ({{flavor}})",
                     ),
                 ),
@@ -88,10 +90,8 @@ def kueue_dashboard() -> dict:
                 "Absolute usage and nominal quota per flavor and resource (CPU in cores, memory in bytes, "
                 "GPUs in devices): pick one resource to compare like with like.",
                 (
-                    Query(f"sum by ({_BY_RESOURCE}) ({USAGE}{{{_RESOURCES}}})", "used {{cluster_queue}} {{resource}}"),
-                    Query(
-                        f"sum by ({_BY_RESOURCE}) ({NOMINAL}{{{_RESOURCES}}})", "nominal {{cluster_queue}} {{resource}}"
-                    ),
+                    Query(_per_resource(USAGE), "used {{cluster_queue}} {{resource}}"),
+                    Query(_per_resource(NOMINAL), "nominal {{cluster_queue}} {{resource}}"),
                 ),
             ),
         ),

@@ -1,0 +1,276 @@
+"""Argo Workflows for g7: controller and server (ClusterIP, client auth), a GCS artefact repository
+reached through Workload Identity, and the train -> register -> deploy WorkflowTemplate with a
+service account that may do exactly what its steps do.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import pulumi
+
+from components import k8s_objects, versions
+from components.buckets import lab_bucket
+from components.cluster import POOL_LABEL
+from components.helm_release import HelmRelease, HelmReleaseArgs
+from components.namespaces import namespace
+from components.naming import k8s_labels, resource_name
+from components.workload_identity import BucketIdentity, BucketIdentityArgs
+from stacks.config import LabConfig
+
+RELEASE = "argo-workflows"
+SERVER_SERVICE = f"{RELEASE}-server"
+SERVER_PORT = 2746
+WORKFLOW_SA = "workflow-runner"
+MODEL_SA = "model-reader"
+STEPS = Path(__file__).resolve().parent / "pipeline_steps"
+MODEL_DIR = "/tmp/model"
+STORAGE_URI_FILE = "/tmp/storage_uri"
+_SYSTEM = {POOL_LABEL: "system"}
+
+# What the workflow's pods do with the Kubernetes API, and nothing more: the deploy step gets,
+# creates or patches its InferenceService; Argo's executor (emissary) reports each step's outputs
+# through WorkflowTaskResults.
+WORKFLOW_RULES = [
+    {"apiGroups": ["serving.kserve.io"], "resources": ["inferenceservices"], "verbs": ["create", "get", "patch"]},
+    {"apiGroups": ["argoproj.io"], "resources": ["workflowtaskresults"], "verbs": ["create", "patch"]},
+]
+
+
+def bucket_name(cfg: LabConfig) -> str:
+    # Bucket names are global: the project id (globally unique) keeps ours from colliding.
+    return f"{resource_name(cfg)}-{cfg.project}-artifacts"[:63].rstrip("-")
+
+
+def account_id(cfg: LabConfig, suffix: str) -> str:
+    return f"{resource_name(cfg)}-{suffix}"[:30].rstrip("-")
+
+
+def values(cfg: LabConfig, bucket: str) -> dict[str, Any]:
+    """Chart values: nothing exposed, client auth only, artefacts in our bucket without any key."""
+    return {
+        "fullnameOverride": RELEASE,
+        "crds": {"upgradeJob": {"nodeSelector": _SYSTEM}},
+        "controller": {"nodeSelector": _SYSTEM},
+        "server": {
+            "serviceType": "ClusterIP",
+            # "client": every request carries the caller's own Kubernetes token; "server" would let
+            # anyone who reaches the port act as the server's service account.
+            "authModes": ["client"],
+            "nodeSelector": _SYSTEM,
+        },
+        # We create the workflow's ServiceAccount and its narrower Role ourselves.
+        "workflow": {"serviceAccount": {"create": False}, "rbac": {"create": False}},
+        # No serviceAccountKeySecret: the executor authenticates as the pod's Workload Identity.
+        "artifactRepository": {"gcs": {"bucket": bucket}},
+    }
+
+
+def workflow_role(cfg: LabConfig) -> dict[str, Any]:
+    return {
+        "apiVersion": "rbac.authorization.k8s.io/v1",
+        "kind": "Role",
+        "metadata": {
+            "name": WORKFLOW_SA,
+            "namespace": cfg.argo.workflow_namespace,
+            "labels": k8s_labels(cfg, "pipeline"),
+        },
+        "rules": WORKFLOW_RULES,
+    }
+
+
+def workflow_role_binding(cfg: LabConfig) -> dict[str, Any]:
+    ns = cfg.argo.workflow_namespace
+    return {
+        "apiVersion": "rbac.authorization.k8s.io/v1",
+        "kind": "RoleBinding",
+        "metadata": {"name": WORKFLOW_SA, "namespace": ns, "labels": k8s_labels(cfg, "pipeline")},
+        "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "Role", "name": WORKFLOW_SA},
+        "subjects": [{"kind": "ServiceAccount", "name": WORKFLOW_SA, "namespace": ns}],
+    }
+
+
+def _step(cfg: LabConfig, name: str, packages: list[str], env: dict[str, str], **extra: Any) -> dict[str, Any]:
+    """One Python step: install its pinned packages, then run its program from pipeline_steps/."""
+    program = (STEPS / f"{name}.py").read_text()
+    source = f"set -e\npip install --quiet --no-cache-dir {' '.join(packages)}\npython - <<'STEP'\n{program}STEP\n"
+    return {
+        "name": name,
+        "retryStrategy": {"limit": cfg.argo.retry_limit, "retryPolicy": cfg.argo.retry_policy},
+        "nodeSelector": _SYSTEM,
+        "script": {
+            "image": versions.PIPELINE_PYTHON_IMAGE,
+            "command": ["sh"],
+            "source": source,
+            "env": [
+                {"name": "FAIL_STEP", "value": "{{workflow.parameters.fail_step}}"},
+                *({"name": k, "value": v} for k, v in env.items()),
+            ],
+            "resources": {"requests": {"cpu": "250m", "memory": "512Mi"}, "limits": {"cpu": "1", "memory": "1Gi"}},
+        },
+        **extra,
+    }
+
+
+def workflow_template(cfg: LabConfig, bucket: str) -> dict[str, Any]:
+    """train -> register -> deploy; `fail_step` names the step that exits non-zero (none by default)."""
+    a = cfg.argo
+    model_artifact = [{"name": "model", "path": MODEL_DIR}]
+    return {
+        "apiVersion": "argoproj.io/v1alpha1",
+        "kind": "WorkflowTemplate",
+        "metadata": {"name": a.template_name, "namespace": a.workflow_namespace, "labels": k8s_labels(cfg, "pipeline")},
+        "spec": {
+            "serviceAccountName": WORKFLOW_SA,
+            "entrypoint": "pipeline",
+            "arguments": {
+                "parameters": [
+                    {"name": "fail_step", "value": a.fail_step, "enum": ["none", "train", "register", "deploy"]},
+                ]
+            },
+            "templates": [
+                {
+                    "name": "pipeline",
+                    "dag": {
+                        "tasks": [
+                            {"name": "train", "template": "train"},
+                            {
+                                "name": "register",
+                                "template": "register",
+                                "dependencies": ["train"],
+                                "arguments": {
+                                    "artifacts": [{"name": "model", "from": "{{tasks.train.outputs.artifacts.model}}"}]
+                                },
+                            },
+                            {
+                                "name": "deploy",
+                                "template": "deploy",
+                                "dependencies": ["register"],
+                                "arguments": {
+                                    "parameters": [
+                                        {
+                                            "name": "storage_uri",
+                                            "value": "{{tasks.register.outputs.parameters.storage_uri}}",
+                                        }
+                                    ]
+                                },
+                            },
+                        ]
+                    },
+                },
+                _step(
+                    cfg,
+                    "train",
+                    [versions.PIPELINE_SKLEARN],
+                    {"MODEL_DIR": MODEL_DIR},
+                    # The model directory goes to the artefact repository (our bucket) between steps.
+                    outputs={"artifacts": model_artifact},
+                ),
+                _step(
+                    cfg,
+                    "register",
+                    [versions.PIPELINE_GCS],
+                    {
+                        "MODEL_DIR": MODEL_DIR,
+                        "BUCKET": bucket,
+                        "MODEL_NAME": a.model_name,
+                        "WORKFLOW_NAME": "{{workflow.name}}",
+                        "STORAGE_URI_FILE": STORAGE_URI_FILE,
+                    },
+                    inputs={"artifacts": model_artifact},
+                    outputs={"parameters": [{"name": "storage_uri", "valueFrom": {"path": STORAGE_URI_FILE}}]},
+                ),
+                _step(
+                    cfg,
+                    "deploy",
+                    [versions.PIPELINE_KUBERNETES],
+                    {
+                        "MODEL_NAME": a.model_name,
+                        "NAMESPACE": a.workflow_namespace,
+                        "MODEL_SERVICE_ACCOUNT": MODEL_SA,
+                        "STORAGE_URI": "{{inputs.parameters.storage_uri}}",
+                    },
+                    inputs={"parameters": [{"name": "storage_uri"}]},
+                ),
+            ],
+        },
+    }
+
+
+def endpoint(cfg: LabConfig) -> dict[str, Any]:
+    a = cfg.argo
+    return {"namespace": a.namespace, "service": SERVER_SERVICE, "port": SERVER_PORT, "path": "/", "protocol": "http"}
+
+
+def benchmark(cfg: LabConfig, bucket: pulumi.Input[str]) -> dict[str, Any]:
+    a = cfg.argo
+    return {
+        "workflow_template": a.template_name,
+        "workflow_namespace": a.workflow_namespace,
+        "bucket": bucket,
+        "model_name": a.model_name,
+        "fail_step": a.fail_step,
+        "fail_step_options": ["none", "train", "register", "deploy"],
+        "retry": {"limit": a.retry_limit, "policy": a.retry_policy},
+    }
+
+
+@dataclass(frozen=True)
+class ArgoWorkflowsArgs:
+    cfg: LabConfig
+    cluster: pulumi.Resource  # Workload Identity bindings wait for its identity pool
+    kserve: pulumi.Resource  # the deploy step creates InferenceServices: KServe must serve them
+
+
+class ArgoWorkflows(pulumi.ComponentResource):
+    def __init__(self, name: str, args: ArgoWorkflowsArgs, opts: pulumi.ResourceOptions | None = None):
+        super().__init__("gke-ml-labs:argo:ArgoWorkflows", name, None, opts)
+        cfg, a = args.cfg, args.cfg.argo
+        child = pulumi.ResourceOptions(parent=self)
+        labels = k8s_labels(cfg, "pipeline")
+        self.bucket = lab_bucket(f"{name}-artifacts", cfg, bucket_name(cfg), a.artifact_retention_days, child)
+        self.release = HelmRelease(
+            RELEASE,
+            HelmReleaseArgs(
+                chart=versions.ARGO_WORKFLOWS,
+                namespace=a.namespace,
+                values=values(cfg, bucket_name(cfg)),
+                labels=labels,
+            ),
+            opts=pulumi.ResourceOptions(parent=self, depends_on=[self.bucket]),
+        )
+        self.namespace = k8s_objects.create(
+            f"{name}-workflows-ns", namespace(cfg, a.workflow_namespace, "pipeline"), child
+        )
+
+        def identity(suffix: str, ksa: str, role: str) -> BucketIdentity:
+            return BucketIdentity(
+                f"{name}-{suffix}",
+                BucketIdentityArgs(
+                    project=cfg.project,
+                    account_id=account_id(cfg, suffix),
+                    bucket=self.bucket.name,
+                    role=role,
+                    namespace=a.workflow_namespace,
+                    service_account=ksa,
+                    labels=labels,
+                    cluster=args.cluster,
+                    after=[self.namespace],
+                ),
+                opts=child,
+            )
+
+        # The workflow writes artefacts and the registry entry; the model server only reads them.
+        self.workflow_identity = identity("wf", WORKFLOW_SA, "roles/storage.objectAdmin")
+        self.model_identity = identity("model", MODEL_SA, "roles/storage.objectViewer")
+        in_ns = pulumi.ResourceOptions(parent=self, depends_on=[self.namespace])
+        self.role = k8s_objects.create(f"{name}-role", workflow_role(cfg), in_ns)
+        self.role_binding = k8s_objects.create(f"{name}-rolebinding", workflow_role_binding(cfg), in_ns)
+        self.template = k8s_objects.create(
+            f"{name}-template",
+            workflow_template(cfg, bucket_name(cfg)),
+            pulumi.ResourceOptions(parent=self, depends_on=[self.release, self.namespace, args.kserve]),
+        )
+        self.register_outputs({"bucket": self.bucket.name})

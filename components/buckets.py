@@ -1,0 +1,32 @@
+"""A lab's GCS bucket: private, labelled for billing, emptied by a lifecycle rule and deleted with the
+stack (no soft-delete retention), so nothing outlives `pulumi destroy` or keeps costing."""
+
+from __future__ import annotations
+
+import pulumi
+import pulumi_gcp as gcp
+
+from stacks.config import LabConfig
+
+
+def lab_bucket(
+    resource: str, cfg: LabConfig, name: str, delete_after_days: int, opts: pulumi.ResourceOptions
+) -> gcp.storage.Bucket:
+    return gcp.storage.Bucket(
+        resource,
+        name=name,
+        project=cfg.project,
+        location=cfg.region,
+        labels=cfg.billing_labels,
+        uniform_bucket_level_access=True,
+        public_access_prevention="enforced",
+        force_destroy=True,  # `pulumi destroy` removes the bucket with its objects
+        soft_delete_policy=gcp.storage.BucketSoftDeletePolicyArgs(retention_duration_seconds=0),
+        lifecycle_rules=[
+            gcp.storage.BucketLifecycleRuleArgs(
+                action=gcp.storage.BucketLifecycleRuleActionArgs(type="Delete"),
+                condition=gcp.storage.BucketLifecycleRuleConditionArgs(age=delete_after_days),
+            )
+        ],
+        opts=opts,
+    )

@@ -1,0 +1,182 @@
+"""The cost exporter: a Deployment on the system pool exporting hourly cost gauges per node,
+namespace and pod (components/scripts/cost_exporter.py), its Service, a ServiceMonitor for the
+in-cluster Prometheus (when observability is on) and the cost dashboard for Grafana's sidecar."""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass
+
+import pulumi
+
+from components import k8s_objects
+from components.cluster import POOL_LABEL
+from components.dashboards.cost import cost_dashboard
+from components.in_cluster_script import APP_DIR, package_items, rbac, script_files
+from components.namespaces import namespace
+from components.naming import k8s_labels
+from components.versions import SCRIPTS_PROMETHEUS_CLIENT, SCRIPTS_PYTHON_IMAGE
+from ops.pricing import exporter_table
+from stacks.config import LabConfig
+
+NAMESPACE = "cost-exporter"
+NAME = "cost-exporter"
+COMPONENT = "cost-exporter"
+PORT = 8080
+DEPS_DIR = "/deps"
+PRICES = "prices.json"
+SCRIPTS = ("kube_api.py", "cost_exporter.py")
+RULES = [{"apiGroups": [""], "resources": ["nodes", "pods"], "verbs": ["list"]}]
+DASHBOARD_LABEL = {"grafana_dashboard": "1"}  # what Grafana's dashboard sidecar loads
+_SELECTOR = {"app.kubernetes.io/name": NAME}
+
+
+def _labels(cfg: LabConfig) -> dict[str, str]:
+    return {**k8s_labels(cfg, COMPONENT), **_SELECTOR}
+
+
+def config_map(cfg: LabConfig) -> dict:
+    return {
+        "apiVersion": "v1",
+        "kind": "ConfigMap",
+        "metadata": {"name": f"{NAME}-app", "namespace": NAMESPACE, "labels": _labels(cfg)},
+        "data": {**script_files(*SCRIPTS), PRICES: json.dumps(exporter_table(cfg.region), sort_keys=True)},
+    }
+
+
+def deployment(cfg: LabConfig) -> dict:
+    labels = _labels(cfg)
+    install = f"pip install --quiet --no-cache-dir --target {DEPS_DIR} {SCRIPTS_PROMETHEUS_CLIENT}"
+    return {
+        "apiVersion": "apps/v1",
+        "kind": "Deployment",
+        "metadata": {"name": NAME, "namespace": NAMESPACE, "labels": labels},
+        "spec": {
+            "replicas": 1,
+            "selector": {"matchLabels": _SELECTOR},
+            "template": {
+                "metadata": {"labels": labels},
+                "spec": {
+                    "serviceAccountName": NAME,
+                    # System pool, no GPU toleration: the exporter must never keep a GPU node alive.
+                    "nodeSelector": {POOL_LABEL: "system"},
+                    "securityContext": {"runAsNonRoot": True, "runAsUser": 65534, "runAsGroup": 65534},
+                    "containers": [
+                        {
+                            "name": NAME,
+                            "image": SCRIPTS_PYTHON_IMAGE,
+                            "command": ["sh", "-c", f"{install} && exec python -m components.scripts.cost_exporter"],
+                            "workingDir": APP_DIR,
+                            "env": [
+                                {"name": "PYTHONPATH", "value": f"{APP_DIR}:{DEPS_DIR}"},
+                                {"name": "PYTHONDONTWRITEBYTECODE", "value": "1"},
+                                {"name": "HOME", "value": DEPS_DIR},
+                                {"name": "PRICES_FILE", "value": f"{APP_DIR}/{PRICES}"},
+                                {"name": "PORT", "value": str(PORT)},
+                                {"name": "REFRESH_SECONDS", "value": str(cfg.cost_exporter.refresh_seconds)},
+                            ],
+                            "ports": [{"name": "metrics", "containerPort": PORT}],
+                            "readinessProbe": {"httpGet": {"path": "/metrics", "port": "metrics"}, "periodSeconds": 30},
+                            # The pip install at start takes a while on a cold node.
+                            "startupProbe": {
+                                "httpGet": {"path": "/metrics", "port": "metrics"},
+                                "periodSeconds": 10,
+                                "failureThreshold": 30,
+                            },
+                            "resources": {"requests": {"cpu": "10m", "memory": "64Mi"}, "limits": {"memory": "256Mi"}},
+                            "securityContext": {"allowPrivilegeEscalation": False},
+                            "volumeMounts": [
+                                {"name": "app", "mountPath": APP_DIR, "readOnly": True},
+                                {"name": "deps", "mountPath": DEPS_DIR},
+                            ],
+                        }
+                    ],
+                    "volumes": [
+                        {
+                            "name": "app",
+                            "configMap": {
+                                "name": f"{NAME}-app",
+                                "items": [*package_items(*SCRIPTS), {"key": PRICES, "path": PRICES}],
+                            },
+                        },
+                        {"name": "deps", "emptyDir": {"sizeLimit": "64Mi"}},
+                    ],
+                },
+            },
+        },
+    }
+
+
+def service(cfg: LabConfig) -> dict:
+    return {
+        "apiVersion": "v1",
+        "kind": "Service",
+        "metadata": {"name": NAME, "namespace": NAMESPACE, "labels": _labels(cfg)},
+        "spec": {"type": "ClusterIP", "selector": _SELECTOR, "ports": [{"name": "metrics", "port": PORT, "targetPort": "metrics"}]},
+    }
+
+
+def service_monitor(cfg: LabConfig) -> dict:
+    return {
+        "apiVersion": "monitoring.coreos.com/v1",
+        "kind": "ServiceMonitor",
+        "metadata": {"name": NAME, "namespace": NAMESPACE, "labels": _labels(cfg)},
+        "spec": {
+            "selector": {"matchLabels": _SELECTOR},
+            "endpoints": [{"port": "metrics", "interval": f"{cfg.cost_exporter.refresh_seconds}s"}],
+        },
+    }
+
+
+def dashboard_config_map(cfg: LabConfig) -> dict:
+    model = cost_dashboard()
+    return {
+        "apiVersion": "v1",
+        "kind": "ConfigMap",
+        "metadata": {
+            "name": f"dashboard-{model['uid']}",
+            "namespace": NAMESPACE,
+            "labels": {**k8s_labels(cfg, COMPONENT), **DASHBOARD_LABEL},
+        },
+        "data": {f"{model['uid']}.json": json.dumps(model, sort_keys=True)},
+    }
+
+
+def objects(cfg: LabConfig) -> list[dict]:
+    """The core objects, in creation order (the ServiceMonitor comes separately: it needs Prometheus)."""
+    return [
+        namespace(cfg, NAMESPACE, COMPONENT),
+        *rbac(cfg, NAME, NAMESPACE, RULES, COMPONENT),
+        config_map(cfg),
+        deployment(cfg),
+        service(cfg),
+        dashboard_config_map(cfg),
+    ]
+
+
+@dataclass(frozen=True)
+class CostExporterArgs:
+    cfg: LabConfig
+    # The release serving the ServiceMonitor CRD (ctx.ready["prometheus"]); None: no ServiceMonitor.
+    prometheus: pulumi.Resource | None = None
+
+
+class CostExporter(pulumi.ComponentResource):
+    def __init__(self, name: str, args: CostExporterArgs, opts: pulumi.ResourceOptions | None = None):
+        super().__init__("gke-ml-labs:cost_exporter:CostExporter", name, None, opts)
+        ns, *rest = objects(args.cfg)
+        self.namespace = k8s_objects.create(f"{name}-ns", ns, pulumi.ResourceOptions(parent=self))
+        after_ns = pulumi.ResourceOptions(parent=self, depends_on=[self.namespace])
+        self.objects = [
+            k8s_objects.create(f"{obj['metadata']['name']}-{obj['kind'].lower()}", obj, after_ns) for obj in rest
+        ]
+        self.service_monitor = (
+            k8s_objects.create(
+                f"{name}-servicemonitor",
+                service_monitor(args.cfg),
+                pulumi.ResourceOptions(parent=self, depends_on=[self.namespace, args.prometheus]),
+            )
+            if args.prometheus is not None
+            else None
+        )
+        self.register_outputs({"namespace": NAMESPACE, "service": NAME, "port": PORT})

@@ -1,0 +1,126 @@
+"""The idle guard: a CronJob (on the system pool) that scales to zero or deletes this project's GPU
+workloads once they are older than the TTL, with the least RBAC that allows it. The script is
+components/scripts/idle_guard.py, mounted from a ConfigMap into a pinned python image."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import pulumi
+
+from components import k8s_objects
+from components.cluster import POOL_LABEL
+from components.in_cluster_script import APP_DIR, package_items, rbac, script_files
+from components.namespaces import namespace
+from components.naming import k8s_labels
+from components.versions import SCRIPTS_PYTHON_IMAGE
+from stacks.config import LabConfig
+
+NAMESPACE = "idle-guard"
+NAME = "idle-guard"
+COMPONENT = "idle-guard"
+
+# Exactly what the guard does: list the workloads and their pods, scale Deployments and StatefulSets
+# through their scale subresource, delete Jobs. Nothing else (no get/update/create, no Secrets).
+RULES = [
+    {"apiGroups": [""], "resources": ["pods"], "verbs": ["list"]},
+    {"apiGroups": ["apps"], "resources": ["deployments", "statefulsets"], "verbs": ["list"]},
+    {"apiGroups": ["apps"], "resources": ["deployments/scale", "statefulsets/scale"], "verbs": ["patch"]},
+    {"apiGroups": ["batch"], "resources": ["jobs"], "verbs": ["list", "delete"]},
+]
+
+
+def scripts_config_map(cfg: LabConfig) -> dict:
+    return {
+        "apiVersion": "v1",
+        "kind": "ConfigMap",
+        "metadata": {"name": f"{NAME}-scripts", "namespace": NAMESPACE, "labels": k8s_labels(cfg, COMPONENT)},
+        "data": script_files("kube_api.py", "idle_guard.py"),
+    }
+
+
+def cron_job(cfg: LabConfig) -> dict:
+    guard = cfg.idle_guard
+    labels = k8s_labels(cfg, COMPONENT)
+    return {
+        "apiVersion": "batch/v1",
+        "kind": "CronJob",
+        "metadata": {"name": NAME, "namespace": NAMESPACE, "labels": labels},
+        "spec": {
+            "schedule": guard.schedule,
+            "concurrencyPolicy": "Forbid",
+            "successfulJobsHistoryLimit": 1,
+            "failedJobsHistoryLimit": 3,
+            "jobTemplate": {
+                "spec": {
+                    "backoffLimit": 0,
+                    "activeDeadlineSeconds": 300,
+                    "ttlSecondsAfterFinished": 3600,
+                    "template": {
+                        "metadata": {"labels": labels},
+                        "spec": {
+                            "serviceAccountName": NAME,
+                            "restartPolicy": "Never",
+                            # System pool, no GPU toleration: the guard must never keep a GPU node alive.
+                            "nodeSelector": {POOL_LABEL: "system"},
+                            "securityContext": {"runAsNonRoot": True, "runAsUser": 65534, "runAsGroup": 65534},
+                            "containers": [
+                                {
+                                    "name": NAME,
+                                    "image": SCRIPTS_PYTHON_IMAGE,
+                                    "command": ["python", "-m", "components.scripts.idle_guard"],
+                                    "workingDir": APP_DIR,
+                                    "env": [
+                                        {"name": "PYTHONPATH", "value": APP_DIR},
+                                        {"name": "PYTHONDONTWRITEBYTECODE", "value": "1"},
+                                        {"name": "TTL_MINUTES", "value": str(guard.ttl_minutes)},
+                                        {"name": "DRY_RUN", "value": str(guard.dry_run).lower()},
+                                    ],
+                                    "resources": {
+                                        "requests": {"cpu": "10m", "memory": "32Mi"},
+                                        "limits": {"memory": "128Mi"},
+                                    },
+                                    "securityContext": {"allowPrivilegeEscalation": False, "readOnlyRootFilesystem": True},
+                                    "volumeMounts": [{"name": "scripts", "mountPath": APP_DIR, "readOnly": True}],
+                                }
+                            ],
+                            "volumes": [
+                                {
+                                    "name": "scripts",
+                                    "configMap": {
+                                        "name": f"{NAME}-scripts",
+                                        "items": package_items("kube_api.py", "idle_guard.py"),
+                                    },
+                                }
+                            ],
+                        },
+                    },
+                }
+            },
+        },
+    }
+
+
+def objects(cfg: LabConfig) -> list[dict]:
+    """Every object of the guard, in creation order."""
+    return [
+        namespace(cfg, NAMESPACE, COMPONENT),
+        *rbac(cfg, NAME, NAMESPACE, RULES, COMPONENT),
+        scripts_config_map(cfg),
+        cron_job(cfg),
+    ]
+
+
+@dataclass(frozen=True)
+class IdleGuardArgs:
+    cfg: LabConfig
+
+
+class IdleGuard(pulumi.ComponentResource):
+    def __init__(self, name: str, args: IdleGuardArgs, opts: pulumi.ResourceOptions | None = None):
+        super().__init__("gke-ml-labs:idle_guard:IdleGuard", name, None, opts)
+        ns, *rest = objects(args.cfg)
+        self.namespace = k8s_objects.create(f"{name}-ns", ns, pulumi.ResourceOptions(parent=self))
+        after_ns = pulumi.ResourceOptions(parent=self, depends_on=[self.namespace])
+        self.objects = [k8s_objects.create(f"{obj['metadata']['name']}-{obj['kind'].lower()}", obj, after_ns) for obj in rest]
+        self.register_outputs({"namespace": NAMESPACE, "ttl_minutes": args.cfg.idle_guard.ttl_minutes})

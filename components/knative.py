@@ -1,0 +1,118 @@
+"""Knative Serving (CRDs, core) with Kourier as its networking layer: what KServe's Knative mode runs on.
+
+Installed from the release manifests (no chart exists) with `yaml.v2.ConfigFile`, in order CRDs ->
+core -> Kourier. Our settings go into the manifests' own objects through a `transforms` callback
+(unlike `transformations` it reaches the children of a packaged component such as ConfigFile v2,
+pulumi-kubernetes#3047) rather than ConfigMapPatch:
+- the ConfigMaps exist with our data from their first apply, so controllers start configured and
+  no second field manager ever fights the ConfigFile over them on later `up`s;
+- the Kourier gateway Service is created as ClusterIP. Kourier has no config key for its Service
+  type (config-kourier has none; its README edits the Service), and a patch applied after the
+  manifest would let GCP create a public load balancer for a while first.
+"""
+
+from __future__ import annotations
+
+import copy
+from dataclasses import dataclass
+from typing import Any
+
+import pulumi
+import pulumi_kubernetes as k8s
+
+from components import versions
+
+SERVING_NAMESPACE = "knative-serving"
+KOURIER_NAMESPACE = "kourier-system"
+KOURIER_GATEWAY = "kourier"  # the gateway Service; kourier-internal serves cluster-local routes
+KOURIER_INGRESS_CLASS = "kourier.ingress.networking.knative.dev"
+
+
+@dataclass(frozen=True)
+class KnativeArgs:
+    domain: str
+    progress_deadline_min: int
+    request_timeout_s: int
+    scale_to_zero_grace_s: int
+
+
+def config_maps(args: KnativeArgs) -> dict[str, dict[str, str]]:
+    """Data we set in Knative's ConfigMaps (namespace knative-serving), by ConfigMap name."""
+    timeout = str(args.request_timeout_s)
+    return {
+        # A revision whose pods wait for a GPU node from zero must not be marked failed before the
+        # node is ready (Knative's default deadline is 600s).
+        "config-deployment": {"progress-deadline": f"{args.progress_deadline_min}m"},
+        "config-autoscaler": {
+            "enable-scale-to-zero": "true",
+            "scale-to-zero-grace-period": f"{args.scale_to_zero_grace_s}s",
+        },
+        # A request that wakes a revision from zero is held by the activator until a pod is ready:
+        # allow the cold start of a GPU node (the default ceiling is 600s).
+        "config-defaults": {"revision-timeout-seconds": timeout, "max-revision-timeout-seconds": timeout},
+        "config-network": {"ingress-class": KOURIER_INGRESS_CLASS},
+        "config-domain": {args.domain: ""},
+        # GPU predictors need a node selector and the GPU toleration in their pod spec; Knative
+        # rejects both unless these flags are on.
+        "config-features": {
+            "kubernetes.podspec-nodeselector": "enabled",
+            "kubernetes.podspec-tolerations": "enabled",
+        },
+    }
+
+
+def patch_object(obj: dict[str, Any], settings: dict[str, dict[str, str]]) -> dict[str, Any] | None:
+    """The manifest object with our settings applied, or None when we leave it as it is."""
+    kind = obj.get("kind")
+    meta = obj.get("metadata") or {}
+    name, namespace = meta.get("name"), meta.get("namespace")
+    if kind == "ConfigMap" and namespace == SERVING_NAMESPACE and name in settings:
+        patched = copy.deepcopy(obj)
+        patched["data"] = {**(obj.get("data") or {}), **settings[name]}
+        return patched
+    if kind == "Service" and namespace == KOURIER_NAMESPACE and name == KOURIER_GATEWAY:
+        patched = copy.deepcopy(obj)
+        patched["spec"] = {**(obj.get("spec") or {}), "type": "ClusterIP"}
+        return patched
+    return None
+
+
+def manifest_transform(settings: dict[str, dict[str, str]]):
+    kinds = {"kubernetes:core/v1:ConfigMap": "ConfigMap", "kubernetes:core/v1:Service": "Service"}
+
+    def transform(args: pulumi.ResourceTransformArgs) -> pulumi.ResourceTransformResult | None:
+        kind = kinds.get(args.type_)
+        if kind is None:
+            return None
+        # The engine may or may not hand apiVersion/kind over among the props: give back what came in.
+        had_kind = "kind" in args.props
+        patched = patch_object({**args.props, "kind": kind}, settings)
+        if patched is None:
+            return None
+        if not had_kind:
+            patched.pop("kind")
+        return pulumi.ResourceTransformResult(props=patched, opts=args.opts)
+
+    return transform
+
+
+class KnativeServing(pulumi.ComponentResource):
+    def __init__(self, name: str, args: KnativeArgs, opts: pulumi.ResourceOptions | None = None):
+        super().__init__("gke-ml-labs:knative:KnativeServing", name, None, opts)
+        settings = config_maps(args)
+        self.crds = k8s.yaml.v2.ConfigFile(
+            f"{name}-crds", file=versions.KNATIVE_SERVING_CRDS, opts=pulumi.ResourceOptions(parent=self)
+        )
+        self.core = k8s.yaml.v2.ConfigFile(
+            f"{name}-core",
+            file=versions.KNATIVE_SERVING_CORE,
+            opts=pulumi.ResourceOptions(parent=self, depends_on=[self.crds], transforms=[manifest_transform(settings)]),
+        )
+        # Kourier's controller reads config-network from knative-serving: after core.
+        self.kourier = k8s.yaml.v2.ConfigFile(
+            f"{name}-kourier",
+            file=versions.KOURIER,
+            opts=pulumi.ResourceOptions(parent=self, depends_on=[self.core], transforms=[manifest_transform(settings)]),
+        )
+        self.gateway = {"namespace": KOURIER_NAMESPACE, "service": KOURIER_GATEWAY, "port": 80}
+        self.register_outputs({"version": versions.KNATIVE_SERVING_VERSION})

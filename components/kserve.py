@@ -1,0 +1,158 @@
+"""KServe in Knative mode: cert-manager, the KServe CRD chart, the controller chart and the serving
+runtimes chart, in that order; plus the g5 InferenceService body (scale to zero, canary).
+
+Knative mode, because scale to zero and `canaryTrafficPercent` need it ("Standard" supports neither).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any
+
+import pulumi
+
+from components import cert_manager, k8s_objects, versions
+from components.cluster import POOL_LABEL
+from components.gpu_pool import GpuPlacement
+from components.helm_release import HelmRelease, HelmReleaseArgs
+from components.namespaces import namespace
+from components.naming import k8s_labels
+from stacks.config import LabConfig
+
+NAMESPACE = "kserve"
+API_VERSION = "serving.kserve.io/v1beta1"
+# Small CPU requests: two revisions of the example run side by side on the system pool during a canary.
+CPU_PREDICTOR_RESOURCES = {"requests": {"cpu": "100m", "memory": "256Mi"}, "limits": {"cpu": "1", "memory": "1Gi"}}
+
+
+def resources_values(domain: str) -> dict[str, Any]:
+    """Values of the kserve-resources chart (controller, webhooks, inferenceservice-config)."""
+    return {
+        "kserve": {
+            "controller": {
+                "deploymentMode": "Knative",
+                # KServe's top-level route is an Istio VirtualService; with Kourier it must be off
+                # (KServe's "alternative networking layer" guide) and routing is Knative's own.
+                "gateway": {"domain": domain, "disableIstioVirtualHost": True},
+                "nodeSelector": {POOL_LABEL: "system"},
+            }
+        }
+    }
+
+
+def runtimes_values() -> dict[str, Any]:
+    """Values of the kserve-runtime-configs chart: the ClusterServingRuntimes (sklearn, xgboost, ...)."""
+    return {"kserve": {"servingruntime": {"enabled": True}}}
+
+
+@dataclass(frozen=True)
+class KServeArgs:
+    cfg: LabConfig
+    placement: GpuPlacement  # used only by a GPU example predictor (kserve.gpu)
+    # What must be serving before KServe's controller starts: Knative Serving (the controller checks
+    # for the Knative Service CRD at start-up in Knative mode).
+    after: list[pulumi.Resource] = field(default_factory=list)
+
+
+class KServe(pulumi.ComponentResource):
+    def __init__(self, name: str, args: KServeArgs, opts: pulumi.ResourceOptions | None = None):
+        super().__init__("gke-ml-labs:kserve:KServe", name, None, opts)
+        cfg, ks = args.cfg, args.cfg.kserve
+        labels = k8s_labels(cfg, "kserve")
+
+        def child(*after: pulumi.Resource) -> pulumi.ResourceOptions:
+            return pulumi.ResourceOptions(parent=self, depends_on=list(after))
+
+        # cert-manager does not need Knative: both install side by side; KServe waits for both.
+        self.cert_manager = HelmRelease(
+            f"{name}-cert-manager",
+            HelmReleaseArgs(
+                chart=versions.CERT_MANAGER,
+                namespace=cert_manager.NAMESPACE,
+                values=cert_manager.values(),
+                labels=labels,
+            ),
+            opts=child(),
+        )
+        self.crds = HelmRelease(
+            f"{name}-crd",
+            HelmReleaseArgs(chart=versions.KSERVE_CRD, namespace=NAMESPACE, labels=labels),
+            opts=child(),
+        )
+        # The chart holds the webhook Certificate and Issuer (cert-manager CRs) and the controller.
+        self.controller = HelmRelease(
+            f"{name}-resources",
+            HelmReleaseArgs(
+                chart=versions.KSERVE_RESOURCES,
+                namespace=NAMESPACE,
+                values=resources_values(ks.domain),
+                create_namespace=False,
+            ),
+            opts=child(self.crds, self.cert_manager, *args.after),
+        )
+        # ClusterServingRuntimes pass KServe's validating webhook: after the controller serves it.
+        self.runtimes = HelmRelease(
+            f"{name}-runtimes",
+            HelmReleaseArgs(
+                chart=versions.KSERVE_RUNTIMES, namespace=NAMESPACE, values=runtimes_values(), create_namespace=False
+            ),
+            opts=child(self.controller),
+        )
+        if ks.deploy_example:
+            self.models_namespace = k8s_objects.create(
+                f"{name}-models-ns", namespace(cfg, ks.namespace, "inference-service"), child()
+            )
+            # After the webhooks (controller release) and the runtime that serves its model format.
+            self.inference_service = k8s_objects.create(
+                f"{name}-{ks.name}",
+                inference_service(cfg, args.placement),
+                child(self.models_namespace, self.controller, self.runtimes),
+            )
+        self.register_outputs({"namespace": NAMESPACE})
+
+
+def inference_service(cfg: LabConfig, placement: GpuPlacement) -> dict[str, Any]:
+    """The g5 InferenceService: scale to zero, and a canary when `kserve.canary` is set."""
+    ks = cfg.kserve
+    resources: dict[str, Any] = {k: dict(v) for k, v in CPU_PREDICTOR_RESOURCES.items()}
+    predictor: dict[str, Any] = {"minReplicas": ks.min_replicas, "maxReplicas": ks.max_replicas}
+    if ks.canary is not None:
+        predictor["canaryTrafficPercent"] = ks.canary_traffic_percent
+    if ks.gpu:
+        resources["limits"].update(placement.limits(1))
+        predictor["nodeSelector"] = placement.node_selector
+        predictor["tolerations"] = placement.tolerations
+    predictor["model"] = {
+        "modelFormat": {"name": ks.model_format},
+        "storageUri": ks.storage_uri(),
+        "resources": resources,
+    }
+    return {
+        "apiVersion": API_VERSION,
+        "kind": "InferenceService",
+        "metadata": {
+            "name": ks.name,
+            "namespace": ks.namespace,
+            "labels": k8s_labels(cfg, "inference-service"),
+            # Explicit, so the example never silently falls back to a cluster default.
+            "annotations": {"serving.kserve.io/deploymentMode": "Knative"},
+        },
+        "spec": {"predictor": predictor},
+    }
+
+
+def endpoint(cfg: LabConfig, gateway: dict[str, Any]) -> dict[str, Any]:
+    """How to reach the example: the Knative route host (through the ClusterIP Kourier gateway, with
+    this Host header) and the cluster-local URL of the predictor (traffic split applies to both)."""
+    ks = cfg.kserve
+    predictor = f"{ks.name}-predictor"
+    return {
+        "namespace": ks.namespace,
+        "service": predictor,
+        "port": 80,
+        "path": f"/v1/models/{ks.name}:predict",
+        "protocol": "kserve-v1",
+        "route_host": f"{predictor}.{ks.namespace}.{ks.domain}",
+        "url": f"http://{predictor}.{ks.namespace}.svc.cluster.local",
+        "gateway": gateway,
+    }

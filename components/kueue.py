@@ -1,0 +1,195 @@
+"""Kueue and JobSet (their pinned charts), and the queueing objects of the GPU pool: one
+ResourceFlavor, a ClusterQueue whose quota comes from config, and a LocalQueue in the lab namespace.
+
+Admission is all-or-nothing (`waitForPodsReady`): a workload whose pods are not all ready in time is
+evicted and requeued, so a multi-pod job never holds part of the quota while its other pods wait.
+API `kueue.x-k8s.io/v1beta2` (0.20 stops serving v1beta1).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+import pulumi
+import yaml
+
+from components import k8s_objects
+from components.cluster import POOL_LABEL
+from components.gpu_pool import GPU_RESOURCE, GpuPlacement
+from components.helm_release import HelmRelease, HelmReleaseArgs
+from components.namespaces import namespace
+from components.naming import k8s_labels
+from components.versions import JOBSET, KUEUE
+from stacks.config import LabConfig
+
+API_VERSION = "kueue.x-k8s.io/v1beta2"
+NAMESPACE = "kueue-system"
+JOBSET_NAMESPACE = "jobset-system"
+# Job kinds Kueue manages: batch Job, JobSet, and the Training Operator's PyTorchJob.
+INTEGRATIONS = ["batch/job", "jobset.x-k8s.io/jobset", "kubeflow.org/pytorchjob"]
+SYSTEM_POOL = {POOL_LABEL: "system"}
+
+
+def cpu_quantity(cores: float) -> str:
+    return str(int(cores)) if float(cores).is_integer() else f"{round(cores * 1000)}m"
+
+
+def memory_quantity(gib: float) -> str:
+    return f"{int(gib)}Gi" if float(gib).is_integer() else f"{round(gib * 1024)}Mi"
+
+
+def manager_config(cfg: LabConfig) -> str:
+    """Kueue's Configuration (config.kueue.x-k8s.io/v1beta2), as the chart's managerConfig takes it."""
+    config = {
+        "apiVersion": "config.kueue.x-k8s.io/v1beta2",
+        "kind": "Configuration",
+        "health": {"healthProbeBindAddress": ":8081"},
+        # Quota and usage per ClusterQueue (kueue_cluster_queue_nominal_quota / _resource_usage) are
+        # reported only with enableClusterQueueResources; the Kueue dashboard plots them.
+        "metrics": {"bindAddress": ":8443", "enableClusterQueueResources": True},
+        "webhook": {"port": 9443},
+        "leaderElection": {"leaderElect": True, "resourceName": "c1f6bfd2.kueue.x-k8s.io"},
+        "controller": {"groupKindConcurrency": {"Job.batch": 5, "Workload.kueue.x-k8s.io": 5}},
+        "clientConnection": {"qps": 50, "burst": 100},
+        "waitForPodsReady": {
+            # Longer than a GPU node takes from zero to allocatable GPUs, or first jobs are evicted.
+            "timeout": f"{cfg.kueue.pods_ready_timeout_min}m",
+            # Admit the next workload only once the previous one's pods are all ready: no two jobs
+            # ever hold partial placements at once.
+            "blockAdmission": True,
+            "requeuingStrategy": {"timestamp": "Eviction", "backoffBaseSeconds": 60, "backoffMaxSeconds": 600},
+        },
+        "integrations": {"frameworks": INTEGRATIONS},
+    }
+    return yaml.safe_dump(config, sort_keys=False)
+
+
+def kueue_values(cfg: LabConfig) -> dict[str, Any]:
+    return {
+        "enablePrometheus": cfg.observability.enabled,
+        "controllerManager": {
+            "nodeSelector": SYSTEM_POOL,
+            "manager": {
+                "resources": {"requests": {"cpu": "100m", "memory": "256Mi"}, "limits": {"cpu": "1", "memory": "512Mi"}}
+            },
+        },
+        "managerConfig": {"controllerManagerConfigYaml": manager_config(cfg)},
+    }
+
+
+def jobset_values(cfg: LabConfig) -> dict[str, Any]:
+    return {
+        "controller": {
+            "nodeSelector": SYSTEM_POOL,
+            "resources": {"requests": {"cpu": "50m", "memory": "128Mi"}, "limits": {"cpu": "1", "memory": "512Mi"}},
+        }
+    }
+
+
+def resource_flavor(cfg: LabConfig, placement: GpuPlacement) -> dict:
+    """The GPU pool as a Kueue flavor: its node labels, and the toleration of its taint for admitted pods."""
+    return {
+        "apiVersion": API_VERSION,
+        "kind": "ResourceFlavor",
+        "metadata": {"name": cfg.kueue.flavor, "labels": k8s_labels(cfg, "kueue")},
+        "spec": {"nodeLabels": placement.node_selector, "tolerations": placement.tolerations},
+    }
+
+
+def cluster_queue(cfg: LabConfig) -> dict:
+    q = cfg.kueue
+    return {
+        "apiVersion": API_VERSION,
+        "kind": "ClusterQueue",
+        "metadata": {"name": q.cluster_queue, "labels": k8s_labels(cfg, "kueue")},
+        "spec": {
+            "namespaceSelector": {},  # LocalQueues of any namespace (lab and tenants) may point here
+            # Strict creation order: the job that waits is the last one submitted, every run.
+            "queueingStrategy": "StrictFIFO",
+            "resourceGroups": [
+                {
+                    "coveredResources": ["cpu", "memory", GPU_RESOURCE],
+                    "flavors": [
+                        {
+                            "name": q.flavor,
+                            "resources": [
+                                {"name": "cpu", "nominalQuota": cpu_quantity(q.quota_cpu)},
+                                {"name": "memory", "nominalQuota": memory_quantity(q.quota_memory_gib)},
+                                {"name": GPU_RESOURCE, "nominalQuota": str(q.quota_gpus)},
+                            ],
+                        }
+                    ],
+                }
+            ],
+        },
+    }
+
+
+def local_queue(cfg: LabConfig, ns: str, name: str | None = None) -> dict:
+    return {
+        "apiVersion": API_VERSION,
+        "kind": "LocalQueue",
+        "metadata": {"name": name or cfg.kueue.local_queue, "namespace": ns, "labels": k8s_labels(cfg, "kueue")},
+        "spec": {"clusterQueue": cfg.kueue.cluster_queue},
+    }
+
+
+def queue_summary(cfg: LabConfig) -> dict[str, Any]:
+    """What the g3 benchmark needs: where to submit, the quota and one job's demand."""
+    q = cfg.kueue
+    return {
+        "namespace": q.namespace,
+        "local_queue": q.local_queue,
+        "cluster_queue": q.cluster_queue,
+        "flavor": q.flavor,
+        "quota": {"gpus": q.quota_gpus, "cpu": q.quota_cpu, "memory_gib": q.quota_memory_gib},
+        "jobs": q.jobs,
+        "job": {"gpus": q.job_gpus, "cpu": q.job_cpu, "memory_gib": q.job_memory_gib},
+        "expected_admitted": min(q.jobs, q.quota_gpus // q.job_gpus),
+        "pods_ready_timeout_min": q.pods_ready_timeout_min,
+        "queue_label": "kueue.x-k8s.io/queue-name",
+    }
+
+
+@dataclass(frozen=True)
+class KueueArgs:
+    cfg: LabConfig
+    placement: GpuPlacement
+    # The release serving the ServiceMonitor CRD (Kueue's metrics), when observability is on.
+    prometheus: pulumi.Resource | None = None
+
+
+class Kueue(pulumi.ComponentResource):
+    def __init__(self, name: str, args: KueueArgs, opts: pulumi.ResourceOptions | None = None):
+        super().__init__("gke-ml-labs:kueue:Kueue", name, None, opts)
+        cfg = args.cfg
+        labels = k8s_labels(cfg, "kueue")
+        self.jobset = HelmRelease(
+            "jobset",
+            HelmReleaseArgs(chart=JOBSET, namespace=JOBSET_NAMESPACE, values=jobset_values(cfg), labels=labels),
+            opts=pulumi.ResourceOptions(parent=self),
+        )
+        # Kueue enables its JobSet integration only if the JobSet CRD exists when it starts.
+        waits = [self.jobset] + ([args.prometheus] if args.prometheus else [])
+        self.release = HelmRelease(
+            "kueue",
+            HelmReleaseArgs(chart=KUEUE, namespace=NAMESPACE, values=kueue_values(cfg), labels=labels),
+            opts=pulumi.ResourceOptions(parent=self, depends_on=waits),
+        )
+        after_kueue = pulumi.ResourceOptions(parent=self, depends_on=[self.release])
+        self.lab_namespace = k8s_objects.create(
+            f"{name}-lab-ns", namespace(cfg, cfg.kueue.namespace, "kueue"), pulumi.ResourceOptions(parent=self)
+        )
+        self.flavor = k8s_objects.create(f"{name}-flavor", resource_flavor(cfg, args.placement), after_kueue)
+        self.cluster_queue = k8s_objects.create(
+            f"{name}-cluster-queue",
+            cluster_queue(cfg),
+            pulumi.ResourceOptions(parent=self, depends_on=[self.release, self.flavor]),
+        )
+        self.local_queue = k8s_objects.create(
+            f"{name}-local-queue",
+            local_queue(cfg, cfg.kueue.namespace),
+            pulumi.ResourceOptions(parent=self, depends_on=[self.release, self.cluster_queue, self.lab_namespace]),
+        )
+        self.register_outputs({"cluster_queue": cfg.kueue.cluster_queue})

@@ -1,0 +1,40 @@
+"""Namespace-level objects several platform components need: the namespace itself and GKE's
+critical-pod quota.
+
+GKE admits pods with the `system-node-critical` / `system-cluster-critical` PriorityClasses outside
+kube-system only in a namespace holding a ResourceQuota scoped to those classes (Google's and NVIDIA's
+GKE instructions for the GPU Operator create exactly this). The DCGM exporter chart and the GPU
+Operator's DaemonSets use `system-node-critical` so they are the last to be evicted from a GPU node.
+"""
+
+from __future__ import annotations
+
+from stacks.config import LabConfig
+from components.naming import k8s_labels
+
+CRITICAL_PRIORITY_CLASSES = ["system-node-critical", "system-cluster-critical"]
+
+
+def namespace(cfg: LabConfig, name: str, component: str, extra_labels: dict[str, str] | None = None) -> dict:
+    return {
+        "apiVersion": "v1",
+        "kind": "Namespace",
+        "metadata": {"name": name, "labels": {**k8s_labels(cfg, component), **(extra_labels or {})}},
+    }
+
+
+def critical_pods_quota(cfg: LabConfig, ns: str, component: str) -> dict:
+    """The ResourceQuota that lets `ns` run pods of the node/cluster-critical PriorityClasses on GKE."""
+    return {
+        "apiVersion": "v1",
+        "kind": "ResourceQuota",
+        "metadata": {"name": "gke-critical-pods", "namespace": ns, "labels": k8s_labels(cfg, component)},
+        "spec": {
+            "hard": {"pods": "100"},
+            "scopeSelector": {
+                "matchExpressions": [
+                    {"scopeName": "PriorityClass", "operator": "In", "values": CRITICAL_PRIORITY_CLASSES}
+                ]
+            },
+        },
+    }

@@ -1,0 +1,209 @@
+"""A vLLM OpenAI-compatible server on the GPU pool: Deployment, ClusterIP Service, an optional Hugging
+Face token Secret, and a ServiceMonitor when the in-cluster Prometheus runs.
+
+The object bodies are pure functions of the config, so tests check exactly what is deployed.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+import pulumi
+
+from components import k8s_objects, versions
+from components.gpu_pool import GpuPlacement
+from components.namespaces import namespace
+from components.naming import k8s_labels
+from stacks.config import LabConfig
+
+NAME = "vllm"
+PORT = 8000
+HF_SECRET = "hf-token"
+HF_SECRET_KEY = "token"
+HF_CACHE = "/cache/huggingface"
+# Serve from the server module rather than the image's ENTRYPOINT, which changed across releases.
+COMMAND = ["python3", "-m", "vllm.entrypoints.openai.api_server"]
+PROBE_PERIOD_S = 10
+
+
+def server_args(cfg: LabConfig) -> list[str]:
+    """Exactly the configured server flags, nothing implicit."""
+    v = cfg.vllm
+    args = [
+        f"--model={v.model}",
+        f"--dtype={v.dtype}",
+        f"--max-num-seqs={v.max_num_seqs}",
+        f"--max-model-len={v.max_model_len}",
+        f"--gpu-memory-utilization={v.gpu_memory_utilization}",
+    ]
+    if v.quantization is not None:
+        args.append(f"--quantization={v.quantization}")
+    return [*args, f"--port={PORT}"]
+
+
+def _selector() -> dict[str, str]:
+    return {"app.kubernetes.io/name": NAME}
+
+
+def deployment(cfg: LabConfig, placement: GpuPlacement, with_token: bool) -> dict[str, Any]:
+    labels = {**k8s_labels(cfg, "llm-server"), **_selector()}
+    env = [{"name": "HF_HOME", "value": HF_CACHE}]
+    if with_token:
+        env.append(
+            {"name": "HF_TOKEN", "valueFrom": {"secretKeyRef": {"name": HF_SECRET, "key": HF_SECRET_KEY}}}
+        )
+    health = {"httpGet": {"path": "/health", "port": PORT}, "periodSeconds": PROBE_PERIOD_S}
+    return {
+        "apiVersion": "apps/v1",
+        "kind": "Deployment",
+        "metadata": {
+            "name": NAME,
+            "namespace": cfg.vllm.namespace,
+            "labels": labels,
+            # Pulumi does not wait for readiness: a first image pull and model download can outlast a
+            # sensible `pulumi up`; the startup probe bounds it, and the benchmark waits for /health.
+            "annotations": {"pulumi.com/skipAwait": "true"},
+        },
+        "spec": {
+            "replicas": 1,
+            # One GPU at most in the default quota: the old pod must free it before the new one starts.
+            "strategy": {"type": "Recreate"},
+            "selector": {"matchLabels": _selector()},
+            "template": {
+                "metadata": {"labels": labels},
+                "spec": {
+                    # A Service named vllm would inject VLLM_PORT=tcp://..., which vLLM reads as its own
+                    # setting and crashes on.
+                    "enableServiceLinks": False,
+                    "nodeSelector": placement.node_selector,
+                    "tolerations": placement.tolerations,
+                    "terminationGracePeriodSeconds": 30,
+                    "containers": [
+                        {
+                            "name": NAME,
+                            "image": versions.VLLM_IMAGE,
+                            "command": COMMAND,
+                            "args": server_args(cfg),
+                            "ports": [{"name": "http", "containerPort": PORT}],
+                            "env": env,
+                            "resources": {
+                                "requests": {"cpu": "2", "memory": "8Gi", **placement.limits(1)},
+                                "limits": {"memory": "12Gi", **placement.limits(1)},
+                            },
+                            # The model download (and load) on a fresh node before any liveness check
+                            # may restart the pod; the image pull happens before probes start.
+                            "startupProbe": {
+                                **health,
+                                "failureThreshold": cfg.vllm.startup_timeout_min * 60 // PROBE_PERIOD_S,
+                            },
+                            "readinessProbe": {**health, "failureThreshold": 3},
+                            "livenessProbe": {**health, "failureThreshold": 6, "timeoutSeconds": 5},
+                            "volumeMounts": [
+                                {"name": "dshm", "mountPath": "/dev/shm"},
+                                {"name": "hf-cache", "mountPath": HF_CACHE},
+                            ],
+                        }
+                    ],
+                    "volumes": [
+                        # PyTorch shares tensors between processes through /dev/shm (64 MiB by default).
+                        {"name": "dshm", "emptyDir": {"medium": "Memory", "sizeLimit": "2Gi"}},
+                        {"name": "hf-cache", "emptyDir": {"sizeLimit": "40Gi"}},
+                    ],
+                },
+            },
+        },
+    }
+
+
+def hf_secret(cfg: LabConfig, token: pulumi.Input[str]) -> dict[str, Any]:
+    return {
+        "apiVersion": "v1",
+        "kind": "Secret",
+        "metadata": {"name": HF_SECRET, "namespace": cfg.vllm.namespace, "labels": k8s_labels(cfg, "llm-server")},
+        "type": "Opaque",
+        "stringData": {HF_SECRET_KEY: token},
+    }
+
+
+def service(cfg: LabConfig) -> dict[str, Any]:
+    return {
+        "apiVersion": "v1",
+        "kind": "Service",
+        "metadata": {
+            "name": NAME,
+            "namespace": cfg.vllm.namespace,
+            "labels": {**k8s_labels(cfg, "llm-server"), **_selector()},
+        },
+        "spec": {
+            "type": "ClusterIP",
+            "selector": _selector(),
+            "ports": [{"name": "http", "port": PORT, "targetPort": "http"}],
+        },
+    }
+
+
+def service_monitor(cfg: LabConfig, scrape_interval_s: int) -> dict[str, Any]:
+    """Prometheus scrapes /metrics (vllm:* series) from the Service's port."""
+    return {
+        "apiVersion": "monitoring.coreos.com/v1",
+        "kind": "ServiceMonitor",
+        "metadata": {"name": NAME, "namespace": cfg.vllm.namespace, "labels": k8s_labels(cfg, "llm-server")},
+        "spec": {
+            "selector": {"matchLabels": _selector()},
+            "namespaceSelector": {"matchNames": [cfg.vllm.namespace]},
+            "endpoints": [{"port": "http", "path": "/metrics", "interval": f"{scrape_interval_s}s"}],
+        },
+    }
+
+
+def endpoint(cfg: LabConfig) -> dict[str, Any]:
+    return {"namespace": cfg.vllm.namespace, "service": NAME, "port": PORT, "path": "/v1", "protocol": "openai"}
+
+
+def benchmark(cfg: LabConfig) -> dict[str, Any]:
+    """Every server parameter the g6 benchmark reads, and its sweep grid."""
+    v = cfg.vllm
+    return {
+        "model": v.model,
+        "dtype": v.dtype,
+        "max_num_seqs": v.max_num_seqs,
+        "max_model_len": v.max_model_len,
+        "gpu_memory_utilization": v.gpu_memory_utilization,
+        "quantization": v.quantization,
+        "image": versions.VLLM_IMAGE,
+        "sweep": {"max_num_seqs": v.sweep_max_num_seqs, "concurrency": v.sweep_concurrency},
+    }
+
+
+@dataclass(frozen=True)
+class VllmServerArgs:
+    cfg: LabConfig
+    placement: GpuPlacement
+    hf_token: pulumi.Output[str] | None = None
+    # The release serving the ServiceMonitor CRD (kube-prometheus-stack); None: no ServiceMonitor.
+    prometheus: pulumi.Resource | None = None
+    scrape_interval_s: int = 15
+
+
+class VllmServer(pulumi.ComponentResource):
+    def __init__(self, name: str, args: VllmServerArgs, opts: pulumi.ResourceOptions | None = None):
+        super().__init__("gke-ml-labs:vllm:VllmServer", name, None, opts)
+        cfg = args.cfg
+        self.namespace = k8s_objects.create(
+            f"{name}-ns", namespace(cfg, cfg.vllm.namespace, "llm-server"), pulumi.ResourceOptions(parent=self)
+        )
+        in_ns = pulumi.ResourceOptions(parent=self, depends_on=[self.namespace])
+        if args.hf_token is not None:
+            # Only the Secret holds the token; the Deployment refers to it by name.
+            self.secret = k8s_objects.create(f"{name}-hf-token", hf_secret(cfg, args.hf_token), in_ns)
+        body = deployment(cfg, args.placement, with_token=args.hf_token is not None)
+        self.deployment = k8s_objects.create(f"{name}-deployment", body, in_ns)
+        self.service = k8s_objects.create(f"{name}-service", service(cfg), in_ns)
+        if args.prometheus is not None:
+            self.service_monitor = k8s_objects.create(
+                f"{name}-servicemonitor",
+                service_monitor(cfg, args.scrape_interval_s),
+                pulumi.ResourceOptions(parent=self, depends_on=[self.namespace, args.prometheus]),
+            )
+        self.register_outputs({"service": NAME})

@@ -1,0 +1,148 @@
+"""A small client for the few Google REST APIs the operator commands call (Service Usage, Compute,
+Cloud Resource Manager, BigQuery), shared by preflight, status and billing.
+
+The test seam is the constructor: `base_urls` (per API) and `token_source` are injectable, so tests
+point it at a local HTTP server that answers like Google. Low-level errors (HTTP status, transport,
+google-auth) are translated here, at one boundary, into the small exception tree below.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterator
+from typing import Any
+
+import httpx
+
+SCOPES = ["https://www.googleapis.com/auth/cloud-platform"]
+LOGIN_HINT = "run `gcloud auth application-default login`"
+DEFAULT_BASE_URLS = {
+    "serviceusage": "https://serviceusage.googleapis.com/v1",
+    "compute": "https://compute.googleapis.com/compute/v1",
+    "cloudresourcemanager": "https://cloudresourcemanager.googleapis.com/v1",
+    "bigquery": "https://bigquery.googleapis.com/bigquery/v2",
+}
+# Finite timeouts, split per phase: a hung API must not hang preflight.
+TIMEOUT = httpx.Timeout(30.0, connect=10.0)
+
+
+class GcpError(Exception):
+    """Base of every error the Google API client raises."""
+
+
+class CredentialsError(GcpError):
+    """No usable credentials: missing, expired or revoked (HTTP 401 or a failed token refresh)."""
+
+    def __init__(self, detail: str):
+        super().__init__(f"credentials expired/invalid: {LOGIN_HINT} ({detail})")
+
+
+class PermissionDenied(GcpError):
+    """HTTP 403: the caller lacks a permission."""
+
+
+class ApiDisabled(PermissionDenied):
+    """HTTP 403 because the API is not enabled in the project."""
+
+
+class NotFound(GcpError):
+    """HTTP 404."""
+
+
+class ApiError(GcpError):
+    """Any other non-2xx answer, or the API could not be reached."""
+
+
+TokenSource = Callable[[], str]
+
+
+def adc_token() -> str:
+    """An access token from Application Default Credentials (gcloud ADC, a metadata server, ...),
+    refreshed now so an expired or revoked login shows up here, not as an empty answer later."""
+    import google.auth
+    import google.auth.exceptions
+    from google.auth.transport.requests import Request
+
+    try:
+        credentials, _ = google.auth.default(scopes=SCOPES)
+        credentials.refresh(Request())
+    except google.auth.exceptions.DefaultCredentialsError as e:
+        raise CredentialsError(f"no Application Default Credentials found: {e}") from e
+    except google.auth.exceptions.RefreshError as e:
+        raise CredentialsError(f"token refresh failed: {e}") from e
+    except google.auth.exceptions.TransportError as e:
+        raise ApiError(f"could not reach Google to refresh the token: {e}") from e
+    return credentials.token
+
+
+class GcpClient:
+    def __init__(
+        self,
+        token_source: TokenSource = adc_token,
+        base_urls: dict[str, str] | None = None,
+        transport: httpx.BaseTransport | None = None,
+    ):
+        self._token_source = token_source
+        self._token: str | None = None
+        self.base_urls = {**DEFAULT_BASE_URLS, **(base_urls or {})}
+        self._http = httpx.Client(timeout=TIMEOUT, transport=transport)
+
+    def close(self) -> None:
+        self._http.close()
+
+    def __enter__(self) -> GcpClient:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    def token(self) -> str:
+        if self._token is None:
+            self._token = self._token_source()
+        return self._token
+
+    def request(self, method: str, api: str, path: str, *, params: dict | None = None, json: Any = None) -> dict:
+        """One call; returns the decoded JSON body or raises a GcpError saying what went wrong."""
+        url = f"{self.base_urls[api]}/{path.lstrip('/')}"
+        try:
+            response = self._http.request(
+                method, url, params=params, json=json, headers={"Authorization": f"Bearer {self.token()}"}
+            )
+        except httpx.HTTPError as e:
+            raise ApiError(f"{method} {url}: could not reach the API ({e})") from e
+        if response.is_success:
+            return response.json() if response.content else {}
+        raise _translate(response, f"{method} {url}")
+
+    def get(self, api: str, path: str, **params: Any) -> dict:
+        return self.request("GET", api, path, params={k: v for k, v in params.items() if v is not None})
+
+    def pages(self, api: str, path: str, **params: Any) -> Iterator[dict]:
+        """Every page of a list call (Google's `pageToken` / `nextPageToken` convention)."""
+        token = None
+        while True:
+            page = self.get(api, path, pageToken=token, **params)
+            yield page
+            token = page.get("nextPageToken")
+            if not token:
+                return
+
+
+def _translate(response: httpx.Response, what: str) -> GcpError:
+    """Google's error body: {"error": {"code", "message", "status", "details": [{"reason", ...}]}}."""
+    try:
+        error = response.json().get("error") or {}
+    except ValueError:
+        error = {}
+    message = error.get("message") or response.text[:300] or response.reason_phrase
+    reasons = {d.get("reason") for d in error.get("details") or [] if isinstance(d, dict)}
+    reasons |= {e.get("reason") for e in error.get("errors") or [] if isinstance(e, dict)}
+    status = response.status_code
+    if status == 401:
+        return CredentialsError(f"{what}: HTTP 401 {message}")
+    if status == 403 and reasons & {"SERVICE_DISABLED", "accessNotConfigured"}:
+        return ApiDisabled(f"{what}: API not enabled: {message}")
+    if status == 403:
+        return PermissionDenied(f"{what}: HTTP 403 permission denied: {message}")
+    if status == 404:
+        return NotFound(f"{what}: HTTP 404 not found: {message}")
+    return ApiError(f"{what}: HTTP {status}: {message}")

@@ -1,0 +1,36 @@
+"""The operator commands' view of the stack files: which stacks exist, and each one's LabConfig,
+read from `Pulumi.<stack>.yaml` with no Pulumi CLI (the same parsing `pulumi up` uses)."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
+
+from stacks.config import LabConfig
+from stacks.loader import PROJECT, parse
+from stacks.mockrun import OFFLINE_PROJECT, REPO, stack_config
+
+
+def stack_names(directory: Path = REPO) -> list[str]:
+    return sorted(p.name[len("Pulumi.") : -len(".yaml")] for p in directory.glob("Pulumi.*.yaml"))
+
+
+def _decode(value: str) -> Any:
+    try:
+        return json.loads(value)
+    except ValueError:
+        return value
+
+
+def load_config(stack: str, project: str | None = None, directory: Path = REPO) -> LabConfig:
+    """The stack's LabConfig; `project` overrides gcp:project (a stack file often leaves it unset)."""
+    config, _ = stack_config(stack, directory)
+    prefix = f"{PROJECT}:"
+    raw = {k[len(prefix) :]: _decode(v) for k, v in config.items() if k.startswith(prefix)}
+    return parse(
+        raw,
+        stack=stack,
+        project=project or config.get("gcp:project") or OFFLINE_PROJECT,
+        region=config.get("gcp:region"),
+    )

@@ -1,0 +1,152 @@
+"""A local HTTP server on loopback that answers like the Google REST APIs the operator commands
+call (Cloud Resource Manager, Service Usage, Compute, BigQuery), with the response shapes of
+Google's API references: list pages with `nextPageToken`, errors as {"error": {code, message,
+status, details}}, a 401 for an expired token. Tests set its state and read the calls it saw."""
+
+from __future__ import annotations
+
+import json
+import threading
+from dataclasses import dataclass, field
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from typing import Any
+from urllib.parse import parse_qs, urlparse
+
+from ops.gcp import GcpClient
+
+VALID_TOKEN = "ya29.valid-token"
+EXPIRED_TOKEN = "ya29.expired-token"
+
+
+def google_error(code: int, status: str, message: str, reason: str | None = None) -> dict:
+    details = [{"@type": "type.googleapis.com/google.rpc.ErrorInfo", "reason": reason, "domain": "googleapis.com"}] if reason else []
+    return {"error": {"code": code, "message": message, "status": status, "details": details}}
+
+
+@dataclass
+class GoogleState:
+    project: str = "lab-project"
+    project_number: str = "123456789012"
+    enabled_services: list[str] = field(default_factory=list)
+    region_quotas: dict[str, list[dict]] = field(default_factory=dict)  # region -> quotas[]
+    zone_accelerators: dict[str, list[str]] = field(default_factory=dict)  # zone -> accelerator names
+    instances: dict[str, list[dict]] = field(default_factory=dict)  # zone -> instances
+    bigquery_responses: list[dict] = field(default_factory=list)  # answered in order
+    calls: list[tuple[str, str, dict, Any]] = field(default_factory=list)
+
+
+class _Handler(BaseHTTPRequestHandler):
+    state: GoogleState
+
+    def log_message(self, *args: Any) -> None:  # keep test output clean
+        pass
+
+    def _send(self, code: int, body: dict) -> None:
+        data = json.dumps(body).encode()
+        self.send_response(code)
+        self.send_header("Content-Type", "application/json; charset=UTF-8")
+        self.send_header("Content-Length", str(len(data)))
+        self.end_headers()
+        self.wfile.write(data)
+
+    def do_GET(self) -> None:
+        self._handle("GET")
+
+    def do_POST(self) -> None:
+        self._handle("POST")
+
+    def _handle(self, method: str) -> None:
+        url = urlparse(self.path)
+        query = {k: v[0] for k, v in parse_qs(url.query).items()}
+        length = int(self.headers.get("Content-Length") or 0)
+        body = json.loads(self.rfile.read(length)) if length else None
+        self.state.calls.append((method, url.path, query, body))
+        token = (self.headers.get("Authorization") or "").removeprefix("Bearer ")
+        if token != VALID_TOKEN:
+            # What Google answers for an expired or revoked OAuth token.
+            return self._send(401, google_error(
+                401, "UNAUTHENTICATED",
+                "Request had invalid authentication credentials. Expected OAuth 2 access token, login cookie "
+                "or other valid authentication credential.", "ACCESS_TOKEN_EXPIRED"))
+        code, answer = self._route(method, url.path.split("/"), query, body)
+        self._send(code, answer)
+
+    def _route(self, method: str, parts: list[str], query: dict, body: Any) -> tuple[int, dict]:
+        s = self.state
+        p = "/".join(parts)
+        project_prefix = f"projects/{s.project}"
+        if p == f"/crm/v1/{project_prefix}":
+            return 200, {"projectNumber": s.project_number, "projectId": s.project, "lifecycleState": "ACTIVE",
+                         "name": s.project, "createTime": "2026-01-05T10:00:00.000Z"}
+        if p.startswith("/crm/v1/projects/") or (project_prefix not in p):
+            return 403, google_error(403, "PERMISSION_DENIED", "The caller does not have permission")
+        if p == f"/serviceusage/v1/{project_prefix}/services":
+            services = [
+                {"name": f"projects/{s.project_number}/services/{name}", "config": {"name": name, "title": name},
+                 "state": "ENABLED", "parent": f"projects/{s.project_number}"}
+                for name in s.enabled_services
+            ]
+            # Two pages, to exercise nextPageToken.
+            if query.get("pageToken") == "page-2":
+                return 200, {"services": services[1:]}
+            return 200, {"services": services[:1], **({"nextPageToken": "page-2"} if len(services) > 1 else {})}
+        if parts[:6] == ["", "compute", "v1", "projects", s.project, "regions"]:
+            region = parts[6]
+            return 200, {"kind": "compute#region", "id": "1000", "name": region, "status": "UP",
+                         "selfLink": f"https://www.googleapis.com/compute/v1/projects/{s.project}/regions/{region}",
+                         "zones": [], "quotas": s.region_quotas.get(region, [])}
+        if parts[:6] == ["", "compute", "v1", "projects", s.project, "zones"] and parts[7:] == ["acceleratorTypes"]:
+            zone = parts[6]
+            wanted = query.get("filter", "").removeprefix("name=")
+            items = [
+                {"kind": "compute#acceleratorType", "id": "10", "name": name, "description": "NVIDIA L4",
+                 "zone": f"https://www.googleapis.com/compute/v1/projects/{s.project}/zones/{zone}",
+                 "maximumCardsPerInstance": 8}
+                for name in s.zone_accelerators.get(zone, []) if not wanted or name == wanted
+            ]
+            answer = {"kind": "compute#acceleratorTypeList", "id": f"projects/{s.project}/zones/{zone}/acceleratorTypes"}
+            if items:
+                answer["items"] = items
+            else:
+                answer["warning"] = {"code": "NO_RESULTS_ON_PAGE", "message": "There are no results for scope on this page."}
+            return 200, answer
+        if p == f"/compute/v1/{project_prefix}/aggregated/instances":
+            items = {}
+            for zone, vms in s.instances.items():
+                items[f"zones/{zone}"] = {"instances": vms} if vms else {
+                    "warning": {"code": "NO_RESULTS_ON_PAGE", "message": "There are no results for scope on this page.",
+                                "data": [{"key": "scope", "value": f"zones/{zone}"}]}}
+            return 200, {"kind": "compute#instanceAggregatedList", "items": items}
+        if parts[:6] == ["", "bigquery", "v2", "projects", s.project, "queries"]:
+            return 200, s.bigquery_responses.pop(0)
+        return 404, google_error(404, "NOT_FOUND", f"no route for {method} {p}")
+
+
+class FakeGoogle:
+    """The server and a GcpClient pointed at it."""
+
+    def __init__(self, state: GoogleState):
+        self.state = state
+        handler = type("Handler", (_Handler,), {"state": state})
+        self.server = ThreadingHTTPServer(("127.0.0.1", 0), handler)
+        self.url = f"http://127.0.0.1:{self.server.server_address[1]}"
+        self.thread = threading.Thread(target=self.server.serve_forever, daemon=True)
+
+    def __enter__(self) -> FakeGoogle:
+        self.thread.start()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.server.shutdown()
+        self.server.server_close()
+
+    def client(self, token: str = VALID_TOKEN) -> GcpClient:
+        return GcpClient(
+            token_source=lambda: token,
+            base_urls={
+                "serviceusage": f"{self.url}/serviceusage/v1",
+                "compute": f"{self.url}/compute/v1",
+                "cloudresourcemanager": f"{self.url}/crm/v1",
+                "bigquery": f"{self.url}/bigquery/v2",
+            },
+        )

@@ -1,0 +1,92 @@
+"""The dated price table and the per-lab hourly estimate (GPU pool at zero and up)."""
+
+from __future__ import annotations
+
+import pytest
+
+from ops import estimate as est
+from ops import pricing
+from ops.stackfile import load_config, stack_names
+from stacks.loader import ConfigError, parse
+
+# FACTS.md's verified list prices (2026-08-20): the table must carry exactly these.
+FACTS = {
+    ("asia-south1", "g2-standard-4"): (0.7358, 0.3569),
+    ("asia-south1", "g2-standard-8"): (0.8886, 0.4311),
+    ("us-central1", "g2-standard-4"): (0.7068, 0.4240),
+    ("us-central1", "g2-standard-8"): (0.8536, 0.5120),
+}
+
+
+@pytest.mark.parametrize("key", sorted(FACTS))
+def test_table_carries_the_verified_prices(key):
+    region, machine = key
+    assert (pricing.hourly(region, machine, spot=False), pricing.hourly(region, machine, spot=True)) == FACTS[key]
+
+
+def test_every_price_names_its_source_and_the_table_its_date():
+    for region, prices in pricing.PRICES.items():
+        for machine, price in prices.machines.items():
+            assert "read 20" in price.source, f"{region}/{machine} has no dated source"
+            assert price.spot < price.on_demand, f"{region}/{machine}: spot must be cheaper"
+            assert (price.gpu_share > 0) == machine.startswith("g2-"), machine
+    assert pricing.PRICE_DATE == "2026-08-20"
+
+
+def test_unknown_region_and_machine_fail_listing_what_is_known():
+    with pytest.raises(pricing.PricingError, match=r"no prices for region 'europe-west9'; known regions: asia-south1, us-central1"):
+        pricing.hourly("europe-west9", "g2-standard-4", spot=True)
+    with pytest.raises(pricing.PricingError, match=r"no price for machine type 'g2-standard-96' in us-central1; known there: .*g2-standard-4"):
+        pricing.hourly("us-central1", "g2-standard-96", spot=True)
+
+
+def lab(**raw):
+    return parse({"lab": "g6", **raw}, stack="g6", project="p", region=None)
+
+
+def test_gpu_up_adds_one_gpu_node_per_max_node():
+    one, two = est.estimate(lab()), est.estimate(lab(gpu_max_nodes=2))
+    node = pricing.hourly("us-central1", "g2-standard-4", spot=True)
+    assert one.per_hour_gpu_at_zero == two.per_hour_gpu_at_zero
+    assert one.per_hour_gpu_up - one.per_hour_gpu_at_zero == pytest.approx(node + 0.10 * 100 / 730)
+    assert two.per_hour_gpu_up - two.per_hour_gpu_at_zero == pytest.approx(2 * (one.per_hour_gpu_up - one.per_hour_gpu_at_zero))
+    system = pricing.hourly("us-central1", "e2-standard-4", spot=False)
+    assert one.per_hour_gpu_at_zero == pytest.approx(system + 0.10 * 50 / 730), "cluster fee is free tier"
+
+
+def test_spot_region_and_min_nodes_change_the_estimate():
+    spot, on_demand = est.estimate(lab()), est.estimate(lab(gpu_spot=False))
+    assert on_demand.per_hour_gpu_up - spot.per_hour_gpu_up == pytest.approx(0.7068 - 0.4240)
+    mumbai = est.estimate(parse({"lab": "g6"}, stack="g6", project="p", region="asia-south1"))
+    assert mumbai.gpu_node.unit_per_hour == pytest.approx(0.3569), "no disk price for asia-south1: machine only"
+    assert any("not priced for asia-south1" in n for n in mumbai.notes)
+    warm = est.estimate(lab(gpu_min_nodes=1))
+    assert warm.per_hour_gpu_at_zero == pytest.approx(warm.per_hour_gpu_up)
+    assert any("never reaches zero" in n for n in warm.notes)
+
+
+def test_estimate_section_from_config_and_from_outputs():
+    cfg = lab()
+    from_cfg = est.estimate_section(cfg)
+    assert f"**${est.estimate(cfg).per_hour_gpu_up:.3f}**" in from_cfg and "2026-08-20" in from_cfg
+    saved = {"lab": "g6", "cost_estimate": est.estimate(cfg).model_dump()}
+    assert est.estimate_section(saved) == from_cfg
+    outputs = {"lab": "g6", "project": "p", "region": "us-central1",
+               "gpu_pool": {"machine_type": "g2-standard-8", "spot": False, "min_nodes": 0, "max_nodes": 1}}
+    rebuilt = est.estimate_section(outputs)
+    assert "g2-standard-8" in rebuilt and "on-demand" in rebuilt and "System pool taken at its defaults" in rebuilt
+
+
+def test_every_stack_file_has_an_estimate():
+    rows = est.table([load_config(s) for s in stack_names()]).splitlines()
+    assert len(rows) == 2 + len(stack_names()) + 2
+
+
+def test_cost_exporter_on_an_unpriced_region_is_a_config_error():
+    with pytest.raises(ConfigError, match="cannot price gke-ml-labs:gpu_machine_type: no prices for region 'europe-west9'"):
+        parse({"lab": "g6", "cost_exporter": {"enabled": True}}, stack="g6", project="p", region="europe-west9")
+
+
+def test_cli(capsys):
+    assert est.main(["dev"]) == 0 and "GPU pool at 1 node(s)" in capsys.readouterr().out
+    assert est.main(["nope"]) == 2 and "no stack file" in capsys.readouterr().err

@@ -1,0 +1,136 @@
+"""Preflight against a local server that answers like Google: the order of the checks, an expired
+token reported as such (never as "no quota"), an empty quota list not read as zero quota."""
+
+from __future__ import annotations
+
+import pytest
+
+from fake_google import EXPIRED_TOKEN, FakeGoogle, GoogleState
+from ops import preflight
+from ops.gcp import CredentialsError, GcpClient, adc_token
+from ops.stackfile import load_config
+
+PROJECT = "lab-project"
+
+
+def quotas(spot_limit: float, spot_usage: float = 0.0) -> list[dict]:
+    # regions.get lists every regional quota; a few real ones around the GPU metrics.
+    return [
+        {"metric": "CPUS", "limit": 24.0, "usage": 4.0},
+        {"metric": "NVIDIA_L4_GPUS", "limit": 1.0, "usage": 0.0},
+        {"metric": "PREEMPTIBLE_NVIDIA_L4_GPUS", "limit": spot_limit, "usage": spot_usage},
+        {"metric": "SSD_TOTAL_GB", "limit": 500.0, "usage": 0.0},
+    ]
+
+
+@pytest.fixture
+def cfg():
+    return load_config("dev", project=PROJECT)
+
+
+def healthy(cfg) -> GoogleState:
+    return GoogleState(
+        project=PROJECT,
+        enabled_services=preflight.required_apis(cfg) + ["logging.googleapis.com"],
+        region_quotas={cfg.region: quotas(spot_limit=4.0)},
+        zone_accelerators={z: ["nvidia-tesla-t4", "nvidia-l4"] for z in cfg.gpu_node_zones},
+    )
+
+
+def run(state: GoogleState, cfg, token: str = "ya29.valid-token") -> list[preflight.CheckResult]:
+    with FakeGoogle(state) as google, google.client(token) as client:
+        return preflight.run_checks(client, cfg)
+
+
+def test_all_checks_pass_in_order(cfg):
+    results = run(healthy(cfg), cfg)
+    assert [r.ok for r in results] == [True] * 4
+    assert [r.name for r in results] == [
+        "credentials", "APIs enabled", "quota PREEMPTIBLE_NVIDIA_L4_GPUS in us-central1", "nvidia-l4 in zones"
+    ]
+    assert "free 4" in results[2].detail and "needs 1" in results[2].detail
+
+
+def test_expired_token_is_reported_as_credentials_not_quota(cfg):
+    state = healthy(cfg)
+    results = run(state, cfg, token=EXPIRED_TOKEN)
+    assert len(results) == 1, "checks after a credentials failure would only repeat it"
+    (result,) = results
+    assert not result.ok and result.name == "credentials"
+    assert "credentials expired/invalid: run `gcloud auth application-default login`" in result.detail
+    assert "quota" not in result.line().lower()
+    # It stopped at the cheap call: no quota was asked for.
+    assert not any("/regions/" in path for _, path, _, _ in state.calls)
+
+
+def test_failed_token_refresh_is_reported_as_credentials(cfg):
+    def refresh_fails() -> str:
+        raise CredentialsError("token refresh failed: invalid_grant")
+
+    with FakeGoogle(healthy(cfg)) as google:
+        client = GcpClient(token_source=refresh_fails, base_urls={"cloudresourcemanager": f"{google.url}/crm/v1"})
+        (result,) = preflight.run_checks(client, cfg)
+    assert not result.ok and "credentials expired/invalid" in result.detail and "invalid_grant" in result.detail
+
+
+def test_missing_adc_says_credentials(monkeypatch, tmp_path):
+    monkeypatch.setenv("GOOGLE_APPLICATION_CREDENTIALS", str(tmp_path / "no-such-file.json"))
+    with pytest.raises(CredentialsError, match="credentials expired/invalid: run `gcloud auth application-default login`"):
+        adc_token()
+
+
+def test_empty_quota_list_is_not_zero_quota(cfg):
+    state = healthy(cfg)
+    state.region_quotas = {cfg.region: []}
+    results = run(state, cfg)
+    quota = results[2]
+    assert not quota.ok
+    assert "could not read quotas (auth or API problem)" in quota.detail
+    assert "not a zero quota" in quota.hint
+
+
+def test_quota_below_what_the_pool_needs(cfg):
+    state = healthy(cfg)
+    state.region_quotas = {cfg.region: quotas(spot_limit=1.0, spot_usage=1.0)}
+    quota = run(state, cfg)[2]
+    assert not quota.ok and "free 0" in quota.detail and "needs 1" in quota.detail
+    assert "PREEMPTIBLE_NVIDIA_L4_GPUS" in quota.hint
+
+
+def test_on_demand_pool_checks_the_on_demand_metric():
+    on_demand = load_config("dev", project=PROJECT).model_copy(update={"gpu_spot": False})
+    state = healthy(on_demand)
+    state.region_quotas = {on_demand.region: quotas(spot_limit=8.0)}  # NVIDIA_L4_GPUS limit 1, usage 0
+    quota = run(state, on_demand)[2]
+    assert quota.ok and quota.name.startswith("quota NVIDIA_L4_GPUS")
+
+
+def test_missing_api_and_zone_without_l4_fail_with_hints(cfg):
+    state = healthy(cfg)
+    state.enabled_services = [s for s in state.enabled_services if s != "container.googleapis.com"]
+    state.zone_accelerators = {z: ["nvidia-tesla-t4"] for z in cfg.gpu_node_zones}
+    results = run(state, cfg)
+    apis, zones = results[1], results[3]
+    assert not apis.ok and "container.googleapis.com" in apis.detail
+    assert apis.hint == f"gcloud services enable container.googleapis.com --project {PROJECT}"
+    assert not zones.ok and cfg.gpu_node_zones[0] in zones.detail and "gpu_zones" in zones.hint
+
+
+def test_required_apis_follow_the_features(cfg):
+    with_budget = cfg.model_copy(update={"budget": cfg.budget.model_copy(update={"billing_account": "012345-6789AB-CDEF01"})})
+    assert "billingbudgets.googleapis.com" not in preflight.required_apis(cfg)
+    assert "billingbudgets.googleapis.com" in preflight.required_apis(with_budget)
+
+
+def test_main_exit_codes_and_output(cfg, capsys):
+    with FakeGoogle(healthy(cfg)) as google:
+        assert preflight.main(["--stack", "dev", "--project", PROJECT], client=google.client()) == 0
+        assert "all checks passed" in capsys.readouterr().out
+        assert preflight.main(["--stack", "dev", "--project", PROJECT], client=google.client(EXPIRED_TOKEN)) == 1
+        out = capsys.readouterr().out
+    assert "FAIL  credentials: credentials expired/invalid" in out and "hint:" in out
+
+
+def test_unknown_stack_fails_clearly(capsys):
+    assert preflight.main(["--stack", "nope", "--project", PROJECT], client=GcpClient(token_source=lambda: "x")) == 2
+    assert "no stack file Pulumi.nope.yaml" in capsys.readouterr().out

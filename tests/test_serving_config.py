@@ -1,0 +1,95 @@
+"""Serving config (labs g5-g7): defaults that fit one L4, and bad setups refused before anything exists."""
+
+from __future__ import annotations
+
+import pytest
+
+from stacks.config import LabConfig
+from stacks.loader import ConfigError
+from stacks.mockrun import run_stack
+from stacks.serving_features import SKLEARN_IRIS_V1, SKLEARN_IRIS_V2, gpu_demand
+
+K = "gke-ml-labs"
+
+
+def lab(**keys) -> LabConfig:
+    return LabConfig(lab="g5", stack="t", project="p", **keys)
+
+
+# (stack, overrides, text the error must contain: the key and what is allowed)
+BAD = [
+    ("g6", {f"{K}:vllm": {"quantization": "int3"}}, "vllm.quantization: Input should be 'awq', 'awq_marlin'"),
+    (
+        "g6",
+        {f"{K}:vllm": {"max_model_len": 65536}},
+        "vllm.max_model_len 65536 is above Qwen/Qwen2.5-1.5B-Instruct's max_position_embeddings (32768), "
+        "allowed: 128..32768",
+    ),
+    (
+        "g6",
+        {f"{K}:vllm": {"model": "microsoft/Phi-3-mini-4k-instruct", "max_model_len": 8192}},
+        "max_position_embeddings (4096)",
+    ),
+    ("g6", {f"{K}:vllm": {"model": "acme/unknown-7b"}}, "set gke-ml-labs:vllm.max_position_embeddings"),
+    ("g6", {f"{K}:vllm": {"dtype": "float32"}}, "vllm.dtype: Input should be 'auto', 'bfloat16' or 'float16'"),
+    ("g6", {f"{K}:vllm": {"gpu_memory_utilization": 0.99}}, "vllm.gpu_memory_utilization: Input should be less"),
+    ("g6", {f"{K}:vllm": {"max_num_seq": 8}}, "did you mean 'max_num_seqs'?"),
+    ("g5", {f"{K}:kserve": {"canary_traffic_percent": 101}}, "kserve.canary_traffic_percent: Input should be less"),
+    ("g5", {f"{K}:kserve": {"canary_traffic_percent": -1}}, "kserve.canary_traffic_percent: Input should be greater"),
+    ("g5", {f"{K}:kserve": {"canary": "v3"}}, "kserve.canary 'v3' is not one of kserve.versions (v1, v2)"),
+    ("g5", {f"{K}:kserve": {"canary": "v1"}}, "kserve.canary 'v1' equals kserve.serving"),
+    # Two GPU revisions (a canary or a rollout) on a pool of one unshared L4.
+    ("g5", {f"{K}:kserve": {"gpu": True}}, "exceeds what the pool can hold: 1 nvidia.com/gpu"),
+    ("g7", {f"{K}:kserve": {"enabled": False}}, "argo is enabled but gke-ml-labs:kserve is not"),
+]
+
+
+@pytest.mark.parametrize("stack,overrides,message", BAD, ids=[m[:40] for _, _, m in BAD])
+def test_bad_serving_config_fails_clearly_and_creates_nothing(stack, overrides, message, monkeypatch):
+    created = []
+    monkeypatch.setattr("stacks.program.ProjectApis", lambda *a, **k: created.append(a))
+    with pytest.raises(ConfigError) as info:
+        run_stack(stack, overrides=overrides)
+    text = str(info.value)
+    assert text.startswith(f"Pulumi.{stack}.yaml: ") and "nothing was created" in text
+    assert message in text
+    assert not created
+
+
+def test_gpu_predictors_fit_once_the_pool_can_hold_two_revisions():
+    shared = lab(kserve={"enabled": True, "gpu": True}, gpu_sharing={"enabled": True, "replicas": 2})
+    assert gpu_demand(shared) == {"kserve": 2}
+    two_nodes = lab(kserve={"enabled": True, "gpu": True}, gpu_max_nodes=2)
+    assert gpu_demand(two_nodes) == {"kserve": 2}
+    with pytest.raises(ValueError, match=r"kserve 4 = 4"):
+        lab(kserve={"enabled": True, "gpu": True, "max_replicas": 2}, gpu_max_nodes=2)
+
+
+def test_vllm_and_gpu_predictors_add_up_against_the_pool():
+    over = r"kserve 2 \+ vllm 1 = 3, .* exceeds what the pool can hold: 2 nvidia.com/gpu"
+    with pytest.raises(ValueError, match=over):
+        lab(kserve={"enabled": True, "gpu": True}, vllm={"enabled": True}, gpu_max_nodes=2)
+    fits = lab(kserve={"enabled": True, "gpu": True}, vllm={"enabled": True}, gpu_max_nodes=3)
+    assert gpu_demand(fits) == {"kserve": 2, "vllm": 1}
+
+
+def test_default_lab_configs_fit_one_l4():
+    for name in ("g5", "g6", "g7"):
+        cfg = LabConfig.model_validate(
+            {"lab": name, "stack": name, "project": "p", "kserve": {"enabled": True}, "vllm": {"enabled": name == "g6"}}
+        )
+        assert sum(gpu_demand(cfg).values()) <= cfg.max_gpus == 1
+
+
+def test_canary_serves_the_new_version_beside_the_rolled_out_one():
+    plain = lab(kserve={"enabled": True})
+    assert plain.kserve.storage_uri() == SKLEARN_IRIS_V1
+    canary = lab(kserve={"enabled": True, "canary": "v2", "canary_traffic_percent": 25})
+    assert canary.kserve.storage_uri() == SKLEARN_IRIS_V2
+
+
+def test_a_model_outside_the_catalogue_is_checked_against_the_given_limit():
+    ok = lab(vllm={"enabled": True, "model": "acme/tiny", "max_position_embeddings": 2048, "max_model_len": 2048})
+    assert ok.vllm.context_limit() == 2048
+    with pytest.raises(ValueError, match="above acme/tiny's max_position_embeddings"):
+        lab(vllm={"enabled": True, "model": "acme/tiny", "max_position_embeddings": 2048, "max_model_len": 4096})

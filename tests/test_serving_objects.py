@@ -1,0 +1,270 @@
+"""What the serving components send to the cluster, checked against the upstream schemas of the
+pinned versions: InferenceService, WorkflowTemplate, ServiceMonitor (CRDs), core objects, Helm values."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+
+import pulumi
+import pytest
+import schemas
+
+from components import argo, cert_manager, knative, kserve, versions, vllm, workload_identity
+from components.gpu_pool import GPU_RESOURCE, GpuPlacement
+from stacks.config import LabConfig
+
+PLACEMENT = GpuPlacement()
+
+
+def lab(name: str = "g5", **keys) -> LabConfig:
+    return LabConfig(lab=name, stack=name, project="proj-1", **keys)
+
+
+def container(deployment: dict) -> dict:
+    (only,) = deployment["spec"]["template"]["spec"]["containers"]
+    return only
+
+
+@pytest.mark.parametrize(
+    "keys",
+    [
+        {"enabled": True},
+        {"enabled": True, "canary": "v2", "canary_traffic_percent": 30},
+        {"enabled": True, "canary": "v2", "gpu": True, "model_format": "xgboost"},
+    ],
+    ids=["stable", "canary", "gpu-canary"],
+)
+def test_inference_service_validates_against_the_kserve_crd(keys):
+    cfg = lab(kserve=keys, gpu_max_nodes=2)
+    isvc = kserve.inference_service(cfg, PLACEMENT)
+    schemas.validate_object(isvc)
+    predictor = isvc["spec"]["predictor"]
+    assert predictor["minReplicas"] == 0, "scale to zero"
+    assert isvc["metadata"]["annotations"]["serving.kserve.io/deploymentMode"] == "Knative"
+    if keys.get("canary"):
+        assert predictor["canaryTrafficPercent"] == cfg.kserve.canary_traffic_percent
+        assert predictor["model"]["storageUri"] == cfg.kserve.versions["v2"]
+    else:
+        assert "canaryTrafficPercent" not in predictor
+    if keys.get("gpu"):
+        assert predictor["model"]["resources"]["limits"][GPU_RESOURCE] == "1"
+        assert predictor["tolerations"] == PLACEMENT.tolerations
+        assert predictor["nodeSelector"] == PLACEMENT.node_selector
+    else:
+        assert "tolerations" not in predictor and GPU_RESOURCE not in predictor["model"]["resources"]["limits"]
+
+
+@pytest.mark.parametrize("quantization", [None, "awq"])
+def test_vllm_deployment_carries_exactly_the_configured_server_args(quantization):
+    cfg = lab("g6", vllm={"enabled": True, "max_num_seqs": 64, "max_model_len": 8192, "quantization": quantization,
+                          "gpu_memory_utilization": 0.85, "dtype": "float16"})
+    deployment = vllm.deployment(cfg, PLACEMENT, with_token=False)
+    schemas.validate_object(deployment)
+    expected = [
+        "--model=Qwen/Qwen2.5-1.5B-Instruct",
+        "--dtype=float16",
+        "--max-num-seqs=64",
+        "--max-model-len=8192",
+        "--gpu-memory-utilization=0.85",
+        *([f"--quantization={quantization}"] if quantization else []),
+        "--port=8000",
+    ]
+    main = container(deployment)
+    assert main["args"] == expected
+    assert main["image"] == versions.VLLM_IMAGE and not main["image"].endswith(":latest")
+
+
+def test_vllm_pod_lands_on_the_gpu_pool_without_service_links():
+    cfg = lab("g6", vllm={"enabled": True})
+    deployment = vllm.deployment(cfg, PLACEMENT, with_token=False)
+    pod = deployment["spec"]["template"]["spec"]
+    main = container(deployment)
+    assert pod["enableServiceLinks"] is False
+    assert pod["tolerations"] == PLACEMENT.tolerations and pod["nodeSelector"] == PLACEMENT.node_selector
+    assert main["resources"]["limits"][GPU_RESOURCE] == main["resources"]["requests"][GPU_RESOURCE] == "1"
+    # One GPU in the default quota: an update must free it before the new pod asks for it.
+    assert deployment["spec"]["strategy"] == {"type": "Recreate"}
+    shm = next(v for v in pod["volumes"] if v["name"] == "dshm")
+    assert shm["emptyDir"]["medium"] == "Memory"
+    assert {"name": "dshm", "mountPath": "/dev/shm"} in main["volumeMounts"]
+    # The startup probe allows the whole configured download time before liveness may restart it.
+    startup = main["startupProbe"]
+    assert startup["httpGet"]["path"] == "/health"
+    assert startup["periodSeconds"] * startup["failureThreshold"] >= cfg.vllm.startup_timeout_min * 60
+    assert main["livenessProbe"]["httpGet"]["path"] == main["readinessProbe"]["httpGet"]["path"] == "/health"
+    assert not any(e["name"] == "HF_TOKEN" for e in main["env"])
+
+
+def test_hf_token_comes_from_a_secret_only_when_one_is_given():
+    cfg = lab("g6", vllm={"enabled": True})
+    main = container(vllm.deployment(cfg, PLACEMENT, with_token=True))
+    token = next(e for e in main["env"] if e["name"] == "HF_TOKEN")
+    assert token["valueFrom"]["secretKeyRef"] == {"name": vllm.HF_SECRET, "key": vllm.HF_SECRET_KEY}
+    secret = vllm.hf_secret(cfg, "hf_x")
+    schemas.validate_object(secret)
+    assert secret["metadata"]["name"] == vllm.HF_SECRET
+
+
+def test_vllm_service_and_service_monitor_validate():
+    cfg = lab("g6", vllm={"enabled": True})
+    service = vllm.service(cfg)
+    schemas.validate_object(service)
+    assert service["spec"]["type"] == "ClusterIP"
+    monitor = vllm.service_monitor(cfg, 15)
+    schemas.validate_object(monitor)
+    assert monitor["spec"]["selector"]["matchLabels"].items() <= service["metadata"]["labels"].items()
+    assert monitor["spec"]["endpoints"][0]["port"] == service["spec"]["ports"][0]["name"]
+
+
+def test_workflow_template_validates_and_chains_train_register_deploy():
+    cfg = lab("g7", kserve={"enabled": True}, argo={"enabled": True, "retry_limit": 3, "retry_policy": "Always"})
+    template = argo.workflow_template(cfg, "bucket-x")
+    schemas.validate_object(template)
+    spec = template["spec"]
+    assert spec["serviceAccountName"] == argo.WORKFLOW_SA
+    (fail,) = spec["arguments"]["parameters"]
+    assert fail["name"] == "fail_step" and fail["value"] == "none"
+    assert fail["enum"] == ["none", "train", "register", "deploy"]
+    tasks = {t["name"]: t for t in next(t for t in spec["templates"] if t["name"] == "pipeline")["dag"]["tasks"]}
+    assert "dependencies" not in tasks["train"]
+    assert tasks["register"]["dependencies"] == ["train"] and tasks["deploy"]["dependencies"] == ["register"]
+    steps = {t["name"]: t for t in spec["templates"] if "script" in t}
+    assert set(steps) == {"train", "register", "deploy"}
+    for name, step in steps.items():
+        assert step["retryStrategy"] == {"limit": 3, "retryPolicy": "Always"}
+        env = {e["name"]: e["value"] for e in step["script"]["env"]}
+        assert env["FAIL_STEP"] == "{{workflow.parameters.fail_step}}"
+        # Each program fails on purpose when the parameter names it.
+        assert f'if os.environ["FAIL_STEP"] == "{name}":' in step["script"]["source"]
+        assert "tolerations" not in step, "CPU steps never tolerate the GPU taint"
+    assert {e["name"]: e["value"] for e in steps["register"]["script"]["env"]}["BUCKET"] == "bucket-x"
+    assert steps["train"]["outputs"]["artifacts"][0]["name"] == "model"
+
+
+def test_workflow_service_account_may_do_exactly_what_its_steps_do():
+    cfg = lab("g7", kserve={"enabled": True}, argo={"enabled": True})
+    role, binding = argo.workflow_role(cfg), argo.workflow_role_binding(cfg)
+    schemas.validate_object(role)
+    schemas.validate_object(binding)
+    granted = {
+        (group, resource, verb)
+        for rule in role["rules"]
+        for group in rule["apiGroups"]
+        for resource in rule["resources"]
+        for verb in rule["verbs"]
+    }
+    assert granted == {
+        ("serving.kserve.io", "inferenceservices", "create"),
+        ("serving.kserve.io", "inferenceservices", "get"),
+        ("serving.kserve.io", "inferenceservices", "patch"),
+        ("argoproj.io", "workflowtaskresults", "create"),
+        ("argoproj.io", "workflowtaskresults", "patch"),
+    }
+    # The deploy program calls exactly those verbs on inferenceservices, nothing else.
+    program = (argo.STEPS / "deploy.py").read_text()
+    api_calls = ("get_namespaced", "create_namespaced", "patch_namespaced", "delete_", "list_", "replace_")
+    calls = {c for c in api_calls if c in program}
+    assert calls == {"get_namespaced", "create_namespaced", "patch_namespaced"}
+    role_ref = {"apiGroup": "rbac.authorization.k8s.io", "kind": "Role", "name": role["metadata"]["name"]}
+    assert binding["roleRef"] == role_ref
+    assert binding["subjects"] == [{"kind": "ServiceAccount", "name": argo.WORKFLOW_SA, "namespace": "pipelines"}]
+
+
+def test_workload_identity_service_account_names_its_gcp_account():
+    ksa = workload_identity.service_account("workflow-runner", "pipelines", "wf@p.iam.gserviceaccount.com", {})
+    schemas.validate_object(ksa)
+    assert ksa["metadata"]["annotations"] == {"iam.gke.io/gcp-service-account": "wf@p.iam.gserviceaccount.com"}
+    assert workload_identity.wi_member("p", "pipelines", "workflow-runner") == (
+        "serviceAccount:p.svc.id.goog[pipelines/workflow-runner]"
+    )
+
+
+def test_helm_values_exist_in_the_pinned_charts():
+    cfg = lab("g7", kserve={"enabled": True}, argo={"enabled": True})
+    schemas.assert_helm_values_exist(kserve.resources_values("example.com"), versions.KSERVE_RESOURCES.upstream)
+    schemas.assert_helm_values_exist(kserve.runtimes_values(), versions.KSERVE_RUNTIMES.upstream)
+    schemas.assert_helm_values_exist(cert_manager.values(), versions.CERT_MANAGER.upstream)
+    schemas.assert_helm_values_exist(argo.values(cfg, "bucket-x"), versions.ARGO_WORKFLOWS.upstream)
+
+
+def test_argo_server_is_cluster_internal_with_client_auth_and_keyless_artifacts():
+    cfg = lab("g7", kserve={"enabled": True}, argo={"enabled": True})
+    values = argo.values(cfg, "bucket-x")
+    assert values["server"]["serviceType"] == "ClusterIP"
+    assert values["server"]["authModes"] == ["client"]
+    assert values["artifactRepository"] == {"gcs": {"bucket": "bucket-x"}}, "no key secret: Workload Identity"
+
+
+def test_kserve_runs_in_knative_mode_behind_kourier():
+    values = kserve.resources_values("lab.example")["kserve"]["controller"]
+    assert values["deploymentMode"] == "Knative"
+    assert values["gateway"] == {"domain": "lab.example", "disableIstioVirtualHost": True}
+
+
+KNATIVE = knative.KnativeArgs(
+    domain="lab.example", progress_deadline_min=20, request_timeout_s=1200, scale_to_zero_grace_s=60
+)
+
+
+def test_knative_config_maps_survive_a_gpu_cold_start():
+    settings = knative.config_maps(KNATIVE)
+    manifest_cm = {
+        "apiVersion": "v1",
+        "kind": "ConfigMap",
+        "metadata": {"name": "config-deployment", "namespace": "knative-serving"},
+        "data": {"_example": "# docs"},
+    }
+    patched = knative.patch_object(manifest_cm, settings)
+    schemas.validate_object(patched)
+    assert patched["data"] == {"_example": "# docs", "progress-deadline": "20m"}
+    assert settings["config-network"] == {"ingress-class": "kourier.ingress.networking.knative.dev"}
+    assert settings["config-autoscaler"]["enable-scale-to-zero"] == "true"
+    assert settings["config-domain"] == {"lab.example": ""}
+    assert int(settings["config-defaults"]["revision-timeout-seconds"]) >= 15 * 60
+    # A ConfigMap we don't configure, and one of the same name elsewhere, are left alone.
+    other_name = {**manifest_cm, "metadata": {"name": "config-gc", "namespace": "knative-serving"}}
+    other_namespace = {**manifest_cm, "metadata": {"name": "config-deployment", "namespace": "x"}}
+    assert knative.patch_object(other_name, settings) is None
+    assert knative.patch_object(other_namespace, settings) is None
+
+
+KOURIER_SERVICE = {
+    "apiVersion": "v1",
+    "kind": "Service",
+    "metadata": {"name": "kourier", "namespace": "kourier-system"},
+    "spec": {"ports": [{"name": "http2", "port": 80, "protocol": "TCP", "targetPort": 8080}],
+             "selector": {"app": "3scale-kourier-gateway"}, "type": "LoadBalancer"},
+}
+
+
+def test_kourier_gateway_is_never_a_load_balancer():
+    patched = knative.patch_object(KOURIER_SERVICE, knative.config_maps(KNATIVE))
+    schemas.validate_object(patched)
+    assert patched["spec"]["type"] == "ClusterIP"
+    assert KOURIER_SERVICE["spec"]["type"] == "LoadBalancer", "the manifest object itself is not mutated"
+
+
+def test_the_transform_rewrites_manifest_children_as_the_engine_hands_them_over():
+    transform = knative.manifest_transform(knative.config_maps(KNATIVE))
+    props = {k: v for k, v in KOURIER_SERVICE.items() if k != "kind"}
+    opts = pulumi.ResourceOptions()
+    result = transform(pulumi.ResourceTransformArgs(True, "kubernetes:core/v1:Service", "kourier", props, opts))
+    assert result.props["spec"]["type"] == "ClusterIP" and "kind" not in result.props
+    # Props that carry apiVersion and kind keep them.
+    full = transform(pulumi.ResourceTransformArgs(True, "kubernetes:core/v1:Service", "kourier", KOURIER_SERVICE, opts))
+    assert full.props["kind"] == "Service" and full.props["apiVersion"] == "v1"
+    assert full.props["spec"]["type"] == "ClusterIP"
+    deployment = pulumi.ResourceTransformArgs(True, "kubernetes:apps/v1:Deployment", "x", {"metadata": {}}, opts)
+    assert transform(deployment) is None
+
+
+@pytest.mark.parametrize("step", ["train", "register", "deploy"])
+def test_each_step_program_exits_non_zero_when_fail_step_names_it(step):
+    # Run as the workflow runs it (python reading the program on stdin), before its packages are needed.
+    program = (argo.STEPS / f"{step}.py").read_text()
+    done = subprocess.run(
+        [sys.executable, "-"], input=program, capture_output=True, text=True, env={"FAIL_STEP": step}, timeout=30
+    )
+    assert done.returncode == 1
+    assert f"fail_step={step}: this step fails on purpose" in done.stderr
