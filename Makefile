@@ -6,7 +6,7 @@ STACK ?= dev
 LAB ?= $(STACK)
 OUT ?= results
 
-.PHONY: venv test plan g6-sim clean
+.PHONY: venv test plan g6-sim preflight status cost clean
 
 $(BIN)/python:
 	$(PY) -m venv $(VENV)
@@ -26,6 +26,15 @@ plan: venv ## offline plan of a stack: make plan STACK=g6
 
 g6-sim: venv ## the g6 sweep against the simulated L4; report in $(OUT)/
 	$(BIN)/python -m benchmarks g6 --sim --model Qwen/Qwen2.5-1.5B-Instruct --max-num-seqs 8,32 --concurrency 1,8,32 --requests 64 --out $(OUT)
+
+preflight: venv ## before `pulumi up`: credentials, APIs, L4 quota, L4 zones: make preflight LAB=g6
+	$(BIN)/python -m ops.preflight --stack $(LAB)
+
+status: venv ## after `pulumi destroy`: exits non-zero while any GPU node of ours is up
+	$(BIN)/python -m ops.status
+
+cost: venv ## actual cost from the billing export: make cost LAB=g6 SINCE=2026-11-01 BILLING_TABLE=p.d.t
+	$(BIN)/python -m ops.billing --table $(BILLING_TABLE) --lab $(LAB) --since $(SINCE) $(if $(UNTIL),--until $(UNTIL))
 
 clean:
 	rm -rf $(VENV) .pytest_cache

@@ -132,29 +132,22 @@ def markdown(est: CostEstimate) -> str:
 
 
 def estimate_section(cfg_or_outputs: LabConfig | dict[str, Any]) -> str:
-    """Markdown cost section for a report, from a LabConfig or a stack's outputs.
+    """Markdown cost section for a report, from a LabConfig or a stack's outputs (`cost_estimate`).
 
-    Outputs carry `cost_estimate` (the saved CostEstimate) when the stack exports it; older outputs
-    are rebuilt from their lab, project, region and gpu_pool, with the system pool at its defaults.
+    "" when the outputs carry no estimate (a region the price table does not know).
     """
     if isinstance(cfg_or_outputs, LabConfig):
         return markdown(estimate(cfg_or_outputs))
-    outputs = cfg_or_outputs
-    if isinstance(outputs.get("cost_estimate"), dict):
-        return markdown(CostEstimate.model_validate(outputs["cost_estimate"]))
-    from stacks.loader import parse
+    saved = cfg_or_outputs.get("cost_estimate")
+    return markdown(CostEstimate.model_validate(saved)) if isinstance(saved, dict) else ""
 
-    pool = outputs.get("gpu_pool") or {}
-    raw = {
-        "lab": outputs["lab"],
-        "gpu_machine_type": pool.get("machine_type", "g2-standard-4"),
-        "gpu_spot": pool.get("spot", True),
-        "gpu_min_nodes": pool.get("min_nodes", 0),
-        "gpu_max_nodes": pool.get("max_nodes", 1),
-    }
-    cfg = parse(raw, stack=outputs.get("stack", outputs["lab"]), project=outputs.get("project", "unknown"),
-                region=outputs.get("region"))
-    return markdown(estimate(cfg)) + "- System pool taken at its defaults (the outputs do not say).\n"
+
+def estimate_or_none(cfg: LabConfig) -> CostEstimate | None:
+    """The estimate, or None where prices are unknown: a missing price must never block `pulumi up`."""
+    try:
+        return estimate(cfg)
+    except pricing.PricingError:
+        return None
 
 
 def table(configs: list[LabConfig]) -> str:

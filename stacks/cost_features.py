@@ -108,5 +108,8 @@ def check(cfg: LabConfig) -> list[str]:
             try:
                 machine_price(cfg.region, machine)
             except PricingError as e:
-                problems.append(f"gke-ml-labs:cost_exporter.enabled: cannot price gke-ml-labs:{key}: {e}")
+                problems.append(
+                    f"gke-ml-labs:cost_exporter.enabled: cannot price gke-ml-labs:{key}: {e}; "
+                    "add the region's prices to ops/pricing.py or set cost_exporter.enabled: false"
+                )
     return problems

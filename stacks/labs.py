@@ -26,25 +26,31 @@ LABS: dict[str, Lab] = {
             "g1",
             "GPU scheduling and DCGM",
             "nvidia.com/gpu allocatable; untolerated pods never land on GPU nodes; DCGM series present",
-            {"observability": {"enabled": True}},
+            {"observability": {"enabled": True}, "cost_exporter": {"enabled": True}},
         ),
         Lab(
             "g2",
             "GPU time-slicing",
             "how many replicas share one L4; per-pod latency as 1..N pods contend",
-            {"observability": {"enabled": True}, "gpu_sharing": {"enabled": True}},
+            {"observability": {"enabled": True}, "cost_exporter": {"enabled": True}, "gpu_sharing": {"enabled": True}},
         ),
         Lab(
             "g3",
             "Kueue quota and all-or-nothing admission",
             "three jobs over quota: two admitted, one waits; admission timeline",
-            {"observability": {"enabled": True}, "kueue": {"enabled": True}},
+            # Two one-GPU jobs share one L4 (time-sharing), so the lab fits a quota of one GPU.
+            {
+                "observability": {"enabled": True},
+                "cost_exporter": {"enabled": True},
+                "kueue": {"enabled": True},
+                "gpu_sharing": {"enabled": True, "replicas": 2},
+            },
         ),
         Lab(
             "g4",
             "Kubeflow Training Operator v1 (PyTorchJob)",
             "rendezvous of two workers; cleanPodPolicy on completion (one node: a demo, not distributed training)",
-            {"training_operator": {"enabled": True}},
+            {"training_operator": {"enabled": True}, "gpu_sharing": {"enabled": True, "replicas": 2}},
         ),
         Lab(
             "g5",
@@ -56,7 +62,12 @@ LABS: dict[str, Lab] = {
             "g6",
             "vLLM on the L4",
             "TTFT against throughput over max-num-seqs x concurrency, against the bandwidth roofline",
-            {"observability": {"enabled": True}, "vllm": {"enabled": True}, "idle_guard": {"enabled": True}},
+            {
+                "observability": {"enabled": True},
+                "cost_exporter": {"enabled": True},
+                "vllm": {"enabled": True},
+                "idle_guard": {"enabled": True},
+            },
         ),
         Lab(
             "g7",
@@ -68,7 +79,7 @@ LABS: dict[str, Lab] = {
             "g8",
             "DCGM and spot preemption with checkpoints",
             "GPU utilisation as a number; progress lost with and without checkpointing",
-            {"observability": {"enabled": True}, "checkpoints": {"enabled": True}},
+            {"observability": {"enabled": True}, "cost_exporter": {"enabled": True}, "checkpoints": {"enabled": True}},
         ),
     )
 }

@@ -16,6 +16,7 @@ from typing import Any, Callable
 
 import yaml
 
+from ops.estimate import CostEstimate, markdown
 from stacks.loader import ConfigError
 from stacks.mockrun import REPO, MockRun, Recorded, run_stack
 
@@ -123,6 +124,8 @@ def _table(run: MockRun) -> str:
     lines += [f"{r['type']:<{width['type']}}  {r['name']:<{width['name']}}  {r['settings']}" for r in body]
     mode = "preview (cloud outputs unknown)" if run.preview else "update"
     lines.append(f"\n{len(body)} resources for stack {run.stack} ({mode}).")
+    cost = run.outputs.get("cost_estimate")
+    lines.append("\n" + (markdown(CostEstimate.model_validate(cost)) if cost else "No price table for this region."))
     return "\n".join(lines)
 
 

@@ -14,6 +14,7 @@ from components.cluster import GkeCluster, GkeClusterArgs
 from components.gpu_pool import GpuNodePool, GpuNodePoolArgs
 from components.naming import resource_name
 from components.network import Network, NetworkArgs
+from ops.estimate import estimate_or_none
 from stacks import compose_cost, compose_platform, compose_serving
 from stacks.config import LabConfig
 from stacks.context import PlatformContext
@@ -122,4 +123,5 @@ def build(cfg: LabConfig, secrets: Secrets) -> dict[str, Any]:
         "labels": labels,
         "versions": out.versions,
         "benchmark": out.benchmark,
+        "cost_estimate": cost.model_dump() if (cost := estimate_or_none(cfg)) else None,
     }
