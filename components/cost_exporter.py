@@ -11,7 +11,6 @@ import pulumi
 
 from components import k8s_objects
 from components.cluster import POOL_LABEL
-from components.dashboards.cost import cost_dashboard
 from components.in_cluster_script import APP_DIR, package_items, rbac, script_files
 from components.namespaces import namespace
 from components.naming import k8s_labels
@@ -27,7 +26,6 @@ DEPS_DIR = "/deps"
 PRICES = "prices.json"
 SCRIPTS = ("kube_api.py", "cost_exporter.py")
 RULES = [{"apiGroups": [""], "resources": ["nodes", "pods"], "verbs": ["list"]}]
-DASHBOARD_LABEL = {"grafana_dashboard": "1"}  # what Grafana's dashboard sidecar loads
 _SELECTOR = {"app.kubernetes.io/name": NAME}
 
 
@@ -128,20 +126,6 @@ def service_monitor(cfg: LabConfig) -> dict:
     }
 
 
-def dashboard_config_map(cfg: LabConfig) -> dict:
-    model = cost_dashboard()
-    return {
-        "apiVersion": "v1",
-        "kind": "ConfigMap",
-        "metadata": {
-            "name": f"dashboard-{model['uid']}",
-            "namespace": NAMESPACE,
-            "labels": {**k8s_labels(cfg, COMPONENT), **DASHBOARD_LABEL},
-        },
-        "data": {f"{model['uid']}.json": json.dumps(model, sort_keys=True)},
-    }
-
-
 def objects(cfg: LabConfig) -> list[dict]:
     """The core objects, in creation order (the ServiceMonitor comes separately: it needs Prometheus)."""
     return [
@@ -150,7 +134,6 @@ def objects(cfg: LabConfig) -> list[dict]:
         config_map(cfg),
         deployment(cfg),
         service(cfg),
-        dashboard_config_map(cfg),
     ]
 
 

@@ -7,7 +7,7 @@ import pulumi
 
 from components import cost_exporter, idle_guard
 from components.budget import BudgetArgs, ProjectBudget
-from components.dashboards.cost import cost_dashboard
+from ops.pricing import PricingError, machine_price
 from stacks.config import LabConfig
 from stacks.context import PlatformContext
 
@@ -17,6 +17,15 @@ BUDGET_API = "billingbudgets.googleapis.com"
 def apis(cfg: LabConfig) -> list[str]:
     """Google APIs these features need besides the base ones."""
     return [BUDGET_API] if cfg.budget.enabled else []
+
+
+def _unpriced(cfg: LabConfig) -> str | None:
+    try:
+        for machine in (cfg.gpu_machine_type, cfg.system_machine_type):
+            machine_price(cfg.region, machine)
+    except PricingError as e:
+        return str(e)
+    return None
 
 
 def compose(ctx: PlatformContext) -> None:
@@ -29,7 +38,10 @@ def compose(ctx: PlatformContext) -> None:
     if cfg.idle_guard.enabled:
         idle_guard.IdleGuard("idle-guard", idle_guard.IdleGuardArgs(cfg), opts=ctx.k8s_opts())
         ctx.outputs.namespaces.append(idle_guard.NAMESPACE)
-    if cfg.cost_exporter.enabled:
+    if cfg.cost_exporter.enabled and (unpriced := _unpriced(cfg)):
+        # The exporter is a convenience: a machine the price table lacks must not block `pulumi up`.
+        pulumi.log.warn(f"cost exporter not deployed: {unpriced}; add the prices to ops/pricing.py")
+    elif cfg.cost_exporter.enabled:
         cost_exporter.CostExporter(
             "cost-exporter",
             cost_exporter.CostExporterArgs(cfg, prometheus=ctx.ready.get("prometheus")),
@@ -43,7 +55,3 @@ def compose(ctx: PlatformContext) -> None:
             "path": "/metrics",
             "protocol": "http",
         }
-        dashboards = (ctx.outputs.grafana or {}).get("dashboards")
-        if isinstance(dashboards, dict):
-            model = cost_dashboard()
-            dashboards[model["title"]] = model["uid"]

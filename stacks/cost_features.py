@@ -7,7 +7,6 @@ from typing import TYPE_CHECKING
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator
 
-from ops.pricing import PricingError, machine_price
 
 if TYPE_CHECKING:
     from stacks.config import LabConfig
@@ -103,13 +102,4 @@ def check(cfg: LabConfig) -> list[str]:
             "gke-ml-labs:cost_exporter.enabled: needs gke-ml-labs:observability.enabled (the in-cluster "
             "Prometheus scrapes its gauges and Grafana shows them); turn observability on or the exporter off"
         )
-    if cfg.cost_exporter.enabled:
-        for key, machine in (("gpu_machine_type", cfg.gpu_machine_type), ("system_machine_type", cfg.system_machine_type)):
-            try:
-                machine_price(cfg.region, machine)
-            except PricingError as e:
-                problems.append(
-                    f"gke-ml-labs:cost_exporter.enabled: cannot price gke-ml-labs:{key}: {e}; "
-                    "add the region's prices to ops/pricing.py or set cost_exporter.enabled: false"
-                )
     return problems

@@ -149,8 +149,6 @@ def test_objects_validate_and_run_on_the_system_pool():
     app = next(o for o in objects if o["kind"] == "ConfigMap" and o["metadata"]["name"] == "cost-exporter-app")
     assert json.loads(app["data"]["prices.json"]) == PRICES
     assert app["data"]["cost_exporter.py"] == open(exporter.__file__).read()
-    dashboard = next(o for o in objects if o["metadata"]["name"] == "dashboard-gke-ml-labs-cost")
-    assert dashboard["metadata"]["labels"]["grafana_dashboard"] == "1"
     role = next(o for o in objects if o["kind"] == "ClusterRole")
     assert role["rules"] == [{"apiGroups": [""], "resources": ["nodes", "pods"], "verbs": ["list"]}]
 

@@ -10,9 +10,9 @@ import pytest
 import yaml
 
 import schemas
-from components.dashboards import all_dashboards, gpu, gpu_dashboard, kueue, kueue_dashboard, serving_dashboard
+from components.dashboards import all_dashboards, cost_dashboard, gpu, gpu_dashboard, kueue, kueue_dashboard, serving_dashboard
 
-DASHBOARDS = {"gpu": gpu_dashboard, "kueue": kueue_dashboard, "serving": serving_dashboard}
+DASHBOARDS = {"gpu": gpu_dashboard, "kueue": kueue_dashboard, "serving": serving_dashboard, "cost": cost_dashboard}
 
 # Kueue v0.19.2 metric names, read from pkg/metrics/metrics.go at tag v0.19.2 of kubernetes-sigs/kueue
 # (Subsystem "kueue" + Name); histograms are listed with the suffixes Prometheus adds.
@@ -64,9 +64,12 @@ CONCRETE = {
     "cluster_queue": "gpu",
     "resource": "nvidia.com/gpu",
     "model": "qwen",
+    # Grafana's global variables.
     "__rate_interval": "1m",
+    "__range": "6h",
+    "__range_s": "21600",
 }
-ALL = {name: ".*" for name in CONCRETE} | {"__rate_interval": "5m"}
+ALL = {name: ".*" for name in CONCRETE} | {"__rate_interval": "5m", "__range": "6h", "__range_s": "21600"}
 
 
 def substitute(expr: str, values: dict[str, str]) -> str:
@@ -136,7 +139,7 @@ def test_every_query_uses_the_prometheus_datasource_variable(dashboards, name):
 @pytest.mark.parametrize("name", DASHBOARDS)
 def test_every_variable_an_expression_uses_is_defined(dashboards, name):
     dashboard = dashboards[name]
-    defined = {v["name"] for v in dashboard["templating"]["list"]} | {"__rate_interval"}
+    defined = {v["name"] for v in dashboard["templating"]["list"]} | {"__rate_interval", "__range", "__range_s"}
     used = {m for e in all_expressions(dashboard) for m in re.findall(r"\$([A-Za-z_]\w*)", e)}
     assert used <= defined
 

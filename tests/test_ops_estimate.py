@@ -88,9 +88,13 @@ def test_every_stack_file_has_an_estimate():
     assert len(rows) == 2 + len(stack_names()) + 2
 
 
-def test_cost_exporter_on_an_unpriced_region_is_a_config_error():
-    with pytest.raises(ConfigError, match="cannot price gke-ml-labs:gpu_machine_type: no prices for region 'europe-west9'"):
-        parse({"lab": "g6", "cost_exporter": {"enabled": True}}, stack="g6", project="p", region="europe-west9")
+def test_an_unpriced_machine_skips_the_cost_exporter_instead_of_blocking_up():
+    from stacks.mockrun import run_stack
+
+    run = run_stack("g6", overrides={"gke-ml-labs:gpu_machine_type": "g2-standard-24"})
+    assert not [r for r in run.resources if r.name.startswith("cost-exporter")]
+    assert run.one("gcp:container/nodePool:NodePool", "gpu-pool")
+    assert [r for r in run_stack("g6").resources if r.name.startswith("cost-exporter")]
 
 
 def test_cli(capsys):

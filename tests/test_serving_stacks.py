@@ -134,7 +134,7 @@ def test_vllm_deployment_is_scraped_when_prometheus_runs(runs):
     run = runs[("g6", False)]
     monitor = run.one(MONITOR, "vllm-servicemonitor")
     assert run.depends_on(monitor, release(run, "kube-prometheus-stack"))
-    without = run_stack("g6", overrides={"gke-ml-labs:observability": {"enabled": False}})
+    without = run_stack("g6", overrides={"gke-ml-labs:observability": {"enabled": False}, "gke-ml-labs:cost_exporter": {"enabled": False}})
     assert not without.of_type(MONITOR)
     assert without.one(DEPLOYMENT, "vllm-deployment")
 
