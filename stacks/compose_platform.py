@@ -39,8 +39,8 @@ def cluster_overrides(cfg: LabConfig) -> dict[str, Any]:
         # Our own exporter feeds our own Prometheus; GKE-managed DCGM would be a second exporter whose
         # data lands in Cloud Monitoring, where the benchmarks do not look.
         overrides["managed_dcgm"] = False
-    if cfg.tenancy.enabled:
-        overrides["dataplane_v2"] = True  # enforces the tenants' NetworkPolicies
+    if cfg.tenancy.enabled and cfg.tenancy.security_group:
+        overrides["security_group"] = cfg.tenancy.security_group
     return overrides
 
 

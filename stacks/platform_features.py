@@ -122,6 +122,9 @@ class Tenancy(_Feature):
     """Tenants and PriorityClasses (serving > training > batch; batch never preempts)."""
 
     tenants: list[Tenant] = Field(default_factory=list)
+    # Google Groups for RBAC: GKE resolves a tenant's group only when it is a member of this group,
+    # which must be named gke-security-groups@<your domain>.
+    security_group: str | None = Field(None, pattern=r"^gke-security-groups@[^@\s]+\.[^@\s]+$")
 
 
 def shared_gpus_per_node(cfg: LabConfig) -> int:

@@ -27,6 +27,7 @@ NVIDIA = {f"{K}:gpu_sharing": {"mode": "nvidia", "replicas": 3}, f"{K}:gpu_drive
 TENANTS = {
     "enabled": True,
     "tenants": [{"name": "team-a", "group": "team-a@example.com", "gpus": 1, "cpu": 2.5, "memory_gib": 6}],
+    "security_group": "gke-security-groups@example.com",
 }
 
 
@@ -280,9 +281,11 @@ def test_tenants_get_quota_limits_isolation_rbac_and_a_queue():
         {"apiGroup": "rbac.authorization.k8s.io", "kind": "Group", "name": "team-a@example.com"}
     ]
     assert by_kind["LocalQueue"][0]["spec"]["clusterQueue"] == r.outputs["benchmark"]["kueue"]["cluster_queue"]
-    # NetworkPolicies are enforced only with Dataplane V2.
+    # NetworkPolicies are enforced only with Dataplane V2, on in every lab so tenancy never replaces a cluster.
     assert r.one(CLUSTER).inputs["datapathProvider"] == "ADVANCED_DATAPATH"
-    assert "datapathProvider" not in run("g3").one(CLUSTER).inputs
+    assert run("g3").one(CLUSTER).inputs["datapathProvider"] == "ADVANCED_DATAPATH"
+    # The tenants' groups resolve through Google Groups for RBAC.
+    assert r.one(CLUSTER).inputs["authenticatorGroupsConfig"] == {"securityGroup": "gke-security-groups@example.com"}
 
 
 def test_priority_classes_order_serving_training_batch_and_batch_never_preempts():
