@@ -241,8 +241,13 @@ class ArgoWorkflows(pulumi.ComponentResource):
             ),
             opts=pulumi.ResourceOptions(parent=self, depends_on=[self.bucket]),
         )
+        # The deploy step creates InferenceServices Pulumi does not manage. Waiting for KServe here makes
+        # destroy delete this namespace while KServe's controller still runs and clears their
+        # finalizers; otherwise the namespace would hang in Terminating.
         self.namespace = k8s_objects.create(
-            f"{name}-workflows-ns", namespace(cfg, a.workflow_namespace, "pipeline"), child
+            f"{name}-workflows-ns",
+            namespace(cfg, a.workflow_namespace, "pipeline"),
+            pulumi.ResourceOptions(parent=self, depends_on=[args.kserve]),
         )
 
         def identity(suffix: str, ksa: str, role: str) -> BucketIdentity:

@@ -71,6 +71,11 @@ def test_workflow_template_waits_for_argo_and_kserve(runs):
     assert run.depends_on(template, release(run, "argo-workflows"))
     assert run.depends_on(template, release(run, "kserve-resources"))
     assert not run.of_type(ISVC), "g7's InferenceService comes from the workflow, not from Pulumi"
+    # So destroy removes the namespace holding it while KServe can still clear its finalizer.
+    workflows_ns = next(
+        r for r in run.of_type("kubernetes:core/v1:Namespace") if r.inputs["metadata"]["name"] == "pipelines"
+    )
+    assert run.depends_on(workflows_ns, release(run, "kserve-resources"))
 
 
 def test_g7_bucket_and_identities_hold_only_bucket_roles(runs):
