@@ -14,6 +14,7 @@ import time
 from dataclasses import dataclass, field
 
 import aiohttp
+from yarl import URL
 
 from benchmarks.loadgen.spec import LoadSpec, Timeouts
 
@@ -23,9 +24,14 @@ _TOKEN_ID_RANGE = (1000, 30000)
 
 @dataclass(slots=True)
 class RequestRecord:
-    """Client-side timings of one request (time.monotonic seconds) and its outcome."""
+    """Client-side timings of one request (time.monotonic seconds) and its outcome.
+
+    `sent` is when the body was handed to the socket (aiohttp's chunk-sent trace), not when the
+    coroutine started: on a busy loop the gap between the two is client lag, and must show.
+    """
 
     scheduled: float
+    dispatched: float = 0.0
     sent: float = 0.0
     first_token: float | None = None
     end: float = 0.0
@@ -88,21 +94,22 @@ def _content_and_usage(payload: bytes) -> tuple[bool, int | None, str | None]:
     return has_content, (usage or {}).get("completion_tokens"), None
 
 
+_HEADERS = {"Content-Type": "application/json"}
+
+
 async def send_request(
-    session: aiohttp.ClientSession, url: str, body: bytes, rec: RequestRecord, timeouts: Timeouts
+    session: aiohttp.ClientSession, url: URL, body: bytes, rec: RequestRecord, timeouts: Timeouts
 ) -> RequestRecord:
     """Send one streaming request and fill `rec`; failures set `rec.error` to a short reason."""
     loop = asyncio.get_running_loop()
-    rec.sent = loop.time()
-    phase = "first_byte"
+    rec.dispatched = loop.time()
+    phase = "first_token"
     usage_tokens: int | None = None
     content_chunks = 0
     done = False
     try:
-        async with asyncio.timeout_at(rec.sent + timeouts.first_byte_s) as deadline:
-            async with session.post(
-                url, data=body, headers={"Content-Type": "application/json"}
-            ) as resp:
+        async with asyncio.timeout_at(rec.dispatched + timeouts.first_token_s) as deadline:
+            async with session.post(url, data=body, headers=_HEADERS, trace_request_ctx=rec) as resp:
                 if resp.status != 200:
                     await resp.read()
                     rec.error = f"http_{resp.status}"
@@ -134,7 +141,7 @@ async def send_request(
                                 if rec.first_token is None:
                                     rec.first_token = now
                                     phase = "total"
-                                    deadline.reschedule(rec.sent + timeouts.total_s)
+                                    deadline.reschedule(rec.dispatched + timeouts.total_s)
     except TimeoutError as exc:
         # aiohttp's own connect timeout is a TimeoutError subclass: name that phase apart.
         rec.error = "timeout_connect" if isinstance(exc, aiohttp.ConnectionTimeoutError) else f"timeout_{phase}"
@@ -148,6 +155,8 @@ async def send_request(
         rec.error = f"client_error_{type(exc).__name__}"
     finally:
         rec.end = loop.time()
+        if not rec.sent:
+            rec.sent = rec.dispatched  # never reached the socket: its lag is the dispatch lag
     if rec.error is None:
         if not done:
             rec.error = "truncated_stream"
@@ -158,10 +167,28 @@ async def send_request(
     return rec
 
 
+async def _on_chunk_sent(
+    session: aiohttp.ClientSession, ctx: object, params: aiohttp.TraceRequestChunkSentParams
+) -> None:
+    rec = ctx.trace_request_ctx  # type: ignore[attr-defined]
+    if not rec.sent:
+        rec.sent = asyncio.get_running_loop().time()
+
+
 def make_session(spec: LoadSpec) -> aiohttp.ClientSession:
-    """A session whose connection pool never caps the load (aiohttp's default limit is 100)."""
+    """A session whose connection pool never caps the load (aiohttp's default limit is 100).
+
+    Cookies, compression and automatic headers are switched off: each costs CPU per request and
+    the benchmark needs none of them.
+    """
     connector = aiohttp.TCPConnector(limit=spec.concurrency or 0, limit_per_host=0)
+    trace = aiohttp.TraceConfig()
+    trace.on_request_chunk_sent.append(_on_chunk_sent)
     return aiohttp.ClientSession(
+        trace_configs=[trace],
+        cookie_jar=aiohttp.DummyCookieJar(),
+        auto_decompress=False,
+        skip_auto_headers=("User-Agent", "Accept", "Accept-Encoding"),
         connector=connector,
         timeout=aiohttp.ClientTimeout(
             total=None, connect=spec.timeouts.connect_s, sock_connect=spec.timeouts.connect_s

@@ -1,7 +1,8 @@
 """A minimal, cheap OpenAI-style streaming server for measuring the load generator itself.
 
 Raw asyncio HTTP/1.1 (keep-alive, chunked SSE) so that the server costs little CPU: fixed TTFT and
-ITL, `max_tokens` content chunks, a usage chunk, `[DONE]`. It records its own TTFT per request
+ITL (or ITL spread by a seeded +-jitter share, so streams drift out of lockstep), `max_tokens`
+content chunks, a usage chunk, `[DONE]`. It records its own TTFT per request
 (request read -> first content chunk written) and the monotonic arrival and first-token stamps
 (comparable with the client's: CLOCK_MONOTONIC is system-wide) at GET /truth. Run it as
 `python -m benchmarks.loadgen.fastserver --port P --ttft-ms 30 --itl-ms 20`.
@@ -12,6 +13,7 @@ from __future__ import annotations
 import argparse
 import asyncio
 import json
+import random
 
 _HEAD = (
     b"HTTP/1.1 200 OK\r\nContent-Type: text/event-stream\r\n"
@@ -41,9 +43,11 @@ _DONE = _chunk(b"[DONE]") + b"0\r\n\r\n"
 class FastServer:
     """Serves completions with fixed timings; keeps server-side stamps (monotonic seconds) for /truth."""
 
-    def __init__(self, ttft_s: float, itl_s: float) -> None:
+    def __init__(self, ttft_s: float, itl_s: float, jitter: float = 0.0) -> None:
         self.ttft_s = ttft_s
         self.itl_s = itl_s
+        self.jitter = jitter
+        self.rng = random.Random(0)
         self.arrivals: list[float] = []
         self.first_tokens: list[float] = []
 
@@ -75,7 +79,8 @@ class FastServer:
                         self.arrivals.append(arrival)
                         self.first_tokens.append(loop.time())
                     if i < tokens - 1:
-                        await asyncio.sleep(self.itl_s)
+                        spread = 1.0 + self.jitter * (2.0 * self.rng.random() - 1.0) if self.jitter else 1.0
+                        await asyncio.sleep(self.itl_s * spread)
                 usage = {"choices": [], "usage": {"completion_tokens": tokens}}
                 writer.write(_chunk(json.dumps(usage).encode()) + _DONE)
                 await writer.drain()
@@ -85,8 +90,9 @@ class FastServer:
             writer.close()
 
 
-async def serve(port: int, ttft_s: float, itl_s: float) -> None:
-    server = await asyncio.start_server(FastServer(ttft_s, itl_s).handle, "127.0.0.1", port, backlog=4096)
+async def serve(port: int, ttft_s: float, itl_s: float, jitter: float) -> None:
+    handler = FastServer(ttft_s, itl_s, jitter).handle
+    server = await asyncio.start_server(handler, "127.0.0.1", port, backlog=4096)
     async with server:
         await server.serve_forever()
 
@@ -96,8 +102,9 @@ def main() -> None:
     parser.add_argument("--port", type=int, required=True)
     parser.add_argument("--ttft-ms", type=float, default=30.0)
     parser.add_argument("--itl-ms", type=float, default=20.0)
+    parser.add_argument("--jitter", type=float, default=0.0, help="spread each ITL by up to +- this share")
     args = parser.parse_args()
-    asyncio.run(serve(args.port, args.ttft_ms / 1000.0, args.itl_ms / 1000.0))
+    asyncio.run(serve(args.port, args.ttft_ms / 1000.0, args.itl_ms / 1000.0, args.jitter))
 
 
 if __name__ == "__main__":

@@ -10,6 +10,8 @@ import asyncio
 from collections.abc import Callable
 from dataclasses import dataclass
 
+from yarl import URL
+
 from benchmarks.loadgen.backend import (
     RequestRecord,
     build_bodies,
@@ -24,9 +26,10 @@ from benchmarks.loadgen.timers import poisson_offsets, sleep_until
 
 @dataclass(frozen=True, slots=True)
 class LoadRun:
-    """Counted requests (warm-up excluded) of one point and how the point ended."""
+    """Counted requests of one point, the warm-up's apart, and how the point ended."""
 
     records: list[RequestRecord]
+    warmup: list[RequestRecord]
     stopped_by: str  # "requests" or "duration"
     wall_offset: float  # add to a monotonic stamp to get time.time()
 
@@ -35,7 +38,7 @@ async def run_load(spec: LoadSpec, on_done: Callable[[RequestRecord], None] | No
     """Run `spec.warmup_requests` uncounted requests, then `spec.requests` counted ones."""
     total = spec.warmup_requests + spec.requests
     bodies = build_bodies(spec, total)
-    url = spec.base_url.rstrip("/") + endpoint_path(spec.api)
+    url = URL(spec.base_url.rstrip("/") + endpoint_path(spec.api))
     slots: list[RequestRecord | None] = [None] * total
     loop = asyncio.get_running_loop()
     async with make_session(spec) as session:
@@ -69,5 +72,6 @@ async def run_load(spec: LoadSpec, on_done: Callable[[RequestRecord], None] | No
                 tasks.append(asyncio.create_task(one(i, t0 + offset)))
             await asyncio.gather(*tasks)
     counted = [r for r in slots[spec.warmup_requests :] if r is not None]
+    warmup = [r for r in slots[: spec.warmup_requests] if r is not None]
     stopped_by = "requests" if len(counted) == spec.requests else "duration"
-    return LoadRun(records=counted, stopped_by=stopped_by, wall_offset=wall_clock_offset())
+    return LoadRun(records=counted, warmup=warmup, stopped_by=stopped_by, wall_offset=wall_clock_offset())

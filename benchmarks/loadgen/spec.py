@@ -15,7 +15,7 @@ class Timeouts(BaseModel):
     model_config = ConfigDict(frozen=True, extra="forbid")
 
     connect_s: float = Field(5.0, gt=0)
-    first_byte_s: float = Field(120.0, gt=0)
+    first_token_s: float = Field(120.0, gt=0)
     total_s: float = Field(600.0, gt=0)
 
 
@@ -50,7 +50,8 @@ class LoadSpec(BaseModel):
     seed: int = 0
     timeouts: Timeouts = Timeouts()
     slo: Slo = Slo()
-    # A lag p99 above this says the client, not the server, limited the point.
+    # A lag p99 above this (or above 5% of TTFT p50, whichever is larger) says the client, not
+    # the server, limited the point.
     max_client_lag_ms: float = Field(1.0, gt=0)
 
     @model_validator(mode="after")

@@ -70,6 +70,11 @@ class PointStats(BaseModel):
     tpot_ms: Summary | None
     e2e_ms: Summary | None
     output_tokens: int
+    # Rates and the decode batch count every request's activity inside the window, warm-up
+    # requests included: they share the server with the counted ones (e.g. queued ahead of them).
+    # mean_decoding is the time-averaged count of requests between first token and end (Little's
+    # law on the client's own timings): the decode batch, independent of any scrape resolution.
+    mean_decoding: float
     output_tokens_per_s: float
     requests_per_s: float
     client_lag_ms: LagSummary | None
@@ -105,12 +110,35 @@ def _meets(r: RequestRecord, slo: Slo) -> bool:
     return all(limit is None or value * 1000.0 <= limit for limit, value in checks)
 
 
+# Lag up to this share of the median TTFT leaves the TTFT figures readable as the server's.
+LAG_SHARE_OF_TTFT = 0.05
+
+
+def client_lag_limit_ms(spec: LoadSpec, ttft: Summary) -> float:
+    """Lag p99 above which a point is client-bound: the larger of the set limit and 5% of TTFT p50."""
+    return max(spec.max_client_lag_ms, LAG_SHARE_OF_TTFT * ttft.p50)
+
+
+def _in_window(ok: list[RequestRecord], start: float, end: float) -> tuple[float, int, float]:
+    """(output tokens, completions, decoding request-seconds) falling inside [start, end]."""
+    tokens, done, decoding = 0.0, 0, 0.0
+    for r in ok:
+        if r.chunk_times:
+            per_chunk = r.output_tokens / len(r.chunk_times)
+            tokens += per_chunk * sum(1 for t in r.chunk_times if start <= t <= end)
+        done += start <= r.end <= end
+        if r.first_token is not None:
+            decoding += max(0.0, min(r.end, end) - max(r.first_token, start))
+    return tokens, done, decoding
+
+
 def summarize(run: LoadRun, spec: LoadSpec) -> PointStats:
-    """Statistics over the counted requests of one point."""
+    """Latencies over the counted requests of one point; rates over its window."""
     ok = [r for r in run.records if r.ok]
     failures = Counter(r.error for r in run.records if not r.ok)
     window: Window | None = None
     seconds = 0.0
+    start = end = 0.0
     if run.records:
         start = min(r.scheduled for r in run.records)
         end = max(r.end for r in run.records)
@@ -127,12 +155,13 @@ def summarize(run: LoadRun, spec: LoadSpec) -> PointStats:
     itls = [b - a for r in ok for a, b in zip(r.chunk_times, r.chunk_times[1:])]
     tpots = [t for r in ok if (t := _tpot_s(r)) is not None]
     tokens = sum(r.output_tokens for r in ok)
+    ttft = summarize_ms([r.first_token - r.scheduled for r in ok])
+    window_tokens, window_done, decoding = _in_window(ok + [r for r in run.warmup if r.ok], start, end)
     goodput = None
-    if spec.slo.is_set() and seconds:
-        good = sum(1 for r in ok if _meets(r, spec.slo))
-        goodput = Goodput(
-            slo=spec.slo, requests_per_s=good / seconds, fraction=good / len(ok) if ok else 0.0
-        )
+    if spec.slo.is_set() and ok and seconds:
+        # The counted requests' SLO share, applied to the window's completion rate.
+        fraction = sum(1 for r in ok if _meets(r, spec.slo)) / len(ok)
+        goodput = Goodput(slo=spec.slo, requests_per_s=fraction * window_done / seconds, fraction=fraction)
     return PointStats(
         concurrency=spec.concurrency,
         rate=spec.rate,
@@ -141,15 +170,16 @@ def summarize(run: LoadRun, spec: LoadSpec) -> PointStats:
         completed=len(ok),
         failed=sum(failures.values()),
         failures=dict(sorted(failures.items())),
-        ttft_ms=summarize_ms([r.first_token - r.scheduled for r in ok]),
+        ttft_ms=ttft,
         itl_ms=summarize_ms(itls),
         tpot_ms=summarize_ms(tpots),
         e2e_ms=summarize_ms([r.end - r.scheduled for r in ok]),
         output_tokens=tokens,
-        output_tokens_per_s=tokens / seconds if seconds else 0.0,
-        requests_per_s=len(ok) / seconds if seconds else 0.0,
+        mean_decoding=decoding / seconds if seconds else 0.0,
+        output_tokens_per_s=window_tokens / seconds if seconds else 0.0,
+        requests_per_s=window_done / seconds if seconds else 0.0,
         client_lag_ms=lag,
-        client_bound=lag is not None and lag.p99 > spec.max_client_lag_ms,
+        client_bound=lag is not None and ttft is not None and lag.p99 > client_lag_limit_ms(spec, ttft),
         goodput=goodput,
         window=window,
         stopped_by=run.stopped_by,

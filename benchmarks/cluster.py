@@ -1,0 +1,263 @@
+"""The thin cluster layer of the lab benchmarks: the only module that talks to a live cluster.
+
+`KubeCluster` wraps the `kubernetes` client (kubeconfig from the stack outputs; GKE's kubeconfig
+authenticates through the `gke-gcloud-auth-plugin` exec plugin). `RunScope` labels every object a
+run creates with the run id and deletes everything carrying that label when the run ends, however
+it ends (error, timeout, Ctrl-C, SIGTERM). `wait_until` polls with a deadline and shows progress.
+Everything that turns API objects into numbers lives in pure functions elsewhere.
+"""
+
+from __future__ import annotations
+
+import shutil
+import signal
+import time
+from collections.abc import Callable
+from typing import Any, Protocol, TypeVar
+
+import yaml
+
+RUN_LABEL = "gke-ml-labs/benchmark-run"
+LAB_LABEL = "gke-ml-labs/lab"
+AUTH_PLUGIN = "gke-gcloud-auth-plugin"
+
+T = TypeVar("T")
+
+
+class ClusterError(Exception):
+    """The cluster could not be reached or refused an operation; says which and why."""
+
+
+class WaitTimeout(ClusterError):
+    """A wait ran past its deadline; the message says what was awaited and what was last seen."""
+
+
+class Interrupted(BaseException):
+    """SIGTERM during a run: raised like KeyboardInterrupt so cleanup in `finally` still runs."""
+
+
+class Cluster(Protocol):
+    """What the lab benchmarks need from a cluster (the real one, or a test double)."""
+
+    def create(self, obj: dict[str, Any]) -> dict[str, Any]: ...
+
+    def list(
+        self, api_version: str, kind: str, namespace: str | None = None, label_selector: str | None = None
+    ) -> list[dict[str, Any]]: ...
+
+    def delete_labelled(self, api_version: str, kind: str, namespace: str | None, label_selector: str) -> None: ...
+
+    def pod_log(self, namespace: str, name: str) -> str: ...
+
+    def service_get(self, namespace: str, service: str, port: int, path: str, params: dict[str, str]) -> str: ...
+
+    def server_version(self) -> dict[str, Any]: ...
+
+
+class KubeCluster:
+    """`Cluster` over the official client's dynamic API (any kind, CRs included, one code path)."""
+
+    def __init__(self, api_client: Any):
+        from kubernetes import dynamic
+
+        self._api_client = api_client
+        try:
+            self._dyn = dynamic.DynamicClient(api_client)
+        except Exception as e:  # discovery is the first call that reaches the API server
+            raise ClusterError(f"cannot reach the cluster's API server: {e}") from e
+
+    @classmethod
+    def from_kubeconfig(cls, kubeconfig: str | dict[str, Any]) -> KubeCluster:
+        """Build from the stack output `kubeconfig` (YAML/JSON text or already parsed)."""
+        from kubernetes import config
+
+        parsed = yaml.safe_load(kubeconfig) if isinstance(kubeconfig, str) else kubeconfig
+        if not isinstance(parsed, dict) or "clusters" not in parsed:
+            raise ClusterError("stack output 'kubeconfig' is not a kubeconfig (no 'clusters' key)")
+        if AUTH_PLUGIN in yaml.safe_dump(parsed) and shutil.which(AUTH_PLUGIN) is None:
+            raise ClusterError(
+                f"the kubeconfig authenticates with {AUTH_PLUGIN}, which is not on PATH: install it with "
+                "`gcloud components install gke-gcloud-auth-plugin` and log in with `gcloud auth login`"
+            )
+        return cls(config.new_client_from_config_dict(parsed, persist_config=False))
+
+    def _resource(self, api_version: str, kind: str) -> Any:
+        try:
+            return self._dyn.resources.get(api_version=api_version, kind=kind)
+        except Exception as e:
+            raise ClusterError(
+                f"the cluster does not serve {kind} ({api_version}): is the lab's component installed? ({e})"
+            ) from e
+
+    def create(self, obj: dict[str, Any]) -> dict[str, Any]:
+        res = self._resource(obj["apiVersion"], obj["kind"])
+        ns = obj["metadata"].get("namespace") if res.namespaced else None
+        try:
+            return self._dyn.create(res, body=obj, namespace=ns).to_dict()
+        except Exception as e:
+            raise ClusterError(f"creating {obj['kind']} {ns}/{obj['metadata']['name']} failed: {e}") from e
+
+    def list(
+        self, api_version: str, kind: str, namespace: str | None = None, label_selector: str | None = None
+    ) -> list[dict[str, Any]]:
+        res = self._resource(api_version, kind)
+        out = self._dyn.get(res, namespace=namespace if res.namespaced else None, label_selector=label_selector)
+        return out.to_dict().get("items", [])
+
+    def delete_labelled(self, api_version: str, kind: str, namespace: str | None, label_selector: str) -> None:
+        res = self._resource(api_version, kind)
+        # Background propagation: a Job's pods go with it, and the call does not block on them.
+        body = {"apiVersion": "v1", "kind": "DeleteOptions", "propagationPolicy": "Background"}
+        if res.namespaced:
+            self._dyn.delete(res, namespace=namespace, label_selector=label_selector, body=body)
+        else:
+            self._dyn.delete(res, label_selector=label_selector, body=body)
+
+    def pod_log(self, namespace: str, name: str) -> str:
+        from kubernetes import client
+
+        return client.CoreV1Api(self._api_client).read_namespaced_pod_log(name, namespace)
+
+    def service_get(self, namespace: str, service: str, port: int, path: str, params: dict[str, str]) -> str:
+        """GET through the API server's service proxy: reaches ClusterIP services with no port-forward."""
+        request = self._api_client.param_serialize(
+            method="GET",
+            resource_path=f"/api/v1/namespaces/{namespace}/services/{service}:{port}/proxy/{path.lstrip('/')}",
+            query_params=list(params.items()),
+            auth_settings=["BearerToken"],
+        )
+        try:
+            response = self._api_client.call_api(*request, _request_timeout=60)
+            response.read()
+        except Exception as e:
+            raise ClusterError(f"GET {path} on service {namespace}/{service}:{port} failed: {e}") from e
+        return response.data.decode()
+
+    def server_version(self) -> dict[str, Any]:
+        """GET /version as the server wrote it (camelCase), which discovery has already fetched."""
+        return dict(self._dyn.version["kubernetes"])
+
+
+def with_labels(obj: dict[str, Any], labels: dict[str, str]) -> dict[str, Any]:
+    """Add `labels` to the object and to every pod template inside it (Job, PyTorchJob, ...), in place,
+    so the pods that controllers create carry the run label too and are swept with it."""
+    meta = obj.setdefault("metadata", {})
+    meta["labels"] = {**meta.get("labels", {}), **labels}
+
+    def walk(node: Any) -> None:
+        if isinstance(node, dict):
+            template = node.get("template")
+            if isinstance(template, dict) and "spec" in template:
+                tmeta = template.setdefault("metadata", {})
+                tmeta["labels"] = {**tmeta.get("labels", {}), **labels}
+            for value in node.values():
+                walk(value)
+        elif isinstance(node, list):
+            for value in node:
+                walk(value)
+
+    walk(obj.get("spec"))
+    return obj
+
+
+def run_selector(run_id: str) -> str:
+    return f"{RUN_LABEL}={run_id}"
+
+
+class RunScope:
+    """Creates a run's objects with its labels; on exit deletes every object kind it created, by label.
+
+    Use as a context manager. Cleanup runs on normal exit, on any exception, on Ctrl-C and on SIGTERM
+    (turned into `Interrupted`). Cleanup errors are reported through `log` and never hide the error
+    that ended the run. Pods are always swept too: Jobs and controllers create them from templates
+    that carry the run label.
+    """
+
+    def __init__(self, cluster: Cluster, run_id: str, lab: str, log: Callable[[str], None] = print):
+        self.cluster = cluster
+        self.run_id = run_id
+        self.lab = lab
+        self.log = log
+        self._created: list[tuple[str, str, str | None]] = []  # (apiVersion, kind, namespace), in order
+        self._old_sigterm: Any = None
+
+    @property
+    def labels(self) -> dict[str, str]:
+        return {RUN_LABEL: self.run_id, LAB_LABEL: self.lab, "app.kubernetes.io/component": "benchmark"}
+
+    def create(self, obj: dict[str, Any]) -> dict[str, Any]:
+        with_labels(obj, self.labels)
+        key = (obj["apiVersion"], obj["kind"], obj["metadata"].get("namespace"))
+        if key not in self._created:
+            self._created.append(key)  # recorded before the call: a half-done create is swept too
+        return self.cluster.create(obj)
+
+    def __enter__(self) -> RunScope:
+        def on_term(signum: int, frame: Any) -> None:
+            raise Interrupted(f"signal {signum}")
+
+        try:
+            self._old_sigterm = signal.signal(signal.SIGTERM, on_term)
+        except ValueError:  # not the main thread: Ctrl-C still reaches us as KeyboardInterrupt
+            self._old_sigterm = None
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.cleanup()
+        if self._old_sigterm is not None:
+            signal.signal(signal.SIGTERM, self._old_sigterm)
+
+    def cleanup(self) -> None:
+        """Delete everything this run labelled, newest kind first; never raises."""
+        selector = run_selector(self.run_id)
+        namespaces = {ns for _, _, ns in self._created if ns}
+        targets = list(reversed(self._created)) + [("v1", "Pod", ns) for ns in sorted(namespaces)]
+        # A second Ctrl-C during cleanup must not leave a GPU busy: ignore it until we are done.
+        old_int = _ignore_sigint()
+        try:
+            for api_version, kind, ns in targets:
+                try:
+                    self.cluster.delete_labelled(api_version, kind, ns, selector)
+                    self.log(f"cleanup: deleted {kind} labelled {selector}" + (f" in {ns}" if ns else ""))
+                except Exception as e:  # report and go on: the next kind may still hold a GPU
+                    self.log(f"cleanup: FAILED to delete {kind} labelled {selector} in {ns}: {e}")
+        finally:
+            _restore_sigint(old_int)
+
+
+def _ignore_sigint() -> Any:
+    try:
+        return signal.signal(signal.SIGINT, signal.SIG_IGN)
+    except ValueError:
+        return None
+
+
+def _restore_sigint(old: Any) -> None:
+    if old is not None:
+        signal.signal(signal.SIGINT, old)
+
+
+def wait_until(
+    what: str,
+    poll: Callable[[], T],
+    done: Callable[[T], bool],
+    timeout_s: float,
+    interval_s: float = 5.0,
+    progress: Callable[[str], None] = print,
+    describe: Callable[[T], str] = lambda v: "",
+    clock: Callable[[], float] = time.monotonic,
+    sleep: Callable[[float], None] = time.sleep,
+) -> T:
+    """Poll until `done(value)`; print progress each poll; raise WaitTimeout after `timeout_s`."""
+    start = clock()
+    while True:
+        value = poll()
+        elapsed = clock() - start
+        if done(value):
+            progress(f"{what}: done after {elapsed:.0f}s")
+            return value
+        if elapsed >= timeout_s:
+            raise WaitTimeout(f"{what}: not done after {timeout_s:.0f}s; last seen: {describe(value) or 'nothing'}")
+        progress(f"{what}: waiting ({elapsed:.0f}s of {timeout_s:.0f}s) {describe(value)}")
+        sleep(interval_s)
+

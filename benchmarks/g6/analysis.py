@@ -1,0 +1,76 @@
+"""What bounds each g6 point, read from the server's metrics, and its throughput against the roofline.
+
+Order matters: a full KV cache (or preemptions) and a full max-num-seqs batch cap the batch
+before the GPU's roofline can; only a point capped by neither is labelled by the roofline.
+"""
+
+from __future__ import annotations
+
+from pydantic import BaseModel, ConfigDict
+
+from benchmarks.g6.result import Bound
+from benchmarks.metrics import ServerMetrics
+from benchmarks.serving.sizing import Sizing, roofline
+
+# KV use at or above this counts as full: vLLM preempts as soon as a step finds no free block.
+KV_FULL = 0.95
+
+
+class Analysis(BaseModel):
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+    bound: Bound
+    bound_reason: str
+    observed_batch: float | None
+    roofline_tokens_per_s: float | None
+    roofline_share: float | None
+
+
+def analyse(
+    *,
+    output_tokens_per_s: float,
+    mean_decoding: float,
+    concurrency: int | None,
+    server: ServerMetrics | None,
+    max_num_seqs: int | None,
+    sizing: Sizing | None,
+    context_len: int,
+    speedup: float = 1.0,
+) -> Analysis:
+    """Label one point. `speedup` rescales the roofline to a simulator running faster than real time.
+
+    The batch compared with the roofline is the client's mean count of decoding requests: exact
+    for the window, where the server's running gauge is only sampled once per scrape.
+    """
+    batch = mean_decoding if mean_decoding > 0 else None
+    rf = None
+    if sizing is not None and batch is not None:
+        rf = roofline(sizing, [max(1, round(batch))], context_len)[0]
+    roof = rf.tokens_per_s_total * speedup if rf is not None else None
+    share = output_tokens_per_s / roof if roof else None
+    kv = server.kv_cache_usage if server is not None else None
+    preemptions = (server.preemptions or 0) if server is not None else 0
+    running = server.running if server is not None else None
+    waiting = server.waiting if server is not None else None
+    bound: Bound
+    if kv is not None and kv.max >= KV_FULL or preemptions > 0:
+        kv_text = f"KV cache peaked at {kv.max:.0%}" if kv is not None else "KV cache use unknown"
+        bound, reason = "kv-cache", f"{kv_text}, {preemptions:.0f} preemptions"
+    elif max_num_seqs is not None and running and waiting and running.max >= max_num_seqs and waiting.max > 0:
+        bound = "max-num-seqs"
+        reason = f"{running.max:.0f} running = max-num-seqs with up to {waiting.max:.0f} waiting"
+    elif max_num_seqs is not None and concurrency is not None and concurrency > max_num_seqs and batch and batch >= 0.9 * max_num_seqs:
+        # The client's own evidence, for points too short for the server's gauges to catch a queue.
+        bound = "max-num-seqs"
+        reason = f"{concurrency} requests offered, decode batch {batch:.1f} held at max-num-seqs {max_num_seqs}"
+    elif rf is not None:
+        bound = rf.bound
+        reason = (
+            f"decode step at batch {rf.batch}: memory {rf.memory_time_s * 1e3:.2f} ms vs "
+            f"compute {rf.compute_time_s * 1e3:.2f} ms on the roofline"
+        )
+    else:
+        bound, reason = "unknown", "no sizing for this model and GPU, or no completed request"
+    return Analysis(
+        bound=bound, bound_reason=reason, observed_batch=batch, roofline_tokens_per_s=roof, roofline_share=share
+    )

@@ -1,0 +1,241 @@
+"""`python -m benchmarks g6`: sweep max-num-seqs x concurrency against vLLM, the simulator or a stack.
+
+Against a real stack the client should run inside the cluster (a Job or a pod next to vLLM).
+For a quick look from a laptop, `kubectl port-forward -n NS svc/vllm 8000` and pass
+`--target http://127.0.0.1:8000`; but a port-forward is a single tunnel that shapes the numbers,
+and a `pulumi up` that changes max-num-seqs restarts the vLLM pod, which breaks it.
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from collections.abc import Callable
+from datetime import UTC, datetime
+from pathlib import Path
+
+from pydantic import ValidationError
+
+from benchmarks.g6.config import LAB, G6Outputs, G6Params
+from benchmarks.g6.errors import G6Error
+from benchmarks.g6.plots import render_plots
+from benchmarks.g6.report import render_report
+from benchmarks.g6.result import G6Result
+from benchmarks.g6.sweep import Target, run_sweep
+from benchmarks.g6.targets import SimTarget, StackTarget, UrlTarget
+from benchmarks.harness import (
+    HarnessError,
+    PrometheusRef,
+    PulumiStack,
+    RunMeta,
+    RunProgress,
+    endpoint,
+    new_run_folder,
+    read_outputs,
+    save_result,
+    section,
+    tool_version,
+)
+from benchmarks.harness.results import client_cpus
+from benchmarks.loadgen import LoadgenError, Slo, Timeouts
+from benchmarks.metrics import MetricsError
+from benchmarks.serving.catalogue import GPUS, MODELS, ServingError, get_gpu, get_model
+from benchmarks.serving.sizing import Sizing, size
+
+SIM_SPEEDUP = 4.0  # default time compression of --sim: the README's sweep then runs in about a minute
+SIM_SCRAPE_S = 0.5
+
+
+def _ints(text: str) -> list[int]:
+    try:
+        return [int(x) for x in text.split(",") if x.strip()]
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected comma-separated integers, got {text!r}") from None
+
+
+def _floats(text: str) -> list[float]:
+    try:
+        return [float(x) for x in text.split(",") if x.strip()]
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected comma-separated numbers, got {text!r}") from None
+
+
+def parser() -> argparse.ArgumentParser:
+    p = argparse.ArgumentParser(
+        prog="python -m benchmarks g6",
+        description=__doc__,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+        epilog="offline: python -m benchmarks g6 --sim --model Qwen/Qwen2.5-1.5B-Instruct --max-num-seqs 8,32 "
+        "--concurrency 1,8,32 --requests 64 --out results\n"
+        "real stack (client in-cluster): python -m benchmarks g6 --stack g6 --out results",
+    )
+    src = p.add_argument_group("target (one of --sim, --target, --stack, --outputs; --target may override a stack's endpoint)")
+    src.add_argument("--sim", action="store_true", help="start the simulated vLLM backend for each max-num-seqs value")
+    src.add_argument("--target", help="base URL of an OpenAI-compatible server, e.g. http://127.0.0.1:8000")
+    src.add_argument("--stack", help="Pulumi stack: endpoint, model and server parameters from its outputs; "
+                     "max-num-seqs is changed through `pulumi config set` + `pulumi up` and restored after")  # fmt: skip
+    src.add_argument("--outputs", type=Path, help="stack outputs saved as JSON (`pulumi stack output --json --show-secrets`)")
+    p.add_argument("--model", help="served model name (default: from the stack outputs)")
+    p.add_argument("--api", choices=["completions", "chat"], default="completions")
+    p.add_argument("--concurrency", type=_ints, help="closed-loop concurrency values (default 1,8,32)")
+    p.add_argument("--rate", type=_floats, help="open-loop Poisson request rates per second, instead of --concurrency")
+    p.add_argument("--max-num-seqs", type=_ints, help="server batch sizes to sweep (needs --sim or --stack for more than one)")
+    p.add_argument("--input-len", type=int, default=256, help="prompt tokens per request")
+    p.add_argument("--output-len", type=int, default=128, help="output tokens per request (ignore_eos)")
+    p.add_argument("--requests", type=int, default=64, help="counted requests per point, after the warm-up")
+    p.add_argument("--warmup", type=int, help="uncounted requests first (default: one per worker / one second)")
+    p.add_argument("--duration", type=float, help="stop sending after this many seconds per point")
+    p.add_argument("--seed", type=int, default=0)
+    p.add_argument("--prometheus", help="Prometheus base URL for server metrics (default: scrape /metrics directly)")
+    p.add_argument("--scrape-interval", type=float,
+                   help=f"seconds between /metrics scrapes (default 1, {SIM_SCRAPE_S:g} with --sim: its points are short)")  # fmt: skip
+    p.add_argument("--slo-ttft-ms", type=float)
+    p.add_argument("--slo-tpot-ms", type=float)
+    p.add_argument("--slo-e2e-ms", type=float)
+    p.add_argument("--max-client-lag-ms", type=float, default=1.0, help="lag p99 above which a point is client-bound")
+    p.add_argument("--timeout-connect", type=float, default=5.0)
+    p.add_argument("--timeout-first-token", type=float, default=120.0)
+    p.add_argument("--timeout-total", type=float, default=600.0)
+    p.add_argument("--health-timeout", type=float, default=1800.0, help="seconds to wait for vLLM after a pulumi up")
+    sim = p.add_argument_group("simulator and sizing")
+    sim.add_argument("--gpu", help=f"GPU of the server ({', '.join(GPUS)}); default l4 for --sim, else from the outputs")
+    sim.add_argument("--speedup", type=float, help=f"--sim only: divide simulated time by this (default {SIM_SPEEDUP:g})")
+    sim.add_argument("--gpu-memory-utilization", type=float)
+    sim.add_argument("--max-model-len", type=int)
+    sim.add_argument("--quantization", choices=["fp8", "awq", "gptq"])
+    p.add_argument("--out", type=Path, default=Path("results"), help="results go to OUT/g6-<UTC time>/")
+    p.add_argument("--quiet", action="store_true", help="no progress display")
+    return p
+
+
+def _sizer(params: G6Params) -> Callable[[int | None], Sizing | None]:
+    """max_num_seqs -> Sizing as vLLM would compute it, or None outside the catalogue."""
+    if params.model not in MODELS or params.gpu not in GPUS:
+        return lambda mns: None
+
+    def sizing(mns: int | None) -> Sizing | None:
+        model = get_model(params.model)
+        try:
+            return size(
+                model,
+                get_gpu(params.gpu or "l4"),
+                max_model_len=params.max_model_len,
+                gpu_memory_utilization=params.gpu_memory_utilization,
+                dtype=model.torch_dtype,
+                quantization=params.quantization,
+                max_num_seqs=mns,
+            )
+        except ServingError:
+            return None
+
+    return sizing
+
+
+def _check_sources(args: argparse.Namespace) -> None:
+    if args.sim and (args.target or args.stack or args.outputs):
+        raise G6Error("--sim starts its own server: drop --target/--stack/--outputs")
+    if not (args.sim or args.target or args.stack or args.outputs):
+        raise G6Error("say what to measure: --sim, --target URL, --stack STACK or --outputs FILE")
+    if args.rate and args.concurrency:
+        raise G6Error("give either --concurrency (closed loop) or --rate (open-loop Poisson), not both")
+
+
+def resolve_params(args: argparse.Namespace) -> G6Params:
+    """The run's parameters: flags first, then the stack's outputs (--stack/--outputs), then defaults."""
+    _check_sources(args)
+    bench, prometheus, base_url = G6Outputs(model=""), args.prometheus, args.target
+    if args.stack or args.outputs:
+        outputs = read_outputs(args.stack, args.outputs)
+        bench = section(outputs, "benchmark", G6Outputs, LAB)
+        if base_url is None:
+            base_url = endpoint(outputs, bench.endpoint, LAB).in_cluster_url()
+            # A client without a URL override runs in-cluster: the stack's Prometheus is reachable too.
+            if prometheus is None and "prometheus" in outputs:
+                prometheus = section(outputs, "prometheus", PrometheusRef, LAB).in_cluster_url()
+    if not (args.model or bench.model):
+        raise G6Error("--model is required without --stack/--outputs")
+    return G6Params(
+        target_kind="sim" if args.sim else "stack" if args.stack else "url",
+        target="sim" if args.sim else base_url,
+        stack=args.stack,
+        model=args.model or bench.model,
+        api=args.api,
+        concurrency=[] if args.rate else args.concurrency or bench.sweep.concurrency or [1, 8, 32],
+        rate=args.rate or [],
+        max_num_seqs=args.max_num_seqs or bench.sweep.max_num_seqs or [bench.max_num_seqs],
+        input_len=args.input_len,
+        output_len=args.output_len,
+        requests=args.requests,
+        duration_s=args.duration,
+        warmup=args.warmup,
+        seed=args.seed,
+        timeouts=Timeouts(
+            connect_s=args.timeout_connect, first_token_s=args.timeout_first_token, total_s=args.timeout_total
+        ),
+        slo=Slo(ttft_ms=args.slo_ttft_ms, tpot_ms=args.slo_tpot_ms, e2e_ms=args.slo_e2e_ms),
+        max_client_lag_ms=args.max_client_lag_ms,
+        prometheus=prometheus,
+        scrape_interval_s=args.scrape_interval or (SIM_SCRAPE_S if args.sim else 1.0),
+        gpu=args.gpu or bench.gpu or ("l4" if args.sim else None),
+        gpu_memory_utilization=args.gpu_memory_utilization or bench.gpu_memory_utilization or 0.9,
+        max_model_len=args.max_model_len or bench.max_model_len,
+        quantization=args.quantization or bench.quantization,
+        speedup=args.speedup or (SIM_SPEEDUP if args.sim else 1.0),
+    )
+
+
+def make_target(params: G6Params, health_timeout_s: float) -> tuple[G6Params, Target]:
+    """The target for `params`; with --sim, an unset max-num-seqs is named as the simulator's default."""
+    if params.target_kind == "stack":
+        return params, StackTarget(PulumiStack(params.stack or ""), params.target, health_timeout_s)
+    if params.target_kind == "url":
+        return params, UrlTarget(params.target)
+    if params.max_num_seqs == [None]:
+        default = _sizer(params)(None)
+        params = params.model_copy(update={"max_num_seqs": [default.max_num_seqs if default else None]})
+    target = SimTarget(
+        model=params.model, gpu=params.gpu or "l4", speedup=params.speedup, seed=params.seed,
+        gpu_memory_utilization=params.gpu_memory_utilization, max_model_len=params.max_model_len,
+        quantization=params.quantization,
+    )  # fmt: skip
+    return params, target
+
+
+def run(argv: list[str]) -> int:
+    args = parser().parse_args(argv)
+    started = datetime.now(UTC)
+    try:
+        params, target = make_target(resolve_params(args), args.health_timeout)
+        sizer = _sizer(params)
+        progress = RunProgress(enabled=not args.quiet)
+        with progress.running():
+            outcome = run_sweep(params, target, sizer, progress)
+    except (G6Error, HarnessError, LoadgenError, MetricsError, ServingError) as exc:
+        print(f"g6: {exc}", file=sys.stderr)
+        return 2
+    except ValidationError as exc:
+        print(f"g6: invalid parameters: {exc}", file=sys.stderr)
+        return 2
+    result = G6Result(
+        meta=RunMeta(
+            lab=LAB,
+            target=params.target,
+            model=params.model,
+            started_at=started,
+            finished_at=datetime.now(UTC),
+            client_host_cpus=client_cpus(),
+            tool_version=tool_version(),
+            command=["python", "-m", "benchmarks", LAB, *argv],
+            server_versions=outcome.server_versions,
+            errors=outcome.errors,
+        ),
+        params=params,
+        sizing=[s for mns in params.max_num_seqs if (s := sizer(mns)) is not None],
+        points=outcome.points,
+    )
+    folder = new_run_folder(args.out, LAB, started)
+    save_result(result, folder)
+    render_plots(result, folder)
+    (folder / "report.md").write_text(render_report(result))
+    print(folder)
+    return 0 if all(p.completed for p in outcome.points) else 1

@@ -1,0 +1,86 @@
+"""Lab g6's parameters: what to sweep, against what, and the stack outputs section it reads."""
+
+from __future__ import annotations
+
+from typing import Literal
+
+from pydantic import BaseModel, ConfigDict, Field, model_validator
+
+from benchmarks.g6.errors import G6Error
+from benchmarks.loadgen import Slo, Timeouts
+
+LAB = "g6"
+
+
+class G6Sweep(BaseModel):
+    """outputs.benchmark.sweep: the grid the stack proposes."""
+
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+    max_num_seqs: list[int] = []
+    concurrency: list[int] = []
+
+
+class G6Outputs(BaseModel):
+    """outputs.benchmark of a g6 stack."""
+
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+    model: str
+    endpoint: str = Field("vllm", description="the key of the vLLM service in outputs.endpoints")
+    max_num_seqs: int | None = None
+    gpu: str | None = Field(None, description="catalogue name of the GPU, e.g. l4")
+    gpu_memory_utilization: float | None = None
+    max_model_len: int | None = None
+    quantization: str | None = None
+    sweep: G6Sweep = G6Sweep()
+
+
+class G6Params(BaseModel):
+    """Everything that decides what a g6 run measures; recorded in result.json."""
+
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+    target_kind: Literal["sim", "url", "stack"]
+    target: str = Field(description="base URL, or 'sim' when each point starts its own simulator")
+    stack: str | None = None
+    model: str
+    api: Literal["completions", "chat"] = "completions"
+    concurrency: list[int] = []
+    rate: list[float] = []
+    max_num_seqs: list[int | None] = [None]
+    input_len: int = Field(256, ge=1)
+    output_len: int = Field(128, ge=1)
+    requests: int = Field(64, ge=1)
+    duration_s: float | None = Field(None, gt=0)
+    warmup: int | None = Field(None, ge=0)
+    seed: int = 0
+    timeouts: Timeouts = Timeouts()
+    slo: Slo = Slo()
+    max_client_lag_ms: float = Field(1.0, gt=0)
+    prometheus: str | None = None
+    scrape_interval_s: float = Field(1.0, gt=0)
+    gpu: str | None = None
+    gpu_memory_utilization: float = Field(0.9, gt=0, le=1)
+    max_model_len: int | None = None
+    quantization: Literal["fp8", "awq", "gptq"] | None = None
+    speedup: float = Field(1.0, gt=0, description="the simulator's time compression; 1 for real servers")
+
+    @model_validator(mode="after")
+    def _coherent(self) -> G6Params:
+        if bool(self.concurrency) == bool(self.rate):
+            raise G6Error("give either --concurrency (closed loop) or --rate (open-loop Poisson), not both")
+        changeable = self.target_kind in ("sim", "stack")
+        if len(self.max_num_seqs) > 1 and not changeable:
+            raise G6Error(
+                f"--max-num-seqs {','.join(map(str, self.max_num_seqs))}: a sweep changes the server, which "
+                "needs --sim or --stack STACK (config + pulumi up); with --target or --outputs alone give one value"
+            )
+        if self.speedup != 1.0 and self.target_kind != "sim":
+            raise G6Error("--speedup applies to --sim only: a real server runs in real time")
+        return self
+
+    @property
+    def context_len(self) -> int:
+        """Mean context of a decoding sequence: the prompt plus half the output."""
+        return self.input_len + self.output_len // 2

@@ -1,0 +1,105 @@
+"""Lab g6's plots, drawn only from a saved result (PNG, matplotlib's Agg backend)."""
+
+from __future__ import annotations
+
+import math
+from pathlib import Path
+
+import matplotlib
+
+matplotlib.use("Agg")
+import matplotlib.pyplot as plt  # noqa: E402  (the backend must be chosen first)
+
+from benchmarks.g6.result import G6Point, G6Result  # noqa: E402
+from benchmarks.serving.sizing import roofline  # noqa: E402
+
+PLOTS = ("ttft-vs-throughput.png", "itl-vs-batch.png", "gpu-over-time.png")
+_GPU_SERIES = (("gpu_util", "GPU util (%)", 0.01), ("sm_active", "SM active", 1.0), ("dram_active", "DRAM active", 1.0), ("kv_cache_usage", "KV cache used", 1.0))
+
+
+def _by_mns(result: G6Result) -> dict[int | None, list[G6Point]]:
+    groups: dict[int | None, list[G6Point]] = {}
+    for p in result.points:
+        groups.setdefault(p.max_num_seqs, []).append(p)
+    return groups
+
+
+def _mns_label(mns: int | None) -> str:
+    return f"max-num-seqs {mns}" if mns is not None else "max-num-seqs unknown"
+
+
+def ttft_vs_throughput(result: G6Result, path: Path) -> None:
+    fig, ax = plt.subplots(figsize=(7, 4.5))
+    for mns, pts in _by_mns(result).items():
+        # In order of offered load, so the curve shows what more load did to both axes.
+        pts = sorted((p for p in pts if p.ttft_ms is not None), key=lambda p: p.concurrency or p.rate or 0)
+        x = [p.output_tokens_per_s for p in pts]
+        (line,) = ax.plot(x, [p.ttft_ms.p50 for p in pts], marker="o", label=f"{_mns_label(mns)} p50")
+        ax.plot(x, [p.ttft_ms.p99 for p in pts], marker="^", linestyle="--", color=line.get_color(), label=f"{_mns_label(mns)} p99")
+        for p in pts:
+            load = f"c{p.concurrency}" if p.concurrency else f"{p.rate}/s"
+            ax.annotate(load, (p.output_tokens_per_s, p.ttft_ms.p50), textcoords="offset points", xytext=(4, -10), fontsize=7)
+    ax.set_xlabel("output tokens/s (whole server)")
+    ax.set_ylabel("TTFT (ms)")
+    ax.set_yscale("log")
+    ax.set_title("Time to first token against throughput")
+    ax.grid(True, which="both", alpha=0.3)
+    ax.legend(fontsize=8)
+    fig.tight_layout()
+    fig.savefig(path, dpi=110)
+    plt.close(fig)
+
+
+def itl_vs_batch(result: G6Result, path: Path) -> None:
+    fig, ax = plt.subplots(figsize=(7, 4.5))
+    for mns, pts in _by_mns(result).items():
+        pts = sorted((p for p in pts if p.itl_ms is not None and p.observed_batch is not None), key=lambda p: p.observed_batch or 0)
+        ax.plot([p.observed_batch for p in pts], [p.itl_ms.p50 for p in pts], marker="o", label=f"{_mns_label(mns)} ITL p50")
+    batches = [p.observed_batch for p in result.points if p.observed_batch is not None]
+    if result.sizing and batches:
+        grid = list(range(1, max(2, math.ceil(max(batches))) + 1))
+        rf = roofline(result.sizing[0], grid, result.params.context_len)
+        # Scaled like the measurements when the simulator runs faster than real time.
+        ax.plot(grid, [r.step_time_s * 1000.0 / result.params.speedup for r in rf], color="black",
+                linestyle=":", label="roofline decode step")  # fmt: skip
+    ax.set_xlabel("observed batch (mean requests decoding)")
+    ax.set_ylabel("inter-token latency (ms)")
+    ax.set_title("ITL against batch size")
+    ax.grid(True, alpha=0.3)
+    ax.legend(fontsize=8)
+    fig.tight_layout()
+    fig.savefig(path, dpi=110)
+    plt.close(fig)
+
+
+def gpu_over_time(result: G6Result, path: Path) -> None:
+    fig, ax = plt.subplots(figsize=(8, 4.5))
+    t0 = result.meta.started_at.timestamp()
+    for name, label, scale in _GPU_SERIES:
+        xs, ys = [], []
+        for p in result.points:
+            for s in (p.server.series if p.server is not None else []):
+                if s.name == name:
+                    xs += [t - t0 for t, _ in s.points] + [float("nan")]
+                    ys += [v * scale for _, v in s.points] + [float("nan")]
+        if xs:
+            ax.plot(xs, ys, label=label, linewidth=1.2)
+    if not ax.lines:
+        ax.text(0.5, 0.5, "no server metrics in this result", ha="center", va="center", transform=ax.transAxes)
+    ax.set_xlabel("seconds since the run started (gaps between points)")
+    ax.set_ylabel("fraction (0..1)")
+    ax.set_ylim(-0.02, 1.05)
+    ax.set_title("GPU and KV cache over the run")
+    ax.grid(True, alpha=0.3)
+    if ax.lines:
+        ax.legend(fontsize=8, loc="lower right")
+    fig.tight_layout()
+    fig.savefig(path, dpi=110)
+    plt.close(fig)
+
+
+def render_plots(result: G6Result, folder: Path) -> list[Path]:
+    paths = [folder / name for name in PLOTS]
+    for draw, path in zip((ttft_vs_throughput, itl_vs_batch, gpu_over_time), paths):
+        draw(result, path)
+    return paths

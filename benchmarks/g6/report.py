@@ -1,0 +1,168 @@
+"""Lab g6's Markdown report, a pure function of a saved result."""
+
+from __future__ import annotations
+
+from benchmarks.g6.plots import PLOTS
+from benchmarks.g6.result import G6Point, G6Result
+from benchmarks.harness.markdown import num, table
+from benchmarks.loadgen import Summary
+
+
+def _ms(s: Summary | None) -> str | None:
+    return None if s is None else f"{s.p50:.1f} / {s.p99:.1f}"
+
+
+def _load(p: G6Point) -> str:
+    return f"c={p.concurrency}" if p.concurrency is not None else f"{p.rate:g}/s"
+
+
+def _header(r: G6Result) -> str:
+    m, p = r.meta, r.params
+    target = {
+        "sim": f"the simulated vLLM backend ({p.gpu}, speedup x{p.speedup:g})",
+        "url": f"the server at {p.target}",
+        "stack": f"stack `{p.stack}` at {p.target}",
+    }[p.target_kind]
+    load = f"concurrency {p.concurrency} (closed loop)" if p.concurrency else f"Poisson rates {p.rate} req/s (open loop)"
+    lines = [
+        "# Lab g6: LLM serving, TTFT against throughput",
+        "",
+        f"Model `{p.model}` served by {target}; {m.started_at.isoformat()} to {m.finished_at.isoformat()}.",
+        "",
+        "## What was run",
+        "",
+        f"- Command: `{' '.join(m.command)}`",
+        f"- Grid: max-num-seqs {[x for x in p.max_num_seqs]} x {load}",
+        f"- Requests: {p.requests} counted per point after a warm-up of "
+        f"{p.warmup if p.warmup is not None else 'one request per worker (or one second of arrivals)'}, "
+        f"{p.input_len} prompt tokens{' (one word each: exact on the simulator, approximate under a real tokenizer)' if p.api == 'chat' else ' (token ids)'} "
+        f"and exactly {p.output_len} output tokens each (`ignore_eos`, `min_tokens`), "
+        f"`/v1/{'chat/completions' if p.api == 'chat' else 'completions'}` streaming"
+        + (f"; each point bounded to {p.duration_s:g} s" if p.duration_s else ""),
+        f"- Timeouts: connect {p.timeouts.connect_s:g} s, first token {p.timeouts.first_token_s:g} s, "
+        f"total {p.timeouts.total_s:g} s",
+        f"- SLOs for goodput: {p.slo.model_dump(exclude_none=True) or 'none'}",
+        f"- Server metrics: {'Prometheus at ' + p.prometheus if p.prometheus else f'direct /metrics scrapes every {p.scrape_interval_s:g} s'}",
+        f"- Client: {m.client_host_cpus} CPUs, benchmarks {m.tool_version}",
+        f"- Server versions: {', '.join(f'{k} {v}' for k, v in m.server_versions.items()) or 'not reported'}",
+    ]
+    if p.speedup != 1.0:
+        lines.append(
+            f"- **Simulated time runs x{p.speedup:g} faster than the GPU would.** The GPU would show "
+            f"latencies {p.speedup:g}x these and throughputs 1/{p.speedup:g} of them; the roofline is scaled "
+            "the same way, so shares and bound labels are comparable. The client's own overhead is not "
+            "scaled: it weighs more here than it would against the real GPU."
+        )
+    return "\n".join(lines) + "\n"
+
+
+def _sizing(r: G6Result) -> str:
+    if not r.sizing:
+        return "## Sizing\n\nNo sizing: the model or GPU is not in the catalogue.\n"
+    rows = [
+        [s.max_num_seqs, f"{s.weight_bytes / 2**30:.2f}", f"{s.kv_bytes_per_token:,}", f"{s.kv_cache_tokens:,}",
+         f"{s.max_concurrency:.1f}", s.max_model_len]
+        for s in r.sizing
+    ]  # fmt: skip
+    return "## Sizing (what vLLM allocates at start-up)\n\n" + table(
+        ["max-num-seqs", "weights (GiB)", "KV bytes/token", "KV cache tokens", "max concurrency at max len", "max len"],
+        rows,
+    )
+
+
+def _points(r: G6Result) -> str:
+    rows = []
+    for p in r.points:
+        lag = p.client_lag_ms
+        rows.append([
+            p.max_num_seqs, _load(p), p.completed, p.failed,
+            _ms(p.ttft_ms), _ms(p.itl_ms), _ms(p.tpot_ms), _ms(p.e2e_ms),
+            num(p.output_tokens_per_s), num(p.requests_per_s, 2),
+            None if p.goodput is None else num(p.goodput.requests_per_s, 2),
+            None if lag is None else f"{lag.mean:.2f} / {lag.p99:.2f}" + (" **client-bound**" if p.client_bound else ""),
+        ])  # fmt: skip
+    client = table(
+        ["max-num-seqs", "load", "ok", "failed", "TTFT p50/p99 ms", "ITL p50/p99 ms", "TPOT p50/p99 ms",
+         "E2E p50/p99 ms", "output tok/s", "req/s", "goodput req/s", "client lag mean/p99 ms"],
+        rows,
+    )  # fmt: skip
+    rows = []
+    for p in r.points:
+        s = p.server
+        rows.append([
+            p.max_num_seqs, _load(p), num(p.observed_batch),
+            None if s is None or s.running is None else f"{s.running.mean:.1f} / {s.running.max:.0f}",
+            None if s is None or s.waiting is None else f"{s.waiting.mean:.1f} / {s.waiting.max:.0f}",
+            None if s is None or s.kv_cache_usage is None else f"{s.kv_cache_usage.max:.0%}",
+            None if s is None else num(s.preemptions, 0),
+            None if s is None else num(s.ttft_p50_ms), None if s is None else num(s.ttft_p99_ms),
+            None if s is None or s.sm_active is None else f"{s.sm_active.mean:.2f}",
+            None if s is None or s.dram_active is None else f"{s.dram_active.mean:.2f}",
+            p.bound, None if p.roofline_share is None else f"{p.roofline_share:.0%}",
+        ])  # fmt: skip
+    server = table(
+        ["max-num-seqs", "load", "decode batch (client)", "running mean/max", "waiting mean/max", "KV peak", "preemptions",
+         "server TTFT p50 ms", "server TTFT p99 ms", "SM active", "DRAM active", "bound", "of roofline"],
+        rows,
+    )  # fmt: skip
+    note = (
+        "\nThe decode batch is the client's time-averaged count of requests between first token and "
+        "end (Little's law on its own timings); the server's running gauge is sampled once per scrape.\n\n"
+    )
+    reasons = "\n".join(f"- max-num-seqs {p.max_num_seqs}, {_load(p)}: **{p.bound}**: {p.bound_reason}" for p in r.points)
+    return (
+        "## Client-side figures per point\n\n" + client
+        + "\nTTFT and E2E are measured from each request's *scheduled* send time (no coordinated "
+        "omission). ITL is the gap between streamed content chunks; a chunk may carry several tokens, "
+        "so TPOT = (E2E - TTFT) / (output tokens - 1) uses the server's token counts. Client lag is "
+        "actual minus scheduled send time (the body reaching the socket); a point is **client-bound** "
+        f"when its p99 exceeds {r.params.max_client_lag_ms:g} ms or 5% of its TTFT p50, whichever is "
+        "larger: then the client, not the server, shaped its latencies.\n\n"
+        "## Server-side figures per point\n\n" + server + note + reasons + "\n"
+    )  # fmt: skip
+
+
+def _meaning(r: G6Result) -> str:
+    lines = ["## What the numbers mean", ""]
+    lines.append(
+        "Decode is memory-bandwidth-bound: every step streams all weights plus each sequence's KV cache "
+        "from GPU memory, so one stream's tokens/s is near the roofline's bandwidth / bytes-per-step, and "
+        "adding sequences to the batch adds throughput almost for free until the KV reads or the compute "
+        "catch up. 'of roofline' is the measured output tokens/s over the roofline's tokens/s at the "
+        "observed batch (prefill and scheduling overheads keep it below 100%)."
+    )
+    lines.append("")
+    single = [p for p in r.points if p.concurrency == 1 and p.tpot_ms is not None and p.roofline_tokens_per_s]
+    for p in single:
+        per_stream = 1000.0 / p.tpot_ms.mean
+        lines.append(
+            f"- At concurrency 1 (max-num-seqs {p.max_num_seqs}) one stream decoded {per_stream:,.0f} tokens/s "
+            f"against a roofline of {p.roofline_tokens_per_s:,.0f} tokens/s for batch "
+            f"{max(1, round(p.observed_batch or 1))}: {p.roofline_share:.0%} of it."
+        )
+    capped = [p for p in r.points if p.bound in ("kv-cache", "max-num-seqs")]
+    for p in capped:
+        lines.append(f"- {_load(p)} at max-num-seqs {p.max_num_seqs} was capped by **{p.bound}** ({p.bound_reason}); "
+                     "requests beyond the cap wait in the queue, which shows as TTFT, not as ITL.")  # fmt: skip
+    clients = [p for p in r.points if p.client_bound]
+    if clients:
+        lines.append(
+            f"- {len(clients)} point(s) were client-bound (lag p99 over the limit above): "
+            "their latencies include the load generator's own queueing; run the client on a bigger machine "
+            "or in-cluster before reading them as the server's."
+        )
+    return "\n".join(lines) + "\n"
+
+
+def _errors(r: G6Result) -> str:
+    if not r.meta.errors:
+        return "## Errors\n\nNone.\n"
+    return "## Errors\n\n" + "\n".join(f"- {e}" for e in r.meta.errors) + "\n"
+
+
+def render_report(result: G6Result) -> str:
+    plots = "## Plots\n\n" + "\n".join(f"![{name}]({name})" for name in PLOTS) + "\n"
+    # Cost: a later issue adds a cost estimate section here.
+    return "\n".join(
+        [_header(result), _sizing(result), _points(result), _meaning(result), _errors(result), plots]
+    )

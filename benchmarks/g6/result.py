@@ -1,0 +1,45 @@
+"""Lab g6's result.json: run metadata, parameters, sizing, and one point per (max_num_seqs, load)."""
+
+from __future__ import annotations
+
+from typing import Literal
+
+from pydantic import BaseModel, ConfigDict
+
+from benchmarks.g6.config import G6Params
+from benchmarks.harness import RunMeta
+from benchmarks.loadgen import PointStats
+from benchmarks.metrics import ServerMetrics
+from benchmarks.serving.sizing import Sizing
+
+SCHEMA_VERSION = 1
+
+Bound = Literal["kv-cache", "max-num-seqs", "memory-bandwidth", "compute", "unknown"]
+
+
+class G6Point(PointStats):
+    """Client figures (flat, from PointStats) plus the server's and the analysis of what bounds them."""
+
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+    max_num_seqs: int | None
+    server: ServerMetrics | None
+    bound: Bound
+    bound_reason: str
+    observed_batch: float | None
+    roofline_tokens_per_s: float | None
+    roofline_share: float | None
+
+
+class G6Result(BaseModel):
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+    schema_version: Literal[1] = SCHEMA_VERSION
+    meta: RunMeta
+    params: G6Params
+    sizing: list[Sizing] = []
+    points: list[G6Point]
+
+    def sizing_for(self, max_num_seqs: int | None) -> Sizing | None:
+        matches = [s for s in self.sizing if max_num_seqs is None or s.max_num_seqs == max_num_seqs]
+        return matches[0] if matches else None

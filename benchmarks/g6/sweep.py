@@ -1,0 +1,122 @@
+"""The g6 sweep: max-num-seqs x load, one measured point at a time, with server-side truth beside it."""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Callable
+from contextlib import AbstractContextManager
+from typing import NamedTuple, Protocol
+
+from benchmarks.g6.analysis import analyse
+from benchmarks.g6.config import G6Params
+from benchmarks.g6.result import G6Point
+from benchmarks.harness import RunProgress
+from benchmarks.harness.server import server_versions
+from benchmarks.loadgen import LoadSpec, PointStats, run_load, summarize
+from benchmarks.metrics import MetricsError, PrometheusClient, Scraper, ServerMetrics
+from benchmarks.serving.sizing import Sizing
+
+
+class Target(Protocol):
+    def session(self) -> AbstractContextManager[None]:
+        """Around the whole sweep (a stack restores its config on exit)."""
+
+    def serving(self, max_num_seqs: int | None) -> AbstractContextManager[str]:
+        """The server with this max-num-seqs in place; yields its base URL."""
+
+
+def load_specs(params: G6Params, base_url: str) -> list[LoadSpec]:
+    """One LoadSpec per concurrency (closed loop) or rate (open loop)."""
+    common = dict(
+        base_url=base_url,
+        model=params.model,
+        api=params.api,
+        input_len=params.input_len,
+        output_len=params.output_len,
+        requests=params.requests,
+        duration_s=params.duration_s,
+        warmup=params.warmup,
+        seed=params.seed,
+        timeouts=params.timeouts,
+        slo=params.slo,
+        max_client_lag_ms=params.max_client_lag_ms,
+    )
+    if params.concurrency:
+        return [LoadSpec(concurrency=c, **common) for c in params.concurrency]
+    return [LoadSpec(rate=r, **common) for r in params.rate]
+
+
+async def _measure(
+    spec: LoadSpec, scrape_url: str | None, interval_s: float, on_done: Callable[[object], None]
+) -> tuple[PointStats, ServerMetrics | None, str | None]:
+    scraper = Scraper(scrape_url, interval_s) if scrape_url else None
+    error = None
+    if scraper is not None:
+        try:
+            await scraper.start()
+        except MetricsError as exc:
+            scraper, error = None, str(exc)
+    stats = summarize(await run_load(spec, on_done), spec)
+    server = None
+    if scraper is not None:
+        try:
+            server = await scraper.stop()
+        except MetricsError as exc:
+            error = str(exc)
+    return stats, server, error
+
+
+class SweepOutcome(NamedTuple):
+    points: list[G6Point]
+    errors: list[str]  # kept for the report
+    server_versions: dict[str, str]
+
+
+def run_sweep(
+    params: G6Params,
+    target: Target,
+    sizing: Callable[[int | None], Sizing | None],
+    progress: RunProgress,
+) -> SweepOutcome:
+    """All points of the grid, the errors met on the way and what the server said it was."""
+    prom = PrometheusClient(params.prometheus) if params.prometheus else None
+    points: list[G6Point] = []
+    errors: list[str] = []
+    versions: dict[str, str] = {}
+    with target.session():
+        for mns in params.max_num_seqs:
+            with target.serving(mns) as base_url:
+                versions = versions or server_versions(base_url)
+                for spec in load_specs(params, base_url):
+                    load = f"c={spec.concurrency}" if spec.concurrency else f"rate={spec.rate}/s"
+                    label = f"max-num-seqs={mns if mns is not None else '?'} {load}"
+                    on_done = progress.point(label, spec.requests)
+                    scrape_url = None if prom else base_url.rstrip("/") + "/metrics"
+                    stats, server, error = asyncio.run(_measure(spec, scrape_url, params.scrape_interval_s, on_done))
+                    if prom is not None and stats.window is not None:
+                        try:
+                            server = prom.window_metrics(
+                                stats.window.start.timestamp(), stats.window.end.timestamp(), params.scrape_interval_s
+                            )
+                        except MetricsError as exc:
+                            error = str(exc)
+                    if error:
+                        errors.append(f"{label}: server metrics: {error}")
+                    if stats.failed:
+                        errors.append(f"{label}: {stats.failed} failed requests {stats.failures}")
+                    analysis = analyse(
+                        output_tokens_per_s=stats.output_tokens_per_s,
+                        mean_decoding=stats.mean_decoding,
+                        concurrency=stats.concurrency,
+                        server=server,
+                        max_num_seqs=mns,
+                        sizing=sizing(mns),
+                        context_len=params.context_len,
+                        speedup=params.speedup,
+                    )
+                    points.append(
+                        G6Point.model_validate(
+                            {**dict(stats), "max_num_seqs": mns, "server": server, **dict(analysis)}
+                        )
+                    )
+    return SweepOutcome(points, errors, versions)

@@ -1,0 +1,23 @@
+"""Shared harness of the lab benchmarks: stack outputs, pulumi calls, results folders, progress, reports."""
+
+from benchmarks.harness.errors import HarnessError
+from benchmarks.harness.outputs import Endpoint, PrometheusRef, endpoint, read_outputs, section
+from benchmarks.harness.progress import RunProgress
+from benchmarks.harness.pulumi import PulumiStack
+from benchmarks.harness.results import RunMeta, load_result, new_run_folder, save_result, tool_version
+
+__all__ = [
+    "Endpoint",
+    "HarnessError",
+    "PrometheusRef",
+    "PulumiStack",
+    "RunMeta",
+    "RunProgress",
+    "endpoint",
+    "load_result",
+    "new_run_folder",
+    "read_outputs",
+    "save_result",
+    "section",
+    "tool_version",
+]

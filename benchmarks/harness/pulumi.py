@@ -1,0 +1,61 @@
+"""The pulumi CLI, called through subprocess: stack outputs, config values, `pulumi up`.
+
+Server-side parameters of a real stack change only through its config and `pulumi up`; nothing
+here touches live Kubernetes objects.
+"""
+
+from __future__ import annotations
+
+import json
+import shutil
+import subprocess
+from typing import Any
+
+from benchmarks.harness.errors import HarnessError
+
+_NO_CLI = (
+    "the pulumi CLI is not on PATH: install it (https://www.pulumi.com/docs/install/), or pass "
+    "--outputs FILE saved with `pulumi stack output --json --show-secrets -s STACK > FILE`"
+)
+
+
+class PulumiStack:
+    """One stack of the project in `cwd` (the repository root by default: where Pulumi.yaml is)."""
+
+    def __init__(self, stack: str, cwd: str | None = None, up_timeout_s: float = 3600.0) -> None:
+        if shutil.which("pulumi") is None:
+            raise HarnessError(_NO_CLI)
+        self.stack = stack
+        self.cwd = cwd
+        self.up_timeout_s = up_timeout_s
+
+    def _run(self, *args: str, timeout_s: float = 120.0, check: bool = True) -> subprocess.CompletedProcess[str]:
+        argv = ["pulumi", *args, "-s", self.stack]
+        try:
+            done = subprocess.run(argv, cwd=self.cwd, capture_output=True, text=True, timeout=timeout_s)
+        except subprocess.TimeoutExpired as exc:
+            raise HarnessError(f"`{' '.join(argv)}` did not finish within {timeout_s:.0f}s") from exc
+        if check and done.returncode != 0:
+            raise HarnessError(f"`{' '.join(argv)}` failed (exit {done.returncode}): {done.stderr.strip()[-500:]}")
+        return done
+
+    def outputs(self) -> dict[str, Any]:
+        done = self._run("stack", "output", "--json", "--show-secrets")
+        try:
+            return json.loads(done.stdout)
+        except ValueError as exc:
+            raise HarnessError(f"`pulumi stack output -s {self.stack}` printed no JSON: {exc}") from exc
+
+    def config_get(self, path: str) -> str | None:
+        """The value at a config path, or None when it is not set (pulumi exits non-zero then)."""
+        done = self._run("config", "get", "--path", path, check=False)
+        return done.stdout.strip() if done.returncode == 0 else None
+
+    def config_set(self, path: str, value: str) -> None:
+        self._run("config", "set", "--path", path, value)
+
+    def config_rm(self, path: str) -> None:
+        self._run("config", "rm", "--path", path)
+
+    def up(self) -> None:
+        self._run("up", "--yes", "--skip-preview", timeout_s=self.up_timeout_s)

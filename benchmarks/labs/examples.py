@@ -1,0 +1,51 @@
+"""Regenerate examples/<lab>/ (result.json, report.md, plots) from the run fixtures in
+tests/data/labs/<lab>/recording.json: what a user gets from `python -m benchmarks <lab>`.
+
+The fixtures hold API objects, events and logs in exactly the shapes the APIs return, but they were
+built for the tests, not recorded on a cluster: their timings are plausible, not measured. Each
+example says so in its `source` line; replace a fixture with a real recording.json from a results
+folder to get a measured example.
+
+    python -m benchmarks.labs.examples [--out examples] [lab ...]
+"""
+
+from __future__ import annotations
+
+import argparse
+import importlib
+from pathlib import Path
+
+from benchmarks.labs.record import load_recording
+from benchmarks.labs.report import write_results
+
+REPO = Path(__file__).resolve().parents[2]
+FIXTURES = REPO / "tests" / "data" / "labs"
+LABS = ("g1", "g2", "g3", "g4", "g5", "g7", "g8")
+
+
+def available() -> list[str]:
+    return [lab for lab in LABS if (FIXTURES / lab / "recording.json").exists()]
+
+
+def render_example(lab: str, out: Path) -> Path:
+    module = importlib.import_module(f"benchmarks.labs.{lab}")
+    fixture = FIXTURES / lab / "recording.json"
+    result = module.measure(
+        load_recording(fixture),
+        source=f"illustrative fixture {fixture.relative_to(REPO)} (real API shapes, constructed timings: not measured on a cluster)",
+    )
+    return write_results(out / lab, None, result, module)
+
+
+def main(argv: list[str] | None = None) -> int:
+    p = argparse.ArgumentParser(prog="python -m benchmarks.labs.examples", description=__doc__.splitlines()[0])
+    p.add_argument("--out", type=Path, default=REPO / "examples")
+    p.add_argument("labs", nargs="*", help=f"labs to render (default: every lab with a fixture: {', '.join(available())})")
+    args = p.parse_args(argv)
+    for lab in args.labs or available():
+        print(f"{lab}: {render_example(lab, args.out)}")
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

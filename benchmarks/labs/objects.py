@@ -1,0 +1,120 @@
+"""Builders of the Kubernetes objects the lab benchmarks create, as plain dicts.
+
+One place for metadata, script ConfigMaps, containers and pods, so every lab's objects look alike
+(and carry the run labels, which RunScope adds at creation). Scripts live in benchmarks/labs/scripts/
+and are mounted from a ConfigMap, so what runs in the cluster is readable (and testable) here.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+from components.cluster import POOL_LABEL
+
+SCRIPTS = Path(__file__).resolve().parent / "scripts"
+SCRIPT_MOUNT = "/scripts"
+SYSTEM_SELECTOR = {POOL_LABEL: "system"}
+
+
+def script_text(name: str) -> str:
+    return (SCRIPTS / name).read_text()
+
+
+def meta(name: str, namespace: str | None, labels: dict[str, str] | None = None) -> dict[str, Any]:
+    out: dict[str, Any] = {"name": name, "labels": dict(labels or {})}
+    if namespace is not None:
+        out["namespace"] = namespace
+    return out
+
+
+def scripts_config_map(name: str, namespace: str, scripts: list[str]) -> dict[str, Any]:
+    """A ConfigMap holding the named scripts from benchmarks/labs/scripts/ (key = file name)."""
+    return {
+        "apiVersion": "v1",
+        "kind": "ConfigMap",
+        "metadata": meta(name, namespace),
+        "data": {s: script_text(s) for s in scripts},
+    }
+
+
+def container(
+    name: str,
+    image: str,
+    command: list[str],
+    *,
+    env: dict[str, str] | None = None,
+    limits: dict[str, str] | None = None,
+    requests: dict[str, str] | None = None,
+    with_scripts: bool = False,
+    ports: list[int] | None = None,
+) -> dict[str, Any]:
+    out: dict[str, Any] = {"name": name, "image": image, "command": command}
+    if env:
+        out["env"] = [{"name": k, "value": v} for k, v in env.items()]
+    resources: dict[str, Any] = {}
+    if requests:
+        resources["requests"] = dict(requests)
+    if limits:
+        resources["limits"] = dict(limits)
+    if resources:
+        out["resources"] = resources
+    if with_scripts:
+        out["volumeMounts"] = [{"name": "scripts", "mountPath": SCRIPT_MOUNT, "readOnly": True}]
+    if ports:
+        out["ports"] = [{"containerPort": p} for p in ports]
+    return out
+
+
+def pod_spec(
+    containers: list[dict[str, Any]],
+    *,
+    node_selector: dict[str, str],
+    tolerations: list[dict[str, str]] | None = None,
+    scripts_config_map: str | None = None,
+    restart_policy: str = "Never",
+    service_account: str | None = None,
+) -> dict[str, Any]:
+    """A pod spec; GPU pods pass the pool's selector and tolerations, everything else SYSTEM_SELECTOR."""
+    spec: dict[str, Any] = {
+        "restartPolicy": restart_policy,
+        "nodeSelector": dict(node_selector),
+        "containers": containers,
+        # Benchmark pods never need the API: no token mounted.
+        "automountServiceAccountToken": False,
+        "terminationGracePeriodSeconds": 5,
+    }
+    if tolerations:
+        spec["tolerations"] = [dict(t) for t in tolerations]
+    if scripts_config_map:
+        spec["volumes"] = [{"name": "scripts", "configMap": {"name": scripts_config_map}}]
+    if service_account:
+        spec["serviceAccountName"] = service_account
+    return spec
+
+
+def pod(name: str, namespace: str, spec: dict[str, Any], labels: dict[str, str] | None = None) -> dict[str, Any]:
+    return {"apiVersion": "v1", "kind": "Pod", "metadata": meta(name, namespace, labels), "spec": spec}
+
+
+def job(
+    name: str,
+    namespace: str,
+    spec: dict[str, Any],
+    *,
+    labels: dict[str, str] | None = None,
+    pod_labels: dict[str, str] | None = None,
+    backoff_limit: int = 0,
+    suspend: bool | None = None,
+    active_deadline_s: int | None = None,
+) -> dict[str, Any]:
+    """A batch Job running `spec` once (no retries unless asked: a retry would blur the timing)."""
+    job_spec: dict[str, Any] = {
+        "backoffLimit": backoff_limit,
+        "template": {"metadata": {"labels": dict(pod_labels or {})}, "spec": spec},
+    }
+    if suspend is not None:
+        job_spec["suspend"] = suspend
+    if active_deadline_s is not None:
+        job_spec["activeDeadlineSeconds"] = active_deadline_s
+    return {"apiVersion": "batch/v1", "kind": "Job", "metadata": meta(name, namespace, labels), "spec": job_spec}

@@ -1,0 +1,64 @@
+"""The few plot shapes the lab reports use (matplotlib, Agg: no display needed), from saved results."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import matplotlib
+
+matplotlib.use("Agg")
+import matplotlib.pyplot as plt  # noqa: E402
+
+
+def timeline_plot(points: list[tuple[str, float]], title: str, path: Path) -> None:
+    """Named moments on one time axis (seconds), one row each, earliest at the top."""
+    points = sorted(points, key=lambda p: p[1])
+    fig, ax = plt.subplots(figsize=(8, 0.45 * len(points) + 1.2))
+    for i, (name, t) in enumerate(points):
+        ax.barh(i, t, color="#9ecae1", height=0.5)
+        ax.text(t, i, f" {t:.0f}s", va="center", fontsize=8)
+    ax.set_yticks(range(len(points)), [p[0] for p in points])
+    ax.invert_yaxis()
+    ax.set_xlabel("seconds")
+    ax.set_title(title)
+    fig.tight_layout()
+    fig.savefig(path, dpi=110)
+    plt.close(fig)
+
+
+def gantt_plot(rows: list[tuple[str, list[tuple[float, float, str]]]], title: str, path: Path) -> None:
+    """One row per item; each segment (start_s, end_s, state) drawn in its state's colour."""
+    colours = {"waiting": "#fdae6b", "admitted": "#74c476", "finished": "#bdbdbd", "running": "#6baed6",
+               "pending": "#fdd0a2", "lost": "#de2d26"}
+    fig, ax = plt.subplots(figsize=(8, 0.6 * len(rows) + 1.4))
+    used: set[str] = set()
+    for i, (_, segments) in enumerate(rows):
+        for start, end, state in segments:
+            ax.barh(i, max(end - start, 0.5), left=start, color=colours.get(state, "#9e9ac8"), height=0.5,
+                    label=state if state not in used else None)
+            used.add(state)
+    ax.set_yticks(range(len(rows)), [r[0] for r in rows])
+    ax.invert_yaxis()
+    ax.set_xlabel("seconds since the first submission")
+    ax.set_title(title)
+    ax.legend(loc="lower right", fontsize=8)
+    fig.tight_layout()
+    fig.savefig(path, dpi=110)
+    plt.close(fig)
+
+
+def xy_plot(series: dict[str, list[tuple[float, float]]], title: str, xlabel: str, ylabel: str, path: Path) -> None:
+    """One line with markers per named series."""
+    fig, ax = plt.subplots(figsize=(7, 4))
+    for name, pts in series.items():
+        pts = sorted(pts)
+        ax.plot([p[0] for p in pts], [p[1] for p in pts], marker="o", label=name)
+    ax.set_xlabel(xlabel)
+    ax.set_ylabel(ylabel)
+    ax.set_title(title)
+    ax.grid(alpha=0.3)
+    if len(series) > 1:
+        ax.legend(fontsize=8)
+    fig.tight_layout()
+    fig.savefig(path, dpi=110)
+    plt.close(fig)

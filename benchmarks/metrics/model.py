@@ -1,0 +1,64 @@
+"""Server-side truth of one load point, the same shape whether read from Prometheus or scraped.
+
+`GAUGES` is the one table of what is read: the result field, the metric, and how series from
+several pods or GPUs combine (vLLM queue depths add up; KV use takes the fullest replica; DCGM
+figures average over GPUs).
+"""
+
+from __future__ import annotations
+
+from typing import Literal
+
+from pydantic import BaseModel, ConfigDict
+
+GaugeField = Literal["running", "waiting", "kv_cache_usage", "gpu_util", "sm_active", "dram_active", "fb_used_mib"]
+Agg = Literal["sum", "max", "avg"]
+
+GAUGES: tuple[tuple[GaugeField, str, Agg], ...] = (
+    ("running", "vllm:num_requests_running", "sum"),
+    ("waiting", "vllm:num_requests_waiting", "sum"),
+    ("kv_cache_usage", "vllm:kv_cache_usage_perc", "max"),  # a fraction 0..1 despite the name
+    ("gpu_util", "DCGM_FI_DEV_GPU_UTIL", "avg"),  # percent of time a kernel ran
+    ("sm_active", "DCGM_FI_PROF_SM_ACTIVE", "avg"),  # fraction 0..1
+    ("dram_active", "DCGM_FI_PROF_DRAM_ACTIVE", "avg"),  # fraction 0..1
+    ("fb_used_mib", "DCGM_FI_DEV_FB_USED", "sum"),  # MiB
+)
+PREEMPTIONS = "vllm:num_preemptions_total"
+TTFT_BUCKETS = "vllm:time_to_first_token_seconds_bucket"
+
+
+class GaugeStats(BaseModel):
+    """Mean and maximum of a gauge over the point's window."""
+
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+    mean: float
+    max: float
+
+
+class Series(BaseModel):
+    """One gauge over time: (unix seconds, value) pairs."""
+
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+    name: GaugeField
+    points: list[tuple[float, float]]
+
+
+class ServerMetrics(BaseModel):
+    """What the server says happened during one point; None where the server has no such series."""
+
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+    source: Literal["prometheus", "scrape"]
+    running: GaugeStats | None = None
+    waiting: GaugeStats | None = None
+    kv_cache_usage: GaugeStats | None = None
+    gpu_util: GaugeStats | None = None
+    sm_active: GaugeStats | None = None
+    dram_active: GaugeStats | None = None
+    fb_used_mib: GaugeStats | None = None
+    preemptions: float | None = None
+    ttft_p50_ms: float | None = None
+    ttft_p99_ms: float | None = None
+    series: list[Series] = []

@@ -1,0 +1,56 @@
+"""Test doubles for the lab benchmarks: a cluster that records what it is asked and answers from a script.
+
+Passed to the code under test through its constructor/argument (the `Cluster` protocol), never patched in.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+from pathlib import Path
+from typing import Any, Callable
+
+DATA = Path(__file__).resolve().parent / "data" / "labs"
+
+
+def recording_path(lab: str) -> Path:
+    return DATA / lab / "recording.json"
+
+
+def fixture_outputs(lab: str) -> dict[str, Any]:
+    """The stack outputs stored in a lab's recording, plus a placeholder kubeconfig."""
+    outputs = json.loads(recording_path(lab).read_text())["outputs"]
+    return {**outputs, "kubeconfig": "unused by the fake cluster"}
+
+
+class FakeCluster:
+    """Records creates and deletes; `on_list(api_version, kind, namespace, selector)` answers lists
+    (and may raise, to play a failure mid-run)."""
+
+    def __init__(self, on_list: Callable[[str, str, str | None, str | None], list[dict[str, Any]]] | None = None):
+        self.created: list[dict[str, Any]] = []
+        self.deleted: list[tuple[str, str, str | None, str]] = []
+        self.on_list = on_list or (lambda *a: [])
+
+    def create(self, obj: dict[str, Any]) -> dict[str, Any]:
+        self.created.append(obj)
+        return obj
+
+    def list(self, api_version, kind, namespace=None, label_selector=None):
+        return self.on_list(api_version, kind, namespace, label_selector)
+
+    def delete_labelled(self, api_version, kind, namespace, label_selector):
+        self.deleted.append((api_version, kind, namespace, label_selector))
+
+    def pod_log(self, namespace, name):
+        return ""
+
+    def service_get(self, namespace, service, port, path, params):
+        return json.dumps({"status": "success", "data": {"resultType": "vector", "result": []}})
+
+    def server_version(self):
+        return {"gitVersion": "v1.35.7-gke.1219000"}
+
+
+def live_args(tmp_path: Path, **extra: Any) -> argparse.Namespace:
+    return argparse.Namespace(stack=None, outputs=None, out=tmp_path, timeout=1.0, poll=0.01, **extra)

@@ -1,0 +1,206 @@
+"""Lab g6 end to end against the simulator, its stack sweep through pulumi, its analysis and report."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+from benchmarks.g6 import main
+from benchmarks.g6.analysis import analyse
+from benchmarks.g6.plots import PLOTS, render_plots
+from benchmarks.g6.report import render_report
+from benchmarks.g6.result import G6Result
+from benchmarks.g6.targets import CONFIG_PATH, SimTarget, StackTarget
+from benchmarks.harness import PulumiStack, load_result, save_result
+from benchmarks.metrics import GaugeStats, ServerMetrics
+from benchmarks.serving.catalogue import get_gpu, get_model
+from benchmarks.serving.sizing import roofline, size
+from fake_pulumi import fake_pulumi, pulumi_calls
+
+FIXTURE = Path(__file__).parent / "data" / "g6-result.json"
+MODEL = "Qwen/Qwen2.5-0.5B-Instruct"
+SMALL = ["--input-len", "64", "--output-len", "64", "--quiet"]
+
+
+def _only_folder(out: Path) -> Path:
+    (folder,) = out.iterdir()
+    return folder
+
+
+def test_sim_sweep_leaves_result_report_and_plots(tmp_path):
+    rc = main(["--sim", "--model", MODEL, "--max-num-seqs", "4,16", "--concurrency", "1,8", "--requests", "16",
+               "--speedup", "2", "--scrape-interval", "0.2", "--out", str(tmp_path), *SMALL])  # fmt: skip
+    assert rc == 0
+    folder = _only_folder(tmp_path)
+    assert folder.name.startswith("g6-")
+    result = load_result(G6Result, folder)
+    assert [(p.max_num_seqs, p.concurrency) for p in result.points] == [(4, 1), (4, 8), (16, 1), (16, 8)]
+    assert all(p.completed == 16 and p.failed == 0 and p.output_tokens == 16 * 64 for p in result.points)
+    by = {(p.max_num_seqs, p.concurrency): p for p in result.points}
+    # Eight clients against four slots: the batch is capped by max-num-seqs and requests queue.
+    assert by[4, 8].bound == "max-num-seqs"
+    assert by[4, 8].ttft_ms.p50 > 3 * by[16, 8].ttft_ms.p50
+    # One stream is memory-bandwidth-bound on the roofline and below it.
+    assert by[16, 1].bound == "memory-bandwidth"
+    assert 0.2 < by[16, 1].roofline_share < 1.0
+    assert by[16, 8].observed_batch > 4 * by[16, 1].observed_batch
+    assert all(p.server is not None and p.server.source == "scrape" for p in result.points)
+    assert [s.max_num_seqs for s in result.sizing] == [4, 16]
+    assert result.meta.server_versions.get("model.id") == MODEL
+    assert (folder / "report.md").read_text() == render_report(result)
+    for name in PLOTS:
+        assert (folder / name).read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+
+
+def test_result_round_trips_through_json(tmp_path):
+    result = load_result(G6Result, FIXTURE)
+    save_result(result, tmp_path)
+    assert load_result(G6Result, tmp_path) == result
+    assert json.loads((tmp_path / "result.json").read_text())["schema_version"] == 1
+
+
+def test_report_and_plots_from_a_stored_result(tmp_path):
+    result = load_result(G6Result, FIXTURE)
+    report = render_report(result)
+    for p in result.points:
+        assert f"{p.ttft_ms.p50:.1f} / {p.ttft_ms.p99:.1f}" in report
+        assert f"**{p.bound}**: {p.bound_reason}" in report
+    assert f"`{' '.join(result.meta.command)}`" in report
+    assert result.meta.started_at.isoformat() in report and result.meta.finished_at.isoformat() in report
+    assert "Simulated time runs x2 faster than the GPU would" in report
+    assert "a chunk may carry several tokens" in report
+    assert "## What the numbers mean" in report and "## Errors\n\nNone." in report
+    assert "capped by **max-num-seqs**" in report
+    paths = render_plots(result, tmp_path)
+    assert [p.name for p in paths] == list(PLOTS)
+    assert all(p.stat().st_size > 10_000 for p in paths)
+
+
+def test_report_lists_errors_and_client_bound_points():
+    result = load_result(G6Result, FIXTURE)
+    points = [p.model_copy(update={"client_bound": i == 0}) for i, p in enumerate(result.points)]
+    broken = result.model_copy(
+        update={"meta": result.meta.model_copy(update={"errors": ["c=8: 3 failed requests {'http_500': 3}"]}),
+                "points": points}
+    )  # fmt: skip
+    report = render_report(broken)
+    assert "- c=8: 3 failed requests {'http_500': 3}" in report
+    assert "**client-bound**" in report and "1 point(s) were client-bound" in report
+
+
+@pytest.fixture(scope="module")
+def sim_url():
+    with SimTarget(model=MODEL, gpu="l4", speedup=4.0, seed=1, gpu_memory_utilization=0.9).serving(16) as url:
+        yield url
+
+
+def _stack_outputs(tmp_path: Path) -> dict:
+    return {
+        "lab": "g6",
+        "endpoints": {"vllm": {"namespace": "serving", "service": "vllm", "port": 8000}},
+        "prometheus": {"namespace": "monitoring", "service": "prometheus", "port": 9090},
+        "benchmark": {"model": MODEL, "max_num_seqs": 16, "gpu": "l4", "sweep": {"max_num_seqs": [4, 8], "concurrency": [2]}},
+    }
+
+
+def test_stack_sweep_changes_max_num_seqs_through_pulumi_and_restores_it(tmp_path, monkeypatch, sim_url):
+    state = fake_pulumi(tmp_path, monkeypatch, _stack_outputs(tmp_path), config={CONFIG_PATH: "16"})
+    # --target: the client reaches vLLM through a URL of its own (here the simulator).
+    rc = main(["--stack", "g6", "--target", sim_url, "--requests", "4", "--health-timeout", "10",
+               "--out", str(tmp_path / "out"), *SMALL])  # fmt: skip
+    assert rc == 0
+    calls = [c for c in pulumi_calls(state) if c[0] != "stack"]
+    assert calls == [
+        ["config", "get", "--path", CONFIG_PATH, "-s", "g6"],
+        ["config", "set", "--path", CONFIG_PATH, "4", "-s", "g6"],
+        ["up", "--yes", "--skip-preview", "-s", "g6"],
+        ["config", "set", "--path", CONFIG_PATH, "8", "-s", "g6"],
+        ["up", "--yes", "--skip-preview", "-s", "g6"],
+        ["config", "set", "--path", CONFIG_PATH, "16", "-s", "g6"],
+        ["up", "--yes", "--skip-preview", "-s", "g6"],
+    ]
+    assert json.loads(state.read_text())["config"] == {CONFIG_PATH: "16"}
+    result = load_result(G6Result, _only_folder(tmp_path / "out"))
+    assert result.params.target_kind == "stack" and result.params.stack == "g6"
+    assert [(p.max_num_seqs, p.concurrency) for p in result.points] == [(4, 2), (8, 2)]
+
+
+def test_stack_sweep_restores_the_original_value_when_an_up_fails(tmp_path, monkeypatch, sim_url, capsys):
+    state = fake_pulumi(tmp_path, monkeypatch, _stack_outputs(tmp_path), config={CONFIG_PATH: "16"}, fail_up_at="8")
+    rc = main(["--stack", "g6", "--target", sim_url, "--requests", "2", "--out", str(tmp_path / "out"), *SMALL])
+    assert rc == 2
+    assert "update failed" in capsys.readouterr().err
+    calls = [c for c in pulumi_calls(state) if c[0] != "stack"]
+    assert calls[-2:] == [["config", "set", "--path", CONFIG_PATH, "16", "-s", "g6"], ["up", "--yes", "--skip-preview", "-s", "g6"]]
+    assert json.loads(state.read_text())["config"] == {CONFIG_PATH: "16"}
+
+
+def test_saved_outputs_give_model_and_server_parameters(tmp_path, sim_url):
+    outputs = _stack_outputs(tmp_path)
+    outputs["benchmark"]["sweep"] = {}
+    path = tmp_path / "outputs.json"
+    path.write_text(json.dumps(outputs))
+    rc = main(["--outputs", str(path), "--target", sim_url, "--concurrency", "2", "--requests", "4",
+               "--out", str(tmp_path / "out"), *SMALL])  # fmt: skip
+    assert rc == 0
+    result = load_result(G6Result, _only_folder(tmp_path / "out"))
+    assert (result.params.target_kind, result.params.model, result.params.gpu) == ("url", MODEL, "l4")
+    # The server's current max-num-seqs from the outputs labels the point (it cannot change here).
+    assert [p.max_num_seqs for p in result.points] == [16]
+    assert [s.max_num_seqs for s in result.sizing] == [16]
+
+
+def test_an_unset_value_is_removed_again_after_ctrl_c(tmp_path, monkeypatch, sim_url):
+    state = fake_pulumi(tmp_path, monkeypatch, _stack_outputs(tmp_path))
+    target = StackTarget(PulumiStack("g6"), sim_url, health_timeout_s=10)
+    with pytest.raises(KeyboardInterrupt), target.session(), target.serving(8):
+        raise KeyboardInterrupt
+    calls = pulumi_calls(state)
+    assert calls[-2:] == [["config", "rm", "--path", CONFIG_PATH, "-s", "g6"], ["up", "--yes", "--skip-preview", "-s", "g6"]]
+    assert json.loads(state.read_text())["config"] == {}
+
+
+@pytest.mark.parametrize(
+    "argv, message",
+    [
+        (["--sim", "--stack", "g6", "--model", MODEL], "--sim starts its own server"),
+        (["--target", "http://127.0.0.1:9", "--model", MODEL, "--max-num-seqs", "8,32"], "needs --sim or --stack"),
+        (["--target", "http://127.0.0.1:9"], "--model is required"),
+        (["--model", MODEL], "say what to measure"),
+        (["--target", "http://127.0.0.1:9", "--model", MODEL, "--speedup", "4"], "--speedup applies to --sim only"),
+        (["--target", "http://127.0.0.1:9", "--model", MODEL, "--rate", "2", "--concurrency", "4"], "not both"),
+        (["--target", "http://127.0.0.1:9", "--model", MODEL], "cannot reach http://127.0.0.1:9"),
+        (["--sim", "--model", "acme/unknown-7b"], "the simulator did not start"),
+    ],
+)
+def test_conflicting_options_exit_2_with_a_reason(argv, message, capsys, tmp_path):
+    assert main([*argv, "--out", str(tmp_path)]) == 2
+    assert message in capsys.readouterr().err
+    assert not list(tmp_path.iterdir())
+
+
+def _server(**kw) -> ServerMetrics:
+    base = dict(source="scrape", running=GaugeStats(mean=4, max=4), waiting=GaugeStats(mean=0, max=0),
+                kv_cache_usage=GaugeStats(mean=0.2, max=0.3), preemptions=0.0)  # fmt: skip
+    return ServerMetrics(**{**base, **kw})
+
+
+def test_analysis_labels_what_bounds_a_point():
+    sizing = size(get_model(MODEL), get_gpu("l4"), max_num_seqs=8)
+    kw = dict(output_tokens_per_s=500.0, mean_decoding=4.0, concurrency=4, max_num_seqs=8, sizing=sizing, context_len=288)
+    assert analyse(server=_server(kv_cache_usage=GaugeStats(mean=0.9, max=0.99)), **kw).bound == "kv-cache"
+    assert analyse(server=_server(preemptions=3.0), **kw).bound == "kv-cache"
+    full = _server(running=GaugeStats(mean=8, max=8), waiting=GaugeStats(mean=2, max=5))
+    assert analyse(server=full, **kw).bound == "max-num-seqs"
+    offered = analyse(server=_server(), **{**kw, "concurrency": 16, "mean_decoding": 7.6})
+    assert offered.bound == "max-num-seqs" and "16 requests offered" in offered.bound_reason
+    small = analyse(server=_server(), **kw)
+    rf = roofline(sizing, [4], 288)[0]
+    assert small.bound == rf.bound == "memory-bandwidth"
+    assert small.roofline_share == pytest.approx(500.0 / rf.tokens_per_s_total)
+    # A simulator running 4x faster than real time is held to a 4x faster roofline.
+    assert analyse(server=_server(), speedup=4.0, **kw).roofline_share == pytest.approx(small.roofline_share / 4)
+    assert analyse(server=None, **{**kw, "sizing": None}).bound == "unknown"
+

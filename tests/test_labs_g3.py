@@ -1,0 +1,97 @@
+"""g3: Kueue admission measured from recorded Workload objects; job builders against the schemas."""
+
+from __future__ import annotations
+
+import copy
+import json
+
+import pytest
+import schemas
+from labs_fakes import fixture_outputs, recording_path
+
+from benchmarks.labs import g3
+from benchmarks.labs.errors import LabError
+from benchmarks.labs.record import Recording, load_recording
+
+
+@pytest.fixture(scope="module")
+def rec() -> Recording:
+    return load_recording(recording_path("g3"))
+
+
+def test_jobs_are_queued_suspended_and_validate():
+    outputs = fixture_outputs("g3")
+    kueue = outputs["benchmark"]["kueue"]
+    jobs = g3.build_workloads(outputs, "g3-0000-abcd")
+    assert len(jobs) == kueue["jobs"]
+    for job in jobs:
+        schemas.validate_object(job)
+        assert job["metadata"]["labels"][g3.QUEUE_LABEL] == kueue["local_queue"]
+        assert job["spec"]["suspend"] is True
+        limits = job["spec"]["template"]["spec"]["containers"][0]["resources"]["limits"]
+        assert limits["nvidia.com/gpu"] == str(kueue["job"]["gpus"])
+
+
+def test_recorded_objects_have_the_api_shapes(rec):
+    kinds = set()
+    for snap in rec.snapshots[::4]:
+        for obj in [o for v in snap.objects.values() for o in v]:
+            schemas.validate_object(obj)
+            kinds.add(obj["kind"])
+    assert kinds == {"Workload", "Job", "Pod"}
+
+
+def test_two_admitted_one_waits_then_admitted_after_a_finish(rec):
+    result = g3.measure(rec)
+    assert result.passed, result.checks
+    by_job = sorted(result.jobs, key=lambda j: j.admitted)
+    late = by_job[-1]
+    assert late.waiting_message and "insufficient unused quota" in late.waiting_message
+    assert late.admitted >= min(j.finished for j in by_job[:2])
+    assert late.waited_s == (late.admitted - late.submitted).total_seconds()
+    assert result.max_admitted_at_once == 2
+    assert late.flavors["nvidia.com/gpu"] == rec.outputs["benchmark"]["kueue"]["flavor"]
+
+
+def _admit_all_at_once(rec: Recording) -> Recording:
+    raw = json.loads(rec.model_dump_json())
+    admitted = next(w for w in raw["snapshots"][-1]["objects"]["workloads"] if w["metadata"]["name"].startswith("job-g3-job-a"))
+    for snap in raw["snapshots"]:
+        for w in snap["objects"]["workloads"]:
+            if w["metadata"]["name"].startswith("job-g3-job-c"):
+                w["status"] = copy.deepcopy(admitted["status"])
+    return Recording.model_validate(raw)
+
+
+def test_three_admitted_at_once_fails_the_checks(rec):
+    result = g3.measure(_admit_all_at_once(rec))
+    assert not result.passed
+    assert result.max_admitted_at_once == 3
+
+
+def test_a_pod_of_a_waiting_job_is_reported_as_half_placed(rec):
+    raw = json.loads(rec.model_dump_json())
+    snap = raw["snapshots"][2]
+    waiting_job = next(
+        g3.owner_job(w) for w in snap["objects"]["workloads"] if w["status"]["conditions"][0]["status"] == "False"
+    )
+    pod = copy.deepcopy(snap["objects"]["pods"][0])
+    pod["metadata"]["name"] = f"{waiting_job}-zzzzz"
+    pod["metadata"]["labels"]["batch.kubernetes.io/job-name"] = waiting_job
+    snap["objects"]["pods"].append(pod)
+    result = g3.measure(Recording.model_validate(raw))
+    assert result.pods_without_admission == [f"{waiting_job}-zzzzz"]
+    assert not result.checks[1].passed
+
+
+def test_a_quota_that_admits_everything_is_refused():
+    outputs = fixture_outputs("g3")
+    outputs["benchmark"]["kueue"]["quota"]["gpus"] = 3
+    with pytest.raises(LabError, match="quota.gpus 3 admits all 3 jobs"):
+        g3.check_outputs(outputs)
+
+
+def test_a_stack_without_kueue_outputs_names_the_missing_keys():
+    outputs = {**fixture_outputs("g3"), "benchmark": {}}
+    with pytest.raises(LabError, match="benchmark.kueue.local_queue"):
+        g3.check_outputs(outputs)

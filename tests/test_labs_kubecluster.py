@@ -1,0 +1,126 @@
+"""KubeCluster (the only code that talks to a live cluster) against a loopback HTTP server that answers
+the Kubernetes API paths it uses: discovery, create, list by label, delete by label, logs, the service
+proxy. Checks the requests on the wire, not our own code's view of them."""
+
+from __future__ import annotations
+
+import json
+import threading
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from urllib.parse import parse_qs, urlsplit
+
+import pytest
+
+from benchmarks.cluster import ClusterError, KubeCluster
+
+CORE = {"kind": "APIResourceList", "groupVersion": "v1", "resources": [
+    {"name": "pods", "singularName": "pod", "namespaced": True, "kind": "Pod", "verbs": ["create", "delete", "deletecollection", "get", "list"]},
+    {"name": "pods/log", "singularName": "", "namespaced": True, "kind": "Pod", "verbs": ["get"]},
+    {"name": "configmaps", "singularName": "configmap", "namespaced": True, "kind": "ConfigMap", "verbs": ["create", "deletecollection", "list"]},
+    {"name": "nodes", "singularName": "node", "namespaced": False, "kind": "Node", "verbs": ["get", "list"]},
+]}
+BATCH = {"kind": "APIResourceList", "groupVersion": "batch/v1", "resources": [
+    {"name": "jobs", "singularName": "job", "namespaced": True, "kind": "Job", "verbs": ["create", "deletecollection", "list"]}]}
+
+
+class _Api(BaseHTTPRequestHandler):
+    calls: list[tuple[str, str, dict, object]] = []
+
+    def _send(self, code: int, body: object, ctype: str = "application/json") -> None:
+        data = body.encode() if isinstance(body, str) else json.dumps(body).encode()
+        self.send_response(code)
+        self.send_header("Content-Type", ctype)
+        self.send_header("Content-Length", str(len(data)))
+        self.end_headers()
+        self.wfile.write(data)
+
+    def _route(self, method: str) -> None:
+        url = urlsplit(self.path)
+        query = {k: v[0] for k, v in parse_qs(url.query).items()}
+        length = int(self.headers.get("Content-Length") or 0)
+        body = json.loads(self.rfile.read(length)) if length else None
+        _Api.calls.append((method, url.path, query, body))
+        p = url.path
+        if p == "/version":
+            return self._send(200, {"major": "1", "minor": "35", "gitVersion": "v1.35.7-gke.1219000"})
+        if p == "/api":
+            return self._send(200, {"kind": "APIVersions", "versions": ["v1"]})
+        if p == "/apis":
+            gv = {"groupVersion": "batch/v1", "version": "v1"}
+            return self._send(200, {"kind": "APIGroupList", "groups": [{"name": "batch", "versions": [gv], "preferredVersion": gv}]})
+        if p == "/api/v1":
+            return self._send(200, CORE)
+        if p == "/apis/batch/v1":
+            return self._send(200, BATCH)
+        if p.endswith("/log"):
+            return self._send(200, "step 1 t=1.0\n", "text/plain")
+        if "/proxy/" in p:
+            return self._send(200, {"status": "success", "data": {"resultType": "vector", "result": []}})
+        if method == "POST":
+            if body["metadata"]["name"] == "exists":
+                return self._send(409, {"kind": "Status", "apiVersion": "v1", "status": "Failure", "reason": "AlreadyExists",
+                                        "message": "configmaps \"exists\" already exists", "code": 409})
+            return self._send(201, body)
+        if method == "GET":
+            return self._send(200, {"kind": "PodList", "apiVersion": "v1", "metadata": {},
+                                    "items": [{"metadata": {"name": "p1", "namespace": "ns"}}]})
+        if method == "DELETE":
+            return self._send(200, {"kind": "Status", "apiVersion": "v1", "status": "Success"})
+        return self._send(404, {"kind": "Status", "code": 404})
+
+    def do_GET(self):
+        self._route("GET")
+
+    def do_POST(self):
+        self._route("POST")
+
+    def do_DELETE(self):
+        self._route("DELETE")
+
+    def log_message(self, *args):
+        pass
+
+
+@pytest.fixture(scope="module")
+def cluster(tmp_path_factory):
+    server = ThreadingHTTPServer(("127.0.0.1", 0), _Api)
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    kubeconfig = {
+        "apiVersion": "v1", "kind": "Config", "current-context": "lab",
+        "clusters": [{"name": "lab", "cluster": {"server": f"http://127.0.0.1:{server.server_port}"}}],
+        "users": [{"name": "me", "user": {"token": "t0ken"}}],
+        "contexts": [{"name": "lab", "context": {"cluster": "lab", "user": "me"}}],
+    }
+    yield KubeCluster.from_kubeconfig(json.dumps(kubeconfig))
+    server.shutdown()
+
+
+def test_create_list_delete_logs_proxy_on_the_wire(cluster):
+    _Api.calls.clear()
+    cm = {"apiVersion": "v1", "kind": "ConfigMap", "metadata": {"name": "c", "namespace": "ns"}, "data": {"a": "b"}}
+    assert cluster.create(cm)["data"] == {"a": "b"}
+    assert [p["metadata"]["name"] for p in cluster.list("v1", "Pod", "ns", "run=r1")] == ["p1"]
+    cluster.delete_labelled("batch/v1", "Job", "ns", "run=r1")
+    assert cluster.pod_log("ns", "p1") == "step 1 t=1.0\n"
+    answer = cluster.service_get("monitoring", "kps-prometheus", 9090, "api/v1/query", {"query": "up == 1"})
+    assert json.loads(answer)["status"] == "success"
+    assert cluster.server_version()["gitVersion"] == "v1.35.7-gke.1219000"
+    calls = [(m, p, q) for m, p, q, _ in _Api.calls if not p.startswith(("/api/v1", "/apis")) or "namespaces" in p]
+    assert ("POST", "/api/v1/namespaces/ns/configmaps", {}) in calls
+    assert ("GET", "/api/v1/namespaces/ns/pods", {"labelSelector": "run=r1"}) in calls
+    assert ("DELETE", "/apis/batch/v1/namespaces/ns/jobs", {"labelSelector": "run=r1"}) in calls
+    assert ("GET", "/api/v1/namespaces/monitoring/services/kps-prometheus:9090/proxy/api/v1/query", {"query": "up == 1"}) in calls
+    delete_body = next(b for m, p, _, b in _Api.calls if m == "DELETE")
+    assert delete_body["propagationPolicy"] == "Background"
+
+
+def test_errors_name_the_object_and_the_kind(cluster):
+    with pytest.raises(ClusterError, match="creating ConfigMap ns/exists failed"):
+        cluster.create({"apiVersion": "v1", "kind": "ConfigMap", "metadata": {"name": "exists", "namespace": "ns"}})
+    with pytest.raises(ClusterError, match="does not serve Workload"):
+        cluster.list("kueue.x-k8s.io/v1beta2", "Workload", "ns")
+
+
+def test_a_kubeconfig_that_is_not_one_is_refused():
+    with pytest.raises(ClusterError, match="not a kubeconfig"):
+        KubeCluster.from_kubeconfig("")

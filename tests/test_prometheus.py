@@ -1,0 +1,147 @@
+"""Server-side truth: the PromQL path against a real Prometheus (Debian's package) scraping the
+simulator, and the direct-scrape arithmetic on hand-worked cases."""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import shutil
+import socket
+import subprocess
+import time
+from pathlib import Path
+
+import httpx
+import pytest
+
+from benchmarks.g6.targets import SimTarget
+from benchmarks.loadgen import LoadSpec, run_load, summarize
+from benchmarks.metrics import MetricsError, PrometheusClient, histogram_quantile, metrics_from_scrapes
+from benchmarks.metrics.scrape import Scrape
+
+PROMETHEUS = shutil.which("prometheus") or "/usr/bin/prometheus"
+MODEL = "Qwen/Qwen2.5-0.5B-Instruct"
+
+needs_prometheus = pytest.mark.skipif(
+    not Path(PROMETHEUS).exists() and not os.environ.get("CI"),
+    reason="no prometheus binary (apt-get install prometheus); under CI this test must run",
+)
+
+
+def _free_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return sock.getsockname()[1]
+
+
+@pytest.fixture(scope="module")
+def sim_and_prometheus(tmp_path_factory):
+    tmp = tmp_path_factory.mktemp("prometheus")
+    with SimTarget(model=MODEL, gpu="l4", speedup=2.0, seed=1, gpu_memory_utilization=0.9).serving(8) as sim:
+        config = tmp / "prometheus.yml"
+        config.write_text(
+            "global:\n  scrape_interval: 1s\n  evaluation_interval: 1s\n"
+            "scrape_configs:\n  - job_name: sim\n    static_configs:\n"
+            f"      - targets: ['{sim.removeprefix('http://')}']\n"
+        )
+        port = _free_port()
+        proc = subprocess.Popen(
+            [PROMETHEUS, f"--config.file={config}", f"--storage.tsdb.path={tmp / 'data'}",
+             f"--web.listen-address=127.0.0.1:{port}"],
+            stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True,
+        )  # fmt: skip
+        prom = f"http://127.0.0.1:{port}"
+        try:
+            deadline = time.monotonic() + 20
+            while True:
+                try:
+                    if httpx.get(f"{prom}/-/ready", timeout=1).status_code == 200:
+                        break
+                except httpx.HTTPError:
+                    pass
+                if proc.poll() is not None or time.monotonic() > deadline:
+                    proc.kill()
+                    pytest.fail(f"prometheus did not start: {proc.communicate()[1][-1000:]}")
+                time.sleep(0.1)
+            PrometheusClient(prom).wait_for_scrape(time.time() - 60, timeout_s=10)
+            yield sim, prom
+        finally:
+            proc.terminate()
+            proc.wait(timeout=10)
+
+
+@needs_prometheus
+def test_promql_reads_the_servers_view_of_a_load_window(sim_and_prometheus):
+    sim, prom = sim_and_prometheus
+    # Twice max-num-seqs in flight: the server must show a full batch and a queue.
+    spec = LoadSpec(base_url=sim, model=MODEL, input_len=128, output_len=64, concurrency=16, requests=200, duration_s=4.0)
+    stats = summarize(asyncio.run(run_load(spec)), spec)
+    assert stats.completed > 16 and stats.failed == 0
+
+    m = PrometheusClient(prom).window_metrics(stats.window.start.timestamp(), stats.window.end.timestamp())
+    assert m.source == "prometheus"
+    assert 0 < m.running.mean <= 8 and m.running.max == 8
+    assert m.waiting.max > 0
+    assert 0 < m.kv_cache_usage.max < 1
+    assert m.preemptions == 0
+    assert m.gpu_util.mean > 0 and m.dram_active.mean > 0 and m.fb_used_mib.max > 0
+    # The server's TTFT histogram (bucketed) and the client's own measurement tell the same story.
+    assert m.ttft_p50_ms > 0
+    assert 0.3 < m.ttft_p50_ms / stats.ttft_ms.p50 < 3
+    series = {s.name: s for s in m.series}
+    assert len(series["running"].points) >= 3
+    assert max(v for _, v in series["running"].points) == 8
+
+
+@needs_prometheus
+def test_promql_errors_name_the_query(sim_and_prometheus):
+    _, prom = sim_and_prometheus
+    with pytest.raises(MetricsError, match="rejected 'sum\\(\\('"):
+        PrometheusClient(prom).query("sum((", time.time())
+
+
+def test_histogram_quantile_interpolates_like_prometheus():
+    # 10 observations: 2 under 0.1 s, 6 more under 0.2 s, 2 more under +Inf.
+    buckets = {0.1: 2.0, 0.2: 8.0, float("inf"): 10.0}
+    assert histogram_quantile(0.5, buckets) == pytest.approx(0.1 + 0.1 * (5 - 2) / 6)
+    assert histogram_quantile(0.1, buckets) == pytest.approx(0.05)
+    assert histogram_quantile(0.99, buckets) == 0.2  # in the +Inf bucket: its lower bound
+    assert histogram_quantile(0.5, {0.1: 0.0, float("inf"): 0.0}) is None
+
+
+def _text(running: float, waiting: float, preemptions: float, buckets: tuple[float, float, float]) -> str:
+    le = ("0.1", "0.2", "+Inf")
+    lines = [
+        "# TYPE vllm:num_requests_running gauge",
+        f'vllm:num_requests_running{{model_name="m"}} {running}',
+        "# TYPE vllm:num_requests_waiting gauge",
+        f'vllm:num_requests_waiting{{model_name="m"}} {waiting}',
+        "# TYPE vllm:num_preemptions counter",
+        f'vllm:num_preemptions_total{{model_name="m"}} {preemptions}',
+        "# TYPE vllm:time_to_first_token_seconds histogram",
+        *(f'vllm:time_to_first_token_seconds_bucket{{le="{b}",model_name="m"}} {c}' for b, c in zip(le, buckets)),
+        f'vllm:time_to_first_token_seconds_count{{model_name="m"}} {buckets[-1]}',
+        f'vllm:time_to_first_token_seconds_sum{{model_name="m"}} 1.0',
+        "# TYPE DCGM_FI_PROF_DRAM_ACTIVE gauge",
+        'DCGM_FI_PROF_DRAM_ACTIVE{gpu="0"} 0.8',
+        'DCGM_FI_PROF_DRAM_ACTIVE{gpu="1"} 0.6',
+    ]
+    return "\n".join(lines) + "\n"
+
+
+def test_scrapes_give_window_figures_from_counter_deltas_and_inner_gauges():
+    scrapes = [
+        Scrape(100.0, _text(0, 0, 5, (10, 10, 10))),  # before the load: idle, counters already moved
+        Scrape(101.0, _text(8, 4, 6, (11, 14, 15))),
+        Scrape(102.0, _text(6, 0, 7, (12, 18, 20))),
+        Scrape(103.0, _text(0, 0, 7, (12, 18, 20))),  # after the load
+    ]
+    m = metrics_from_scrapes(scrapes)
+    assert (m.running.mean, m.running.max, m.waiting.max) == (7.0, 8.0, 4.0)  # idle brackets left out
+    assert m.preemptions == 2.0
+    # Window buckets: {0.1: 2, 0.2: 8, +Inf: 10}, the hand-worked case above.
+    assert m.ttft_p50_ms == pytest.approx(150.0)
+    assert m.dram_active.mean == pytest.approx(0.7)  # averaged over GPUs
+    assert [p for p in next(s for s in m.series if s.name == "running").points] == [(101.0, 8.0), (102.0, 6.0)]
+    with pytest.raises(MetricsError, match="need scrapes at the start and end"):
+        metrics_from_scrapes(scrapes[:1])
