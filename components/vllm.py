@@ -166,6 +166,7 @@ def benchmark(cfg: LabConfig) -> dict[str, Any]:
     v = cfg.vllm
     return {
         "model": v.model,
+        "gpu": cfg.gpu_accelerator.removeprefix("nvidia-"),  # the benchmark's GPU catalogue name (l4)
         "dtype": v.dtype,
         "max_num_seqs": v.max_num_seqs,
         "max_model_len": v.max_model_len,

@@ -7,6 +7,7 @@ The tests and the offline plan both use it.
 
 from __future__ import annotations
 
+import asyncio
 import json
 from functools import partial
 from dataclasses import dataclass, field
@@ -16,6 +17,7 @@ from typing import Any
 import pulumi
 import yaml
 from pulumi.runtime import mocks as pulumi_mocks
+from pulumi.runtime import settings as pulumi_settings
 
 from stacks import loader
 
@@ -183,6 +185,11 @@ def run_stack(
         config[key], secret_keys = value, [*secret_keys, key]
 
     run = MockRun(stack=stack, preview=preview)
+    # Each run gets its own event loop and its own Stack root (set_mocks reuses an existing root,
+    # whose futures belong to the loop of an earlier run; a test's asyncio.run() leaves no loop).
+    loop = asyncio.new_event_loop()
+    asyncio.set_event_loop(loop)
+    pulumi_settings.ROOT.set(None)
     mocks = _Mocks(preview, config.get("gcp:project", OFFLINE_PROJECT))
     pulumi.runtime.set_mocks(
         mocks, project=loader.PROJECT, stack=stack, preview=preview, monitor=_RecordingMonitor(mocks, run)
@@ -200,5 +207,9 @@ def run_stack(
         run.unknown_outputs.discard(key)
         run.outputs[key] = value
 
-    program()
+    try:
+        program()
+    finally:
+        asyncio.set_event_loop(None)
+        loop.close()
     return run

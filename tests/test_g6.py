@@ -204,3 +204,21 @@ def test_analysis_labels_what_bounds_a_point():
     assert analyse(server=_server(), speedup=4.0, **kw).roofline_share == pytest.approx(small.roofline_share / 4)
     assert analyse(server=None, **{**kw, "sizing": None}).bound == "unknown"
 
+
+
+def test_reads_what_the_g6_stack_file_really_exports(tmp_path):
+    """The contract: the outputs of Pulumi.g6.yaml (run under mocks) drive a sweep without any flag."""
+    from benchmarks.g6.cli import parser, resolve_params
+    from stacks.mockrun import run_stack
+
+    outputs = run_stack("g6").outputs
+    path = tmp_path / "outputs.json"
+    path.write_text(json.dumps(outputs))
+    params = resolve_params(parser().parse_args(["--outputs", str(path)]))
+    assert params.target == "http://vllm.llm.svc.cluster.local:8000", "the client adds /v1/... itself"
+    assert params.prometheus == "http://kps-prometheus.monitoring.svc.cluster.local:9090"
+    assert params.model == outputs["benchmark"]["model"] and params.gpu == "l4"
+    # Saved outputs describe the server that runs: its max_num_seqs, not the stack's sweep grid.
+    assert params.max_num_seqs == [outputs["benchmark"]["max_num_seqs"]]
+    assert params.concurrency == outputs["benchmark"]["sweep"]["concurrency"]
+    assert params.max_model_len == outputs["benchmark"]["max_model_len"]

@@ -56,7 +56,7 @@ def test_outputs_errors_say_what_is_missing(tmp_path):
     with pytest.raises(HarnessError, match="endpoints.vllm.*endpoints: \\['other'\\]"):
         endpoint({"endpoints": {"other": {}}}, "vllm", "g6")
     typo = {"prometheus": {"namespace": "m", "service": "p", "prot": 9090}}
-    with pytest.raises(HarnessError, match="(?s)do not fit lab g6.*prot.*Extra inputs are not permitted"):
+    with pytest.raises(HarnessError, match="(?s)do not fit lab g6.*port.*Field required"):
         section(typo, "prometheus", PrometheusRef, "g6")
 
 

@@ -148,7 +148,8 @@ def resolve_params(args: argparse.Namespace) -> G6Params:
         outputs = read_outputs(args.stack, args.outputs)
         bench = section(outputs, "benchmark", G6Outputs, LAB)
         if base_url is None:
-            base_url = endpoint(outputs, bench.endpoint, LAB).in_cluster_url()
+            # The client adds the OpenAI routes (/v1/...) itself: it wants the server's root.
+            base_url = endpoint(outputs, bench.endpoint, LAB).server_url()
             # A client without a URL override runs in-cluster: the stack's Prometheus is reachable too.
             if prometheus is None and "prometheus" in outputs:
                 prometheus = section(outputs, "prometheus", PrometheusRef, LAB).in_cluster_url()
@@ -162,7 +163,8 @@ def resolve_params(args: argparse.Namespace) -> G6Params:
         api=args.api,
         concurrency=[] if args.rate else args.concurrency or bench.sweep.concurrency or [1, 8, 32],
         rate=args.rate or [],
-        max_num_seqs=args.max_num_seqs or bench.sweep.max_num_seqs or [bench.max_num_seqs],
+        # Only a stack can change the server between points; saved outputs describe the one running.
+        max_num_seqs=args.max_num_seqs or (args.stack and bench.sweep.max_num_seqs) or [bench.max_num_seqs],
         input_len=args.input_len,
         output_len=args.output_len,
         requests=args.requests,

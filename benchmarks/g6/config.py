@@ -22,9 +22,12 @@ class G6Sweep(BaseModel):
 
 
 class G6Outputs(BaseModel):
-    """outputs.benchmark of a g6 stack."""
+    """outputs.benchmark of a g6 stack.
 
-    model_config = ConfigDict(frozen=True, extra="forbid")
+    Unknown keys are ignored: the block is shared with other readers (dashboards, other features).
+    """
+
+    model_config = ConfigDict(frozen=True, extra="ignore")
 
     model: str
     endpoint: str = Field("vllm", description="the key of the vLLM service in outputs.endpoints")

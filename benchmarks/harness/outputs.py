@@ -11,7 +11,7 @@ import json
 from pathlib import Path
 from typing import Any, TypeVar
 
-from pydantic import BaseModel, ConfigDict, ValidationError
+from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
 from benchmarks.harness.errors import HarnessError
 from benchmarks.harness.pulumi import PulumiStack
@@ -20,26 +20,33 @@ M = TypeVar("M", bound=BaseModel)
 
 
 class Endpoint(BaseModel):
-    """outputs.endpoints[name]: a ClusterIP service."""
+    """outputs.endpoints[name]: a ClusterIP service.
 
-    model_config = ConfigDict(frozen=True, extra="forbid")
+    Unknown keys are ignored: an endpoint may carry more for other readers (KServe's route host).
+    """
+
+    model_config = ConfigDict(frozen=True, extra="ignore")
 
     namespace: str
     service: str
     port: int
     path: str = "/"
-    protocol: str = "http"
+    protocol: str = Field("http", description="what the service speaks: http, https, openai, ...")
+
+    def server_url(self) -> str:
+        """The server's root URL from inside the cluster (the benchmark's client should run there)."""
+        scheme = "https" if self.protocol == "https" else "http"  # openai is HTTP underneath
+        return f"{scheme}://{self.service}.{self.namespace}.svc.cluster.local:{self.port}"
 
     def in_cluster_url(self) -> str:
-        """The URL from inside the cluster (the benchmark's client should run there)."""
-        base = f"{self.protocol}://{self.service}.{self.namespace}.svc.cluster.local:{self.port}"
-        return base + self.path.rstrip("/")
+        """The server's URL including the endpoint's path."""
+        return self.server_url() + self.path.rstrip("/")
 
 
 class PrometheusRef(BaseModel):
     """outputs.prometheus: where the stack's Prometheus listens."""
 
-    model_config = ConfigDict(frozen=True, extra="forbid")
+    model_config = ConfigDict(frozen=True, extra="ignore")
 
     namespace: str
     service: str
