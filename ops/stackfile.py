@@ -3,31 +3,20 @@ read from `Pulumi.<stack>.yaml` with no Pulumi CLI (the same parsing `pulumi up`
 
 from __future__ import annotations
 
-import json
 from pathlib import Path
-from typing import Any
 
 from stacks.config import LabConfig
-from stacks.loader import PROJECT, parse
-from stacks.mockrun import OFFLINE_PROJECT, REPO, stack_config
+from stacks.loader import PROJECT, decode, parse
+from stacks.mockrun import OFFLINE_PROJECT, REPO, stack_config, stack_names
 
-
-def stack_names(directory: Path = REPO) -> list[str]:
-    return sorted(p.name[len("Pulumi.") : -len(".yaml")] for p in directory.glob("Pulumi.*.yaml"))
-
-
-def _decode(value: str) -> Any:
-    try:
-        return json.loads(value)
-    except ValueError:
-        return value
+__all__ = ["load_config", "stack_names"]
 
 
 def load_config(stack: str, project: str | None = None, directory: Path = REPO) -> LabConfig:
     """The stack's LabConfig; `project` overrides gcp:project (a stack file often leaves it unset)."""
     config, _ = stack_config(stack, directory)
     prefix = f"{PROJECT}:"
-    raw = {k[len(prefix) :]: _decode(v) for k, v in config.items() if k.startswith(prefix)}
+    raw = {k[len(prefix) :]: decode(v) for k, v in config.items() if k.startswith(prefix)}
     return parse(
         raw,
         stack=stack,

@@ -37,7 +37,7 @@ class Secrets:
     hf_token: pulumi.Output[str] | None = None
 
 
-def _decode(value: Any) -> Any:
+def decode(value: Any) -> Any:
     # The CLI hands every value over as a string; objects, numbers and booleans arrive as JSON text.
     if not isinstance(value, str):
         return value
@@ -51,7 +51,7 @@ def raw_project_config() -> dict[str, Any]:
     """Every `gke-ml-labs:*` key the engine passed, decoded, without the namespace."""
     merged = {**runtime_config.get_config_env(), **runtime_config.CONFIG.get()}
     prefix = f"{PROJECT}:"
-    return {k[len(prefix) :]: _decode(v) for k, v in merged.items() if k.startswith(prefix)}
+    return {k[len(prefix) :]: decode(v) for k, v in merged.items() if k.startswith(prefix)}
 
 
 def _fields_at(loc: tuple[Any, ...]) -> list[str]:

@@ -147,12 +147,16 @@ class _RecordingMonitor(pulumi_mocks.MockMonitor):
         return response
 
 
+def stack_names(directory: Path = REPO) -> list[str]:
+    """Every stack with a `Pulumi.<stack>.yaml` in the project."""
+    return sorted(p.name[len("Pulumi.") : -len(".yaml")] for p in directory.glob("Pulumi.*.yaml"))
+
+
 def stack_config(stack: str, directory: Path = REPO) -> tuple[dict[str, str], list[str]]:
     """A stack file's config as the CLI would hand it to the program: JSON text per key."""
     path = directory / f"Pulumi.{stack}.yaml"
     if not path.exists():
-        known = sorted(p.name[len("Pulumi.") : -len(".yaml")] for p in directory.glob("Pulumi.*.yaml"))
-        raise FileNotFoundError(f"no stack file {path.name}; stacks here: {', '.join(known)}")
+        raise FileNotFoundError(f"no stack file {path.name}; stacks here: {', '.join(stack_names(directory))}")
     document = yaml.safe_load(path.read_text()) or {}
     config, secret_keys = {}, []
     for key, value in (document.get("config") or {}).items():

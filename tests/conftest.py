@@ -2,13 +2,11 @@
 
 from __future__ import annotations
 
-from pathlib import Path
-
 import pytest
 
-from stacks.mockrun import REPO, MockRun, run_stack
+from stacks.mockrun import MockRun, run_stack, stack_names
 
-STACKS = sorted(p.name[len("Pulumi.") : -len(".yaml")] for p in Path(REPO).glob("Pulumi.*.yaml"))
+STACKS = stack_names()
 
 
 @pytest.fixture(scope="session")

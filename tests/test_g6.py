@@ -208,13 +208,14 @@ def test_analysis_labels_what_bounds_a_point():
 
 def test_reads_what_the_g6_stack_file_really_exports(tmp_path):
     """The contract: the outputs of Pulumi.g6.yaml (run under mocks) drive a sweep without any flag."""
-    from benchmarks.g6.cli import parser, resolve_params
+    from benchmarks.g6.cli import cost_section, parser, read_stack_outputs, resolve_params
     from stacks.mockrun import run_stack
 
     outputs = run_stack("g6").outputs
     path = tmp_path / "outputs.json"
     path.write_text(json.dumps(outputs))
-    params = resolve_params(parser().parse_args(["--outputs", str(path)]))
+    args = parser().parse_args(["--outputs", str(path)])
+    params = resolve_params(args, read_stack_outputs(args))
     assert params.target == "http://vllm.llm.svc.cluster.local:8000", "the client adds /v1/... itself"
     assert params.prometheus == "http://kps-prometheus.monitoring.svc.cluster.local:9090"
     assert params.model == outputs["benchmark"]["model"] and params.gpu == "l4"
@@ -222,3 +223,4 @@ def test_reads_what_the_g6_stack_file_really_exports(tmp_path):
     assert params.max_num_seqs == [outputs["benchmark"]["max_num_seqs"]]
     assert params.concurrency == outputs["benchmark"]["sweep"]["concurrency"]
     assert params.max_model_len == outputs["benchmark"]["max_model_len"]
+    assert "GPU pool at 1 node(s)" in cost_section(outputs, params, 60.0)

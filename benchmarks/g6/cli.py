@@ -13,6 +13,7 @@ import sys
 from collections.abc import Callable
 from datetime import UTC, datetime
 from pathlib import Path
+from typing import Any
 
 from pydantic import ValidationError
 
@@ -41,6 +42,8 @@ from benchmarks.loadgen import LoadgenError, Slo, Timeouts
 from benchmarks.metrics import MetricsError
 from benchmarks.serving.catalogue import GPUS, MODELS, ServingError, get_gpu, get_model
 from benchmarks.serving.sizing import Sizing, size
+from ops.estimate import estimate_or_none, estimate_section, markdown
+from ops.stackfile import load_config
 
 SIM_SPEEDUP = 4.0  # default time compression of --sim: the README's sweep then runs in about a minute
 SIM_SCRAPE_S = 0.5
@@ -140,12 +143,16 @@ def _check_sources(args: argparse.Namespace) -> None:
         raise G6Error("give either --concurrency (closed loop) or --rate (open-loop Poisson), not both")
 
 
-def resolve_params(args: argparse.Namespace) -> G6Params:
-    """The run's parameters: flags first, then the stack's outputs (--stack/--outputs), then defaults."""
+def read_stack_outputs(args: argparse.Namespace) -> dict[str, Any] | None:
+    """The stack's outputs when the run names a stack (--stack/--outputs), read once."""
     _check_sources(args)
+    return read_outputs(args.stack, args.outputs) if args.stack or args.outputs else None
+
+
+def resolve_params(args: argparse.Namespace, outputs: dict[str, Any] | None) -> G6Params:
+    """The run's parameters: flags first, then the stack's outputs (--stack/--outputs), then defaults."""
     bench, prometheus, base_url = G6Outputs(model=""), args.prometheus, args.target
-    if args.stack or args.outputs:
-        outputs = read_outputs(args.stack, args.outputs)
+    if outputs is not None:
         bench = section(outputs, "benchmark", G6Outputs, LAB)
         if base_url is None:
             # The client adds the OpenAI routes (/v1/...) itself: it wants the server's root.
@@ -203,11 +210,31 @@ def make_target(params: G6Params, health_timeout_s: float) -> tuple[G6Params, Ta
     return params, target
 
 
+def cost_section(outputs: dict[str, Any] | None, params: G6Params, seconds: float) -> str | None:
+    """What the stack costs per hour (Markdown); for a simulated run, what the same sweep would cost
+    on the g6 stack as Pulumi.g6.yaml configures it, with the GPU up for the sweep's real-time length."""
+    if outputs is not None:
+        return estimate_section(outputs) or None
+    if params.target_kind != "sim":
+        return None
+    est = estimate_or_none(load_config(LAB))
+    if est is None:
+        return None
+    gpu_hours = seconds * params.speedup / 3600
+    return markdown(est) + (
+        f"\nThis sweep ran {seconds / 60:.1f} min against the simulator at x{params.speedup:g}; on the real "
+        f"L4 it would keep the GPU node up about {gpu_hours * 60:.0f} min: about "
+        f"${gpu_hours * est.per_hour_gpu_up:.2f} at the rate above (plus the time the pool takes to scale "
+        "up and back to zero).\n"
+    )
+
+
 def run(argv: list[str]) -> int:
     args = parser().parse_args(argv)
     started = datetime.now(UTC)
     try:
-        params, target = make_target(resolve_params(args), args.health_timeout)
+        outputs = read_stack_outputs(args)
+        params, target = make_target(resolve_params(args, outputs), args.health_timeout)
         sizer = _sizer(params)
         progress = RunProgress(enabled=not args.quiet)
         with progress.running():
@@ -234,6 +261,7 @@ def run(argv: list[str]) -> int:
         params=params,
         sizing=[s for mns in params.max_num_seqs if (s := sizer(mns)) is not None],
         points=outcome.points,
+        cost=cost_section(outputs, params, (datetime.now(UTC) - started).total_seconds()),
     )
     folder = new_run_folder(args.out, LAB, started)
     save_result(result, folder)

@@ -162,7 +162,7 @@ def _errors(r: G6Result) -> str:
 
 def render_report(result: G6Result) -> str:
     plots = "## Plots\n\n" + "\n".join(f"![{name}]({name})" for name in PLOTS) + "\n"
-    # Cost: a later issue adds a cost estimate section here.
+    cost = f"## Cost\n\n{result.cost.replace('### ', '')}" if result.cost else ""
     return "\n".join(
-        [_header(result), _sizing(result), _points(result), _meaning(result), _errors(result), plots]
+        [_header(result), _sizing(result), _points(result), _meaning(result), cost, _errors(result), plots]
     )
