@@ -188,3 +188,16 @@ def test_offline_plan_prints_the_pool_and_writes_kubernetes_yaml(tmp_path, capsy
 def test_offline_plan_reports_bad_config_without_a_traceback(capsys):
     assert plan_main(["nope"]) == 2
     assert "no stack file Pulumi.nope.yaml" in capsys.readouterr().err
+
+
+@pytest.mark.parametrize("stack", STACKS)
+def test_each_kubernetes_object_is_declared_once(stack_runs, stack):
+    """Two resources for one object (a namespace two components both create) fail on a real cluster."""
+    seen: dict[tuple, str] = {}
+    for r in stack_runs[(stack, False)].resources:
+        meta = r.inputs.get("metadata")
+        if not r.type.startswith("kubernetes:") or not isinstance(meta, dict):
+            continue
+        key = (r.inputs.get("apiVersion"), r.inputs.get("kind"), meta.get("namespace"), meta.get("name"))
+        assert key not in seen, f"{key} declared by both {seen[key]} and {r.name}"
+        seen[key] = r.name
