@@ -7,7 +7,7 @@ import pytest
 from ops import estimate as est
 from ops import pricing
 from ops.stackfile import load_config, stack_names
-from stacks.loader import ConfigError, parse
+from stacks.loader import parse
 
 # FACTS.md's verified list prices (2026-08-20): the table must carry exactly these.
 FACTS = {

@@ -121,7 +121,7 @@ def _text(running: float, waiting: float, preemptions: float, buckets: tuple[flo
         "# TYPE vllm:time_to_first_token_seconds histogram",
         *(f'vllm:time_to_first_token_seconds_bucket{{le="{b}",model_name="m"}} {c}' for b, c in zip(le, buckets)),
         f'vllm:time_to_first_token_seconds_count{{model_name="m"}} {buckets[-1]}',
-        f'vllm:time_to_first_token_seconds_sum{{model_name="m"}} 1.0',
+        'vllm:time_to_first_token_seconds_sum{model_name="m"} 1.0',
         "# TYPE DCGM_FI_PROF_DRAM_ACTIVE gauge",
         'DCGM_FI_PROF_DRAM_ACTIVE{gpu="0"} 0.8',
         'DCGM_FI_PROF_DRAM_ACTIVE{gpu="1"} 0.6',
