@@ -47,7 +47,7 @@ class Cluster(Protocol):
 
     def delete_labelled(self, api_version: str, kind: str, namespace: str | None, label_selector: str) -> None: ...
 
-    def pod_log(self, namespace: str, name: str) -> str: ...
+    def pod_log(self, namespace: str, name: str, container: str | None = None) -> str: ...
 
     def service_get(self, namespace: str, service: str, port: int, path: str, params: dict[str, str]) -> str: ...
 
@@ -57,20 +57,28 @@ class Cluster(Protocol):
 class KubeCluster:
     """`Cluster` over the official client's dynamic API (any kind, CRs included, one code path)."""
 
-    def __init__(self, api_client: Any):
+    def __init__(self, api_client: Any, request_timeout_s: float = 60.0):
         from kubernetes import dynamic
 
         self._api_client = api_client
+        # Every call is bounded: without it a connection that hangs (control plane upgrade, network
+        # drop) blocks forever, past every wait_until deadline, and cleanup never starts.
+        self._timeout = request_timeout_s
         try:
             self._dyn = dynamic.DynamicClient(api_client)
         except Exception as e:  # discovery is the first call that reaches the API server
             raise ClusterError(f"cannot reach the cluster's API server: {e}") from e
 
     @classmethod
-    def from_kubeconfig(cls, kubeconfig: str | dict[str, Any]) -> KubeCluster:
+    def from_kubeconfig(cls, kubeconfig: str | dict[str, Any], request_timeout_s: float = 60.0) -> KubeCluster:
         """Build from the stack output `kubeconfig` (YAML/JSON text or already parsed)."""
         from kubernetes import config
 
+        if kubeconfig == "[secret]":  # what `pulumi stack output --json` prints for a secret it does not show
+            raise ClusterError(
+                "stack output 'kubeconfig' is masked as [secret]: save the outputs with "
+                "`pulumi stack output --json --show-secrets -s STACK > FILE`"
+            )
         parsed = yaml.safe_load(kubeconfig) if isinstance(kubeconfig, str) else kubeconfig
         if not isinstance(parsed, dict) or "clusters" not in parsed:
             raise ClusterError("stack output 'kubeconfig' is not a kubeconfig (no 'clusters' key)")
@@ -79,7 +87,7 @@ class KubeCluster:
                 f"the kubeconfig authenticates with {AUTH_PLUGIN}, which is not on PATH: install it with "
                 "`gcloud components install gke-gcloud-auth-plugin` and log in with `gcloud auth login`"
             )
-        return cls(config.new_client_from_config_dict(parsed, persist_config=False))
+        return cls(config.new_client_from_config_dict(parsed, persist_config=False), request_timeout_s)
 
     def _resource(self, api_version: str, kind: str) -> Any:
         try:
@@ -93,7 +101,7 @@ class KubeCluster:
         res = self._resource(obj["apiVersion"], obj["kind"])
         ns = obj["metadata"].get("namespace") if res.namespaced else None
         try:
-            return self._dyn.create(res, body=obj, namespace=ns).to_dict()
+            return self._dyn.create(res, body=obj, namespace=ns, _request_timeout=self._timeout).to_dict()
         except Exception as e:
             raise ClusterError(f"creating {obj['kind']} {ns}/{obj['metadata']['name']} failed: {e}") from e
 
@@ -101,22 +109,33 @@ class KubeCluster:
         self, api_version: str, kind: str, namespace: str | None = None, label_selector: str | None = None
     ) -> list[dict[str, Any]]:
         res = self._resource(api_version, kind)
-        out = self._dyn.get(res, namespace=namespace if res.namespaced else None, label_selector=label_selector)
+        try:
+            out = self._dyn.get(
+                res, namespace=namespace if res.namespaced else None, label_selector=label_selector,
+                _request_timeout=self._timeout,
+            )
+        except Exception as e:  # e.g. 403: the lab's error path (and its partial recording) must see it
+            raise ClusterError(f"listing {kind} in {namespace or 'all namespaces'} failed: {e}") from e
         return out.to_dict().get("items", [])
 
     def delete_labelled(self, api_version: str, kind: str, namespace: str | None, label_selector: str) -> None:
         res = self._resource(api_version, kind)
         # Background propagation: a Job's pods go with it, and the call does not block on them.
         body = {"apiVersion": "v1", "kind": "DeleteOptions", "propagationPolicy": "Background"}
-        if res.namespaced:
-            self._dyn.delete(res, namespace=namespace, label_selector=label_selector, body=body)
-        else:
-            self._dyn.delete(res, label_selector=label_selector, body=body)
+        ns = namespace if res.namespaced else None
+        self._dyn.delete(res, namespace=ns, label_selector=label_selector, body=body, _request_timeout=self._timeout)
 
-    def pod_log(self, namespace: str, name: str) -> str:
+    def pod_log(self, namespace: str, name: str, container: str | None = None) -> str:
+        """The pod's log; a pod with several containers (KServe's queue-proxy, Argo's wait) needs
+        `container`: the API server answers 400 without it (kubectl's default-container is client-side)."""
         from kubernetes import client
 
-        return client.CoreV1Api(self._api_client).read_namespaced_pod_log(name, namespace)
+        try:
+            return client.CoreV1Api(self._api_client).read_namespaced_pod_log(
+                name, namespace, container=container, _request_timeout=self._timeout
+            )
+        except Exception as e:
+            raise ClusterError(f"reading the log of pod {namespace}/{name} failed: {e}") from e
 
     def service_get(self, namespace: str, service: str, port: int, path: str, params: dict[str, str]) -> str:
         """GET through the API server's service proxy: reaches ClusterIP services with no port-forward."""
@@ -127,11 +146,18 @@ class KubeCluster:
             auth_settings=["BearerToken"],
         )
         try:
-            response = self._api_client.call_api(*request, _request_timeout=60)
+            response = self._api_client.call_api(*request, _request_timeout=self._timeout)
             response.read()
         except Exception as e:
             raise ClusterError(f"GET {path} on service {namespace}/{service}:{port} failed: {e}") from e
-        return response.data.decode()
+        text = response.data.decode(errors="replace")
+        # call_api does not raise on an error status: the proxy's 503 (no ready endpoints) or 404 (no
+        # such service) would otherwise reach the caller as if the service had answered.
+        if not 200 <= response.status <= 299:
+            raise ClusterError(
+                f"GET {path} on service {namespace}/{service}:{port} answered HTTP {response.status}: {text[:300]}"
+            )
+        return text
 
     def server_version(self) -> dict[str, Any]:
         """GET /version as the server wrote it (camelCase), which discovery has already fetched."""
@@ -212,8 +238,9 @@ class RunScope:
         selector = run_selector(self.run_id)
         namespaces = {ns for _, _, ns in self._created if ns}
         targets = list(reversed(self._created)) + [("v1", "Pod", ns) for ns in sorted(namespaces)]
-        # A second Ctrl-C during cleanup must not leave a GPU busy: ignore it until we are done.
-        old_int = _ignore_sigint()
+        # A second Ctrl-C or SIGTERM (a CI runner's stop) during cleanup must not leave a GPU busy:
+        # ignore both until we are done.
+        old_int, old_term = _ignore(signal.SIGINT), _ignore(signal.SIGTERM)
         try:
             for api_version, kind, ns in targets:
                 try:
@@ -222,19 +249,20 @@ class RunScope:
                 except Exception as e:  # report and go on: the next kind may still hold a GPU
                     self.log(f"cleanup: FAILED to delete {kind} labelled {selector} in {ns}: {e}")
         finally:
-            _restore_sigint(old_int)
+            _restore(signal.SIGINT, old_int)
+            _restore(signal.SIGTERM, old_term)
 
 
-def _ignore_sigint() -> Any:
+def _ignore(signum: signal.Signals) -> Any:
     try:
-        return signal.signal(signal.SIGINT, signal.SIG_IGN)
-    except ValueError:
+        return signal.signal(signum, signal.SIG_IGN)
+    except ValueError:  # not the main thread
         return None
 
 
-def _restore_sigint(old: Any) -> None:
+def _restore(signum: signal.Signals, old: Any) -> None:
     if old is not None:
-        signal.signal(signal.SIGINT, old)
+        signal.signal(signum, old)
 
 
 def wait_until(

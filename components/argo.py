@@ -241,13 +241,14 @@ class ArgoWorkflows(pulumi.ComponentResource):
             ),
             opts=pulumi.ResourceOptions(parent=self, depends_on=[self.bucket]),
         )
-        # The deploy step creates InferenceServices Pulumi does not manage. Waiting for KServe here makes
-        # destroy delete this namespace while KServe's controller still runs and clears their
-        # finalizers; otherwise the namespace would hang in Terminating.
+        # The deploy step creates InferenceServices Pulumi does not manage, and the benchmark's Workflows
+        # and their pods live here too. Waiting for KServe and Argo here makes destroy delete this
+        # namespace while both controllers still run and clear their finalizers; otherwise the
+        # namespace would hang in Terminating.
         self.namespace = k8s_objects.create(
             f"{name}-workflows-ns",
             namespace(cfg, a.workflow_namespace, "pipeline"),
-            pulumi.ResourceOptions(parent=self, depends_on=[args.kserve]),
+            pulumi.ResourceOptions(parent=self, depends_on=[args.kserve, self.release]),
         )
 
         def identity(suffix: str, ksa: str, role: str) -> BucketIdentity:

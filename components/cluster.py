@@ -111,6 +111,11 @@ class GkeCluster(pulumi.ComponentResource):
             ),
             remove_default_node_pool=True,
             initial_node_count=1,
+            # Even the default pool, which lives only until the cluster exists, runs as our node
+            # account: where an org policy disables the default compute account it could not start.
+            node_config=gcp.container.ClusterNodeConfigArgs(
+                service_account=self.node_service_account.email, oauth_scopes=NODE_OAUTH_SCOPES
+            ),
             deletion_protection=False,  # a lab must be destroyable with `pulumi destroy`
             release_channel=gcp.container.ClusterReleaseChannelArgs(channel=args.release_channel),
             workload_identity_config=gcp.container.ClusterWorkloadIdentityConfigArgs(

@@ -1,8 +1,14 @@
-"""Knative Serving (CRDs, core) with Kourier as its networking layer: what KServe's Knative mode runs on.
+"""Knative Serving (core, with its CRDs) and Kourier as its networking layer: what KServe's Knative
+mode runs on.
 
-Installed from the release manifests (no chart exists) with `yaml.v2.ConfigFile`, in order CRDs ->
-core -> Kourier. Our settings go into the manifests' own objects through a `transforms` callback
-(unlike `transformations` it reaches the children of a packaged component such as ConfigFile v2,
+Installed from the release manifests (no chart exists) with `yaml.v2.ConfigFile`, in order core ->
+Kourier. serving-core.yaml already carries every CRD of serving-crds.yaml (both are built from
+config/core/ by Knative's hack/generate-yamls.sh), and pulumi-kubernetes (>= 4.29) refuses to create an
+object that already exists, so applying both files would fail on the second copy of each CRD; within
+one ConfigFile the provider orders CRDs before the objects of their kinds.
+
+Our settings go into the manifests' own objects through a `transforms` callback (unlike
+`transformations` it reaches the children of a packaged component such as ConfigFile v2,
 pulumi-kubernetes#3047) rather than ConfigMapPatch:
 - the ConfigMaps exist with our data from their first apply, so controllers start configured and
   no second field manager ever fights the ConfigFile over them on later `up`s;
@@ -100,13 +106,10 @@ class KnativeServing(pulumi.ComponentResource):
     def __init__(self, name: str, args: KnativeArgs, opts: pulumi.ResourceOptions | None = None):
         super().__init__("gke-ml-labs:knative:KnativeServing", name, None, opts)
         settings = config_maps(args)
-        self.crds = k8s.yaml.v2.ConfigFile(
-            f"{name}-crds", file=versions.KNATIVE_SERVING_CRDS, opts=pulumi.ResourceOptions(parent=self)
-        )
         self.core = k8s.yaml.v2.ConfigFile(
             f"{name}-core",
             file=versions.KNATIVE_SERVING_CORE,
-            opts=pulumi.ResourceOptions(parent=self, depends_on=[self.crds], transforms=[manifest_transform(settings)]),
+            opts=pulumi.ResourceOptions(parent=self, transforms=[manifest_transform(settings)]),
         )
         # Kourier's controller reads config-network from knative-serving: after core.
         self.kourier = k8s.yaml.v2.ConfigFile(

@@ -99,8 +99,11 @@ class KServe(pulumi.ComponentResource):
             opts=child(self.controller),
         )
         if ks.deploy_example:
+            # After the controller (which waits for Knative): destroy then deletes the namespace while
+            # KServe and Knative still run to clear the finalizers of what the InferenceService spawned
+            # (Knative Routes, Ingresses), so it cannot hang in Terminating.
             self.models_namespace = k8s_objects.create(
-                f"{name}-models-ns", namespace(cfg, ks.namespace, "inference-service"), child()
+                f"{name}-models-ns", namespace(cfg, ks.namespace, "inference-service"), child(self.controller)
             )
             # After the webhooks (controller release) and the runtime that serves its model format.
             self.inference_service = k8s_objects.create(

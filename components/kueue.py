@@ -178,8 +178,11 @@ class Kueue(pulumi.ComponentResource):
             opts=pulumi.ResourceOptions(parent=self, depends_on=waits),
         )
         after_kueue = pulumi.ResourceOptions(parent=self, depends_on=[self.release])
+        # After Kueue (which waits for JobSet), so destroy deletes the namespace, and the benchmark's
+        # Jobs/JobSets and their Workloads in it, while Kueue still runs to clear the Workloads'
+        # finalizers; otherwise the namespace hangs in Terminating and the cluster is never deleted.
         self.lab_namespace = k8s_objects.create(
-            f"{name}-lab-ns", namespace(cfg, cfg.kueue.namespace, "kueue"), pulumi.ResourceOptions(parent=self)
+            f"{name}-lab-ns", namespace(cfg, cfg.kueue.namespace, "kueue"), after_kueue
         )
         self.flavor = k8s_objects.create(f"{name}-flavor", resource_flavor(cfg, args.placement), after_kueue)
         self.cluster_queue = k8s_objects.create(

@@ -161,6 +161,11 @@ def dcgm_exporter_values(cfg: LabConfig, placement: GpuPlacement) -> dict[str, A
             metrics_mount,
             {"name": "nvidia-install-dir-host", "mountPath": NVIDIA_MOUNT, "readOnly": True},
         ],
+        # The pod requests no GPU (it must not take one from a workload), so on GKE, where no NVIDIA
+        # container runtime injects devices, it sees /dev/nvidia* only when privileged; without them
+        # NVML fails to initialise (Google's own DCGM exporter manifest for GKE runs privileged). The
+        # chart's default allowPrivilegeEscalation: false would make the API server reject privileged.
+        "securityContext": {"privileged": True, "allowPrivilegeEscalation": True},
         "extraEnv": [
             {"name": "LD_LIBRARY_PATH", "value": f"{NVIDIA_MOUNT}/lib64"},
             # GKE's device plugin hands GPUs to pods by device name (nvidia0), not UUID: without this the

@@ -178,10 +178,12 @@ class Tenancy(pulumi.ComponentResource):
         ]
         self.namespaces = []
         for tenant in cfg.tenancy.tenants:
+            # After Kueue when it runs: destroy deletes the tenant's namespace (and Kueue Workloads of its
+            # jobs) while Kueue can still clear their finalizers.
             ns = k8s_objects.create(
                 f"{name}-{tenant.name}-ns",
                 namespace(cfg, tenant.name, "tenancy", {TENANT_LABEL: tenant.name}),
-                child,
+                pulumi.ResourceOptions(parent=self, depends_on=[args.kueue] if args.kueue is not None else []),
             )
             self.namespaces.append(ns)
             in_ns = pulumi.ResourceOptions(parent=self, depends_on=[ns])

@@ -91,7 +91,11 @@ class TrainingOperator(pulumi.ComponentResource):
         self.operator = k8s.kustomize.v2.Directory(
             f"{name}-standalone", directory=TRAINING_OPERATOR_KUSTOMIZE, opts=child
         )
+        # After the operator, so destroy deletes the namespace (and the benchmark's PyTorchJobs in it)
+        # while the operator and its CRD are still there, never a PyTorchJob left behind its controller.
         self.namespace = k8s_objects.create(
-            f"{name}-lab-ns", namespace(cfg, cfg.training_operator.namespace, "training"), child
+            f"{name}-lab-ns",
+            namespace(cfg, cfg.training_operator.namespace, "training"),
+            pulumi.ResourceOptions(parent=self, depends_on=[self.operator]),
         )
         self.register_outputs({"namespace": cfg.training_operator.namespace})

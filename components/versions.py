@@ -72,9 +72,7 @@ KSERVE_RUNTIMES = Chart(
 # v1.21.1 holds for the pinned chart.
 CERT_MANAGER = Chart("cert-manager", "https://charts.jetstack.io", "v1.17.0", upstream="cert-manager/v1.21.1")
 KNATIVE_SERVING_VERSION = "knative-v1.21.1"
-KNATIVE_SERVING_CRDS = (
-    f"https://github.com/knative/serving/releases/download/{KNATIVE_SERVING_VERSION}/serving-crds.yaml"
-)
+# serving-core.yaml includes the CRDs (serving-crds.yaml is a subset of it): components.knative applies only it.
 KNATIVE_SERVING_CORE = (
     f"https://github.com/knative/serving/releases/download/{KNATIVE_SERVING_VERSION}/serving-core.yaml"
 )

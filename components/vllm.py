@@ -25,6 +25,16 @@ HF_CACHE = "/cache/huggingface"
 # Serve from the server module rather than the image's ENTRYPOINT, which changed across releases.
 COMMAND = ["python3", "-m", "vllm.entrypoints.openai.api_server"]
 PROBE_PERIOD_S = 10
+# The Service must not hold `pulumi up` until an endpoint exists: the provider gives up after 10 min.
+SKIP_AWAIT = {"pulumi.com/skipAwait": "true"}
+# The Deployment does: `pulumi up` returns once the new server is ready, so a g6 sweep that changed
+# max-num-seqs measures the new server, never the old one on its way out. Its deadline covers a GPU
+# node from zero and the driver install (up to ~15 min, FACTS.md) plus the startup probe's allowance.
+NODE_FROM_ZERO_MIN = 20
+
+
+def rollout_await(cfg: LabConfig) -> dict[str, str]:
+    return {"pulumi.com/timeoutSeconds": str((NODE_FROM_ZERO_MIN + cfg.vllm.startup_timeout_min) * 60)}
 
 
 def server_args(cfg: LabConfig) -> list[str]:
@@ -61,9 +71,7 @@ def deployment(cfg: LabConfig, placement: GpuPlacement, with_token: bool) -> dic
             "name": NAME,
             "namespace": cfg.vllm.namespace,
             "labels": labels,
-            # Pulumi does not wait for readiness: a first image pull and model download can outlast a
-            # sensible `pulumi up`; the startup probe bounds it, and the benchmark waits for /health.
-            "annotations": {"pulumi.com/skipAwait": "true"},
+            "annotations": rollout_await(cfg),
         },
         "spec": {
             "replicas": 1,
@@ -134,6 +142,9 @@ def service(cfg: LabConfig) -> dict[str, Any]:
             "name": NAME,
             "namespace": cfg.vllm.namespace,
             "labels": {**k8s_labels(cfg, "llm-server"), **_selector()},
+            # Pulumi's Service await waits (10 min) for an endpoint, i.e. for the pod on a GPU node that
+            # may still be scaling up from zero: `pulumi up` would fail on the cold start.
+            "annotations": SKIP_AWAIT,
         },
         "spec": {
             "type": "ClusterIP",

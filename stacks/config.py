@@ -33,6 +33,10 @@ G2_L4_COUNT: dict[str, int] = {
 _LABEL_KEY = re.compile(r"^[a-z][a-z0-9_-]{0,62}$")
 _LABEL_VALUE = re.compile(r"^[a-z0-9_-]{0,63}$")
 _REGION = re.compile(r"^[a-z]+-[a-z]+[0-9]+$")
+# Every GCP name derives from the stack name (components.naming): the cluster gml-<stack> must end in a
+# letter or digit, the longest service account id, gml-<stack>-model, has 30 characters at most, and
+# the stack is a GCE label value (lowercase). Longer names would be cut to the same account id twice.
+_STACK = re.compile(r"^[a-z0-9](?:[a-z0-9_-]{0,18}[a-z0-9])?$")
 
 
 class Frozen(BaseModel):
@@ -122,6 +126,11 @@ class LabConfig(Frozen):
     @model_validator(mode="after")
     def _consistent(self) -> LabConfig:
         problems: list[str] = []
+        if not _STACK.match(self.stack):
+            problems.append(
+                f"stack name {self.stack!r}: the cluster, service accounts and billing labels are named after it; "
+                "allowed: 1 to 20 lowercase letters, digits, '-' or '_', starting and ending with a letter or digit"
+            )
         zone_ok = f"{self.region}-"
         for z in [self.zone] + (self.gpu_zones or []):
             if z is not None and (not z.startswith(zone_ok) or len(z) != len(zone_ok) + 1):

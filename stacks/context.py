@@ -34,11 +34,17 @@ class PlatformContext:
     secrets: Secrets
     cluster: GkeCluster
     gpu: GpuNodePool
+    # The project's Google APIs: features that create cloud resources of their own (buckets, service
+    # accounts) must not call an API before it is enabled on an empty project.
+    apis: pulumi.Resource
     outputs: StackOutputs = field(default_factory=StackOutputs)
     # Resources later features wait for, by role (e.g. "prometheus": the release serving the
     # ServiceMonitor CRD), so a custom resource is never created before its CRD and controller.
     ready: dict[str, pulumi.Resource] = field(default_factory=dict)
 
     def k8s_opts(self, depends_on: list[pulumi.Resource] | None = None) -> pulumi.ResourceOptions:
-        """Options for an in-cluster component: the cluster's provider, handed down to every child."""
-        return pulumi.ResourceOptions(providers={"kubernetes": self.cluster.provider}, depends_on=depends_on or [])
+        """Options for a feature component: the cluster's provider, handed down to every child, and the
+        project's APIs enabled first (its children wait for them through it)."""
+        return pulumi.ResourceOptions(
+            providers={"kubernetes": self.cluster.provider}, depends_on=[self.apis, *(depends_on or [])]
+        )

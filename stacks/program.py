@@ -90,7 +90,7 @@ def build(cfg: LabConfig, secrets: Secrets) -> dict[str, Any]:
         opts=after_apis,
     )
 
-    ctx = PlatformContext(cfg=cfg, secrets=secrets, cluster=cluster, gpu=gpu)
+    ctx = PlatformContext(cfg=cfg, secrets=secrets, cluster=cluster, gpu=gpu, apis=apis)
     for group in FEATURE_GROUPS:
         group.compose(ctx)
     out = ctx.outputs

@@ -31,6 +31,8 @@ class FakeCluster:
         self.created: list[dict[str, Any]] = []
         self.deleted: list[tuple[str, str, str | None, str]] = []
         self.on_list = on_list or (lambda *a: [])
+        self.logs_read: list[tuple[str, str, str | None]] = []
+        self.on_log: Callable[[str, str, str | None], str] = lambda *a: ""
 
     def create(self, obj: dict[str, Any]) -> dict[str, Any]:
         self.created.append(obj)
@@ -42,8 +44,9 @@ class FakeCluster:
     def delete_labelled(self, api_version, kind, namespace, label_selector):
         self.deleted.append((api_version, kind, namespace, label_selector))
 
-    def pod_log(self, namespace, name):
-        return ""
+    def pod_log(self, namespace, name, container=None):
+        self.logs_read.append((namespace, name, container))
+        return self.on_log(namespace, name, container)
 
     def service_get(self, namespace, service, port, path, params):
         return json.dumps({"status": "success", "data": {"resultType": "vector", "result": []}})

@@ -3,11 +3,14 @@
 from __future__ import annotations
 
 import json
+import re
 
 import pytest
 from conftest import STACKS
 
-from stacks.loader import ConfigError
+from components import argo, checkpoints
+from components.naming import resource_name
+from stacks.loader import ConfigError, parse
 from stacks.mockrun import run_stack
 from stacks.plan import main as plan_main
 
@@ -105,6 +108,9 @@ def test_nodes_run_as_a_dedicated_service_account_not_the_default_one(stack_runs
     assert "roles/editor" not in roles and "roles/owner" not in roles
     for pool in run.of_type(NODE_POOL):
         assert pool.inputs["nodeConfig"]["serviceAccount"].startswith(sa.inputs["accountId"])
+    # The short-lived default pool too: an org may have disabled the default compute account.
+    cluster = run.one("gcp:container/cluster:Cluster").inputs
+    assert cluster["nodeConfig"]["serviceAccount"].startswith(sa.inputs["accountId"])
 
 
 def test_apis_stay_enabled_on_destroy(stack_runs):
@@ -201,3 +207,31 @@ def test_each_kubernetes_object_is_declared_once(stack_runs, stack):
         key = (r.inputs.get("apiVersion"), r.inputs.get("kind"), meta.get("namespace"), meta.get("name"))
         assert key not in seen, f"{key} declared by both {seen[key]} and {r.name}"
         seen[key] = r.name
+
+
+@pytest.mark.parametrize("stack", ["G6", "g6.sweep", "g6-", "lab-g7-experiment-sweep-2"], ids=str)
+def test_a_stack_name_that_cannot_name_the_gcp_resources_is_refused(stack):
+    # Upper case or dots are no GCE label value or GKE name; beyond 20 characters gml-<stack>-wf and
+    # gml-<stack>-model are both cut to one 30-character service account id, so g7's second one collides.
+    with pytest.raises(ConfigError, match=f"stack name '{re.escape(stack)}'"):
+        parse({"lab": "g7"}, stack=stack, project="proj-1", region="us-central1")
+
+
+def test_the_longest_allowed_stack_name_gives_distinct_valid_service_account_ids():
+    cfg = parse({"lab": "g7"}, stack="a" * 20, project="proj-1", region="us-central1")
+    ids = [argo.account_id(cfg, "wf"), argo.account_id(cfg, "model"), checkpoints.account_id(cfg),
+           f"{resource_name(cfg)}-nodes"]
+    assert len(set(ids)) == len(ids)
+    assert all(re.fullmatch(r"[a-z][-a-z0-9]{4,28}[a-z0-9]", i) for i in ids), ids
+    assert len(resource_name(cfg)) <= 40
+
+
+@pytest.mark.parametrize(("stack", "api"), [("g7", "iam"), ("g7", "storage"), ("g8", "iam"), ("g8", "storage")])
+def test_lab_cloud_resources_wait_for_the_api_they_call(stack_runs, stack, api):
+    # On an empty project iam.googleapis.com is off until the stack enables it: a lab's own service
+    # accounts and buckets must be created after that, not in parallel with it.
+    run = stack_runs[(stack, False)]
+    service = next(s for s in run.of_type("gcp:projects/service:Service") if s.inputs["service"].startswith(f"{api}."))
+    users = {"iam": "gcp:serviceaccount/account:Account", "storage": "gcp:storage/bucket:Bucket"}[api]
+    for resource in run.of_type(users):
+        assert run.depends_on(resource, service), f"{resource.name} may call {api} before it is enabled"

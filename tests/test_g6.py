@@ -162,6 +162,17 @@ def test_an_unset_value_is_removed_again_after_ctrl_c(tmp_path, monkeypatch, sim
     assert json.loads(state.read_text())["config"] == {}
 
 
+def test_a_stack_point_without_an_up_still_checks_the_server_is_reachable(tmp_path, monkeypatch):
+    """The first point often needs no `pulumi up` (the stack already runs that value): an unreachable
+    server (the in-cluster URL from a laptop) must stop the sweep, not become a point of connect errors."""
+    from benchmarks.harness import HarnessError
+
+    fake_pulumi(tmp_path, monkeypatch, _stack_outputs(tmp_path), config={CONFIG_PATH: "16"})
+    target = StackTarget(PulumiStack("g6"), "http://127.0.0.1:9", health_timeout_s=1)
+    with pytest.raises(HarnessError, match="cannot reach http://127.0.0.1:9"), target.session(), target.serving(16):
+        pass
+
+
 @pytest.mark.parametrize(
     "argv, message",
     [

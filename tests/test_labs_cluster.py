@@ -52,6 +52,26 @@ def test_sigterm_becomes_an_exception_that_still_cleans_up():
     assert cluster.deleted and signal.getsignal(signal.SIGTERM) == before
 
 
+def test_a_second_sigterm_during_cleanup_does_not_stop_it():
+    """A runner that stops a job sends SIGTERM and may repeat it: the repeat lands in cleanup, which
+    must still delete every kind (the pods hold the GPU)."""
+
+    class Repeats(FakeCluster):
+        def delete_labelled(self, api_version, kind, namespace, selector):
+            super().delete_labelled(api_version, kind, namespace, selector)
+            if len(self.deleted) == 1:
+                os.kill(os.getpid(), signal.SIGTERM)
+
+    cluster, before = Repeats(), signal.getsignal(signal.SIGTERM)
+    with pytest.raises(Interrupted):
+        with RunScope(cluster, "r3", "g8", lambda _: None) as scope:
+            scope.create({"apiVersion": "v1", "kind": "ConfigMap", "metadata": {"name": "c", "namespace": "ns"}})
+            scope.create({"apiVersion": "batch/v1", "kind": "Job", "metadata": {"name": "j", "namespace": "ns"}, "spec": {}})
+            os.kill(os.getpid(), signal.SIGTERM)
+    assert [d[1] for d in cluster.deleted] == ["Job", "ConfigMap", "Pod"]
+    assert signal.getsignal(signal.SIGTERM) == before
+
+
 def test_wait_until_times_out_with_the_last_state():
     clock = iter(range(0, 100, 10))
     with pytest.raises(WaitTimeout, match="pods ready: not done after 30s; last seen: 2 pending"):

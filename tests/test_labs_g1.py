@@ -68,6 +68,21 @@ def test_untolerated_pod_on_a_gpu_node_fails_the_check(rec):
     assert not check.passed and gpu_node in check.evidence
 
 
+@pytest.mark.parametrize("reason, passes", [
+    # What kube-scheduler writes since it stopped naming the taint (seen from 1.34 clusters on).
+    ("1 node(s) had untolerated taint(s)", True),
+    ("1 node(s) had untolerated taint {dedicated: system}", False),  # some other taint: proves nothing
+])
+def test_the_schedulers_taint_message_with_or_without_the_taint_named(rec, reason, passes):
+    raw = json.loads(rec.model_dump_json())
+    for event in raw["events"]:
+        if event["reason"] == "FailedScheduling" and "untolerated taint" in event["message"]:
+            event["message"] = f"0/2 nodes are available: 1 node(s) didn't match Pod's node affinity/selector, {reason}."
+    result = g1.measure(Recording.model_validate(raw))
+    check = next(c for c in result.checks if "toleration" in c.name)
+    assert check.passed is passes, check.evidence
+
+
 def test_missing_dcgm_series_fails_the_check(rec):
     raw = json.loads(rec.model_dump_json())
     for answer in raw["client"]["dcgm"]:

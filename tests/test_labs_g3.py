@@ -95,3 +95,38 @@ def test_a_stack_without_kueue_outputs_names_the_missing_keys():
     outputs = {**fixture_outputs("g3"), "benchmark": {}}
     with pytest.raises(LabError, match="benchmark.kueue.local_queue"):
         g3.check_outputs(outputs)
+
+
+def test_a_job_admitted_while_a_snapshot_is_taken_is_not_half_placed(tmp_path):
+    """Kueue may admit a job (and the job controller start its pod) between two list calls of one poll.
+    Pods must be listed before Workloads: a pod seen then belongs to a job admitted by the time its
+    Workload is read, so admission and pods in one snapshot never contradict each other."""
+    from labs_fakes import FakeCluster, live_args
+
+    from benchmarks.cluster import WaitTimeout
+    from benchmarks.labs.live import LabSession
+
+    outputs = fixture_outputs("g3")
+    session_id = "g3-11291000-abcd"
+    job = g3.job_names(session_id, 3)[0]
+    admitted_at = "2026-11-29T10:00:01Z"
+    state = {"admitted": False}
+
+    def on_list(api_version, kind, namespace, selector):
+        if kind == "Workload":
+            workload = {"metadata": {"name": f"job-{job}-1", "ownerReferences": [{"kind": "Job", "name": job}]},
+                        "status": {"conditions": [{"type": "Admitted", "status": "True", "lastTransitionTime": admitted_at}]
+                                   if state["admitted"] else []}}
+            state["admitted"] = True  # Kueue admits it right after this list answered
+            return [workload]
+        if kind == "Pod" and state["admitted"]:
+            return [{"metadata": {"name": f"{job}-x", "labels": {"batch.kubernetes.io/job-name": job}}}]
+        return []
+
+    session = LabSession("g3", outputs, FakeCluster(on_list), session_id, log=lambda _: None)
+    args = live_args(tmp_path, job_seconds=1)
+    args.timeout = 0.3  # several polls even on a busy machine
+    with pytest.raises(WaitTimeout), session.scope:
+        g3.record(session, args)
+    assert len(session.snapshots) >= 2
+    assert g3._pods_without_admission(session.snapshots) == []

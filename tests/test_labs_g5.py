@@ -114,3 +114,39 @@ def test_a_split_far_from_the_configured_percent_fails(rec):
     raw["outputs"]["benchmark"]["canary_traffic_percent"] = 50
     result = g5.measure(Recording.model_validate(raw))
     assert not result.checks[-1].passed
+
+
+def test_the_canary_reads_the_model_servers_log_by_container_name(tmp_path):
+    """A predictor pod holds kserve-container and Knative's queue-proxy; the API server refuses a log
+    request that names no container, so the canary count must name the model server's."""
+    from labs_fakes import FakeCluster, live_args
+
+    from benchmarks.labs.live import LabSession
+
+    outputs = fixture_outputs("g5")
+    ready = {"type": "Ready", "status": "True", "lastTransitionTime": "2026-11-29T10:00:00Z"}
+    predictor = {"metadata": {"name": "iris-predictor-00002-deployment-abc", "namespace": "models"},
+                 "spec": {"containers": [{"name": "kserve-container"}, {"name": "queue-proxy"}]}}
+    cluster = FakeCluster()
+
+    def on_list(api_version, kind, namespace, selector):
+        if kind == "InferenceService":
+            return [{"metadata": {"name": "iris", "namespace": "models"}, "status": {"conditions": [ready]}}]
+        if kind == "Job":
+            return [{"metadata": {"name": j["metadata"]["name"]}, "status": {"conditions": [
+                {"type": "Complete", "status": "True", "lastTransitionTime": "2026-11-29T10:01:00Z"}]}}
+                for j in cluster.created if j["kind"] == "Job"]
+        if kind == "Pod" and selector == f"{g5.ISVC_LABEL}=iris":
+            return [predictor] if any(j["kind"] == "Job" for j in cluster.created) else []
+        return []
+
+    def on_log(namespace, name, container):
+        if name == predictor["metadata"]["name"] and container is None:
+            raise RuntimeError("a container name must be specified for pod, choose one of: [kserve-container queue-proxy]")
+        return ""
+
+    cluster.on_list, cluster.on_log = on_list, on_log
+    session = LabSession("g5", outputs, cluster, "g5-11291000-abcd", log=lambda _: None)
+    with session.scope:
+        g5.record(session, live_args(tmp_path, repeats=0, requests=3))
+    assert (("models", predictor["metadata"]["name"], "kserve-container")) in cluster.logs_read

@@ -5,7 +5,9 @@ proxy. Checks the requests on the wire, not our own code's view of them."""
 from __future__ import annotations
 
 import json
+import os
 import threading
+import time
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from urllib.parse import parse_qs, urlsplit
 
@@ -25,6 +27,7 @@ BATCH = {"kind": "APIResourceList", "groupVersion": "batch/v1", "resources": [
 
 class _Api(BaseHTTPRequestHandler):
     calls: list[tuple[str, str, dict, object]] = []
+    auth: list[str | None] = []
 
     def _send(self, code: int, body: object, ctype: str = "application/json") -> None:
         data = body.encode() if isinstance(body, str) else json.dumps(body).encode()
@@ -40,6 +43,7 @@ class _Api(BaseHTTPRequestHandler):
         length = int(self.headers.get("Content-Length") or 0)
         body = json.loads(self.rfile.read(length)) if length else None
         _Api.calls.append((method, url.path, query, body))
+        _Api.auth.append(self.headers.get("Authorization"))
         p = url.path
         if p == "/version":
             return self._send(200, {"major": "1", "minor": "35", "gitVersion": "v1.35.7-gke.1219000"})
@@ -53,7 +57,15 @@ class _Api(BaseHTTPRequestHandler):
         if p == "/apis/batch/v1":
             return self._send(200, BATCH)
         if p.endswith("/log"):
-            return self._send(200, "step 1 t=1.0\n", "text/plain")
+            # As the API server does: a pod with several containers needs `container` (no default there).
+            if p.endswith("/pods/two/log") and "container" not in query:
+                return self._send(400, {"kind": "Status", "apiVersion": "v1", "status": "Failure", "reason": "BadRequest",
+                                        "message": "a container name must be specified for pod two, choose one of: "
+                                        "[kserve-container queue-proxy]", "code": 400})
+            return self._send(200, f"step 1 t=1.0 {query.get('container', '')}".rstrip() + "\n", "text/plain")
+        if "/services/down:" in p:  # the proxy's answer when no pod backs the Service
+            return self._send(503, {"kind": "Status", "apiVersion": "v1", "status": "Failure", "reason": "ServiceUnavailable",
+                                    "message": "no endpoints available for service \"down\"", "code": 503})
         if "/proxy/" in p:
             return self._send(200, {"status": "success", "data": {"resultType": "vector", "result": []}})
         if method == "POST":
@@ -61,6 +73,11 @@ class _Api(BaseHTTPRequestHandler):
                 return self._send(409, {"kind": "Status", "apiVersion": "v1", "status": "Failure", "reason": "AlreadyExists",
                                         "message": "configmaps \"exists\" already exists", "code": 409})
             return self._send(201, body)
+        if query.get("labelSelector") == "hang=1":  # a connection that stalls (network drop, upgrade)
+            time.sleep(3)
+        if method == "GET" and query.get("labelSelector") == "refuse=me":
+            return self._send(403, {"kind": "Status", "apiVersion": "v1", "status": "Failure", "reason": "Forbidden",
+                                    "message": "pods is forbidden", "code": 403})
         if method == "GET":
             return self._send(200, {"kind": "PodList", "apiVersion": "v1", "metadata": {},
                                     "items": [{"metadata": {"name": "p1", "namespace": "ns"}}]})
@@ -82,17 +99,25 @@ class _Api(BaseHTTPRequestHandler):
 
 
 @pytest.fixture(scope="module")
-def cluster(tmp_path_factory):
+def server():
     server = ThreadingHTTPServer(("127.0.0.1", 0), _Api)
     threading.Thread(target=server.serve_forever, daemon=True).start()
-    kubeconfig = {
+    yield server
+    server.shutdown()
+
+
+def _kubeconfig(port: int) -> dict:
+    return {
         "apiVersion": "v1", "kind": "Config", "current-context": "lab",
-        "clusters": [{"name": "lab", "cluster": {"server": f"http://127.0.0.1:{server.server_port}"}}],
+        "clusters": [{"name": "lab", "cluster": {"server": f"http://127.0.0.1:{port}"}}],
         "users": [{"name": "me", "user": {"token": "t0ken"}}],
         "contexts": [{"name": "lab", "context": {"cluster": "lab", "user": "me"}}],
     }
-    yield KubeCluster.from_kubeconfig(json.dumps(kubeconfig))
-    server.shutdown()
+
+
+@pytest.fixture(scope="module")
+def cluster(server):
+    return KubeCluster.from_kubeconfig(json.dumps(_kubeconfig(server.server_port)))
 
 
 def test_create_list_delete_logs_proxy_on_the_wire(cluster):
@@ -124,3 +149,50 @@ def test_errors_name_the_object_and_the_kind(cluster):
 def test_a_kubeconfig_that_is_not_one_is_refused():
     with pytest.raises(ClusterError, match="not a kubeconfig"):
         KubeCluster.from_kubeconfig("")
+    # Outputs saved without --show-secrets carry the placeholder, not the kubeconfig.
+    with pytest.raises(ClusterError, match="--show-secrets"):
+        KubeCluster.from_kubeconfig("[secret]")
+
+
+def test_an_error_status_from_the_service_proxy_is_an_error_not_an_answer(cluster):
+    with pytest.raises(ClusterError, match=r"answered HTTP 503: .*no endpoints available"):
+        cluster.service_get("monitoring", "down", 9090, "api/v1/query", {"query": "up"})
+
+
+def test_logs_of_a_pod_with_several_containers_name_the_container(cluster):
+    with pytest.raises(ClusterError, match="a container name must be specified"):
+        cluster.pod_log("ns", "two")
+    assert cluster.pod_log("ns", "two", container="kserve-container") == "step 1 t=1.0 kserve-container\n"
+
+
+def test_a_refused_list_is_a_cluster_error(cluster):
+    with pytest.raises(ClusterError, match="listing Pod in ns failed"):
+        cluster.list("v1", "Pod", "ns", "refuse=me")
+
+
+def test_a_stalled_call_ends_at_the_request_timeout(server):
+    """wait_until's deadlines and the cleanup after them hold only if no single call can hang."""
+    quick = KubeCluster.from_kubeconfig(_kubeconfig(server.server_port), request_timeout_s=0.5)
+    began = time.monotonic()
+    with pytest.raises(ClusterError, match="listing Pod in ns failed"):
+        quick.list("v1", "Pod", "ns", "hang=1")
+    assert time.monotonic() - began < 2.5
+
+
+def test_the_stacks_kubeconfig_authenticates_through_the_exec_plugin(server, tmp_path, monkeypatch):
+    """The kubeconfig the stack exports (components.cluster.kubeconfig) runs gke-gcloud-auth-plugin and
+    sends its token; here a stand-in plugin on PATH answers as the real one does (an ExecCredential)."""
+    from components.cluster import kubeconfig
+
+    plugin = tmp_path / "gke-gcloud-auth-plugin"
+    plugin.write_text("#!/bin/sh\necho '{\"kind\": \"ExecCredential\", \"apiVersion\": "
+                      "\"client.authentication.k8s.io/v1beta1\", \"status\": {\"token\": \"ya29.plugin\", "
+                      "\"expirationTimestamp\": \"2099-01-01T00:00:00Z\"}}'\n")
+    plugin.chmod(0o755)
+    monkeypatch.setenv("PATH", f"{tmp_path}:{os.environ['PATH']}")
+    text = kubeconfig("proj", "us-central1-a", "gml-g1", f"127.0.0.1:{server.server_port}", "TU9DSy1DQQ==")
+    # The stack's endpoint is https; the loopback stand-in speaks plain http.
+    cluster = KubeCluster.from_kubeconfig(text.replace("https://", "http://"))
+    _Api.auth.clear()
+    cluster.list("v1", "Pod", "ns", "run=r1")
+    assert _Api.auth == ["Bearer ya29.plugin"]

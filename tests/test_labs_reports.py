@@ -65,7 +65,7 @@ def test_checked_in_example_matches_its_fixture(lab, tmp_path):
 
 
 @pytest.mark.parametrize("lab", LABS)
-def test_the_labs_stack_file_gives_the_outputs_its_benchmark_needs(lab):
+def test_the_labs_stack_file_gives_the_outputs_its_benchmark_needs(lab, tmp_path):
     """Contract with the platform/serving features: the outputs of Pulumi.<lab>.yaml, run under mocks,
     satisfy the benchmark, and the workloads built from them validate."""
     import schemas
@@ -77,6 +77,20 @@ def test_the_labs_stack_file_gives_the_outputs_its_benchmark_needs(lab):
     module.check_outputs(outputs)
     for obj in module.build_workloads(outputs, f"{lab}-0000-abcd"):
         schemas.validate_object(obj)
+    # The live path reads more than check_outputs (Prometheus, gateways, namespaces): run it on these
+    # outputs up to its first wait, against a cluster that never progresses. A key it reads and the
+    # stack lacks surfaces here as a KeyError/ValidationError or a LabError about the outputs.
+    from labs_fakes import FakeCluster
+
+    from benchmarks.labs import live
+
+    args = live.build_parser(module).parse_args(
+        ["--outputs", "unused.json", "--out", str(tmp_path), "--timeout", "0.05", "--poll", "0.01"]
+    )
+    assert live.run(module, args, cluster=FakeCluster(), outputs=outputs) == 2
+    (folder,) = list(tmp_path.iterdir())
+    stopped = load_recording(folder / "recording.json").notes[-1]
+    assert "not done after" in stopped or "InferenceService" in stopped, stopped
 
 
 def test_every_in_cluster_script_compiles():

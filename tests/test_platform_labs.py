@@ -109,6 +109,13 @@ def test_dcgm_exporter_runs_on_gpu_nodes_with_gke_drivers_and_every_dashboard_me
     assert host[mounts["/usr/local/nvidia"]] == "/home/kubernetes/bin/nvidia"
     assert env["LD_LIBRARY_PATH"] == "/usr/local/nvidia/lib64"
     assert "/etc/dcgm-exporter/default-counters.csv" in mounts  # the chart's own counters mount is kept
+    # No GPU request and no NVIDIA runtime on GKE: only a privileged container sees /dev/nvidia*. Helm
+    # merges our securityContext into the chart's, whose allowPrivilegeEscalation: false the API server
+    # refuses next to privileged: true.
+    chart_values = yaml.safe_load((schemas.UPSTREAM / "dcgm-exporter" / "4.5.3-4.8.2" / "values.yaml").read_text())
+    chart_default = chart_values["securityContext"]
+    merged = {**chart_default, **v.get("securityContext", {})}
+    assert merged["privileged"] is True and merged["allowPrivilegeEscalation"] is not False
     assert v["serviceMonitor"]["honorLabels"] is True  # pod/namespace labels survive the scrape
     # GKE admits the chart's system-node-critical pods outside kube-system only with this quota.
     quota = r.one("kubernetes:core/v1:ResourceQuota", "monitoring-critical-pods")

@@ -111,6 +111,15 @@ def test_vllm_service_and_service_monitor_validate():
     service = vllm.service(cfg)
     schemas.validate_object(service)
     assert service["spec"]["type"] == "ClusterIP"
+    # The Service may not hold `pulumi up` until a pod runs (the provider's 10-minute endpoint await is
+    # shorter than a GPU node from zero); the Deployment does, long enough for the node, the image and
+    # the model, so `up` returns when the (new) server is ready.
+    deployment = vllm.deployment(cfg, PLACEMENT, with_token=False)
+    assert service["metadata"]["annotations"]["pulumi.com/skipAwait"] == "true"
+    assert "pulumi.com/skipAwait" not in deployment["metadata"]["annotations"]
+    timeout_s = int(deployment["metadata"]["annotations"]["pulumi.com/timeoutSeconds"])
+    assert timeout_s >= (15 + cfg.vllm.startup_timeout_min) * 60
+    assert deployment["spec"]["strategy"]["type"] == "Recreate", "an update never needs a second GPU"
     monitor = vllm.service_monitor(cfg, 15)
     schemas.validate_object(monitor)
     assert monitor["spec"]["selector"]["matchLabels"].items() <= service["metadata"]["labels"].items()

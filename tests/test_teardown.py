@@ -9,7 +9,7 @@ from __future__ import annotations
 import pytest
 
 from conftest import STACKS
-from stacks.mockrun import MockRun, Recorded
+from stacks.mockrun import MockRun, Recorded, run_stack
 
 # Resources that install CRDs (and the controllers serving them).
 INSTALLERS = (
@@ -31,7 +31,7 @@ CRD_SOURCES = {
     "kueue.x-k8s.io": ("kueue",),
     "jobset.x-k8s.io": ("jobset",),
     "serving.kserve.io": ("kserve-crd",),
-    "serving.knative.dev": ("serving-crds",),
+    "serving.knative.dev": ("serving-core",),
     "argoproj.io": ("argo-workflows",),
     "nvidia.com": ("gpu-operator",),
     "kubeflow.org": ("trainer", "training-operator"),
@@ -138,3 +138,45 @@ def test_the_crd_check_sees_a_missing_or_wrong_dependency():
     assert not [i for i in waits_for(run, via_kueue) if installs(i, "monitoring.coreos.com")]
     run = MockRun(stack="t", preview=False, resources=[kps, kueue_after_kps, chained])
     assert [i.name for i in waits_for(run, chained) if installs(i, "monitoring.coreos.com")] == ["kps"]
+
+
+# Namespaces where a lab's benchmark (or the InferenceService) leaves objects whose finalizers a
+# controller clears, and the installers of those controllers, by stack: (namespace, installer type,
+# what the installer's inputs name).
+LAB_NAMESPACES = [
+    ("g3", "batch-jobs", "kubernetes:helm.sh/v3:Release", "kueue"),
+    ("g3", "batch-jobs", "kubernetes:helm.sh/v3:Release", "jobset"),
+    ("g4", "training", "kubernetes:kustomize/v2:Directory", "kubeflow/trainer"),
+    ("g5", "models", "kubernetes:helm.sh/v3:Release", "kserve-resources"),
+    ("g5", "models", "kubernetes:yaml/v2:ConfigFile", "serving-core"),
+    ("g5", "models", "kubernetes:yaml/v2:ConfigFile", "kourier"),
+    ("g7", "pipelines", "kubernetes:helm.sh/v3:Release", "kserve-resources"),
+    ("g7", "pipelines", "kubernetes:helm.sh/v3:Release", "argo-workflows"),
+]
+
+
+def _namespace(run: MockRun, name: str) -> Recorded:
+    (ns,) = [r for r in run.of_type("kubernetes:core/v1:Namespace") if r.inputs["metadata"]["name"] == name]
+    return ns
+
+
+def _installer(run: MockRun, type_: str, names: str) -> Recorded:
+    keys = ("chart", "file", "directory")
+    (found,) = [r for r in run.of_type(type_) if r.name == names or any(names in str(r.inputs.get(k, "")) for k in keys)]
+    return found
+
+
+@pytest.mark.parametrize(("stack", "ns", "type_", "installer"), LAB_NAMESPACES)
+def test_lab_namespaces_are_deleted_while_their_controllers_still_run(stack_runs, stack, ns, type_, installer):
+    run = stack_runs[(stack, False)]
+    namespace, controller = _namespace(run, ns), _installer(run, type_, installer)
+    assert controller in waits_for(run, namespace), (
+        f"{stack}: namespace {ns} does not wait for {installer}: destroy may remove the controller first and "
+        "leave the namespace Terminating on finalizers nobody clears, which blocks deleting the cluster"
+    )
+
+
+def test_tenant_namespaces_wait_for_kueue_when_it_runs():
+    tenants = {"enabled": True, "tenants": [{"name": "team-a", "group": "team-a@example.com"}]}
+    run = run_stack("g3", overrides={"gke-ml-labs:tenancy": tenants})
+    assert _installer(run, "kubernetes:helm.sh/v3:Release", "kueue") in waits_for(run, _namespace(run, "team-a"))

@@ -145,4 +145,8 @@ class StackTarget:
             self._current = str(max_num_seqs)  # set before `up`: a failed up must still be undone
             self.stack.up()
             wait_healthy(self.base_url, self.health_timeout_s)
+        else:
+            # No `up` to wait for: still fail fast if the client cannot reach the server (an in-cluster
+            # URL from a laptop), rather than record a point where every request failed to connect.
+            check_reachable(self.base_url)
         yield self.base_url

@@ -224,7 +224,7 @@ def measure(rec: Recording, source: str = "live") -> G1Result:
     untol_nodes = sorted({p.get("spec", {}).get("nodeName") for p in untol_pods if p.get("spec", {}).get("nodeName")})
     gpu_nodes = {n["metadata"]["name"] for s in rec.snapshots for n in s.objects.get("nodes", [])}
     failed = [e.get("message", "") for e in rec.events if e.get("reason") == "FailedScheduling" and _about(e, "Pod", untol)]
-    taint_named = [m for m in failed if "untolerated taint" in m and GPU in m]
+    taint_named = [m for m in failed if names_gpu_taint(m)]
     series: list[dict[str, str]] = []
     for answer in rec.client.get("dcgm", []):
         if answer.get("status") == "success":
@@ -260,6 +260,13 @@ def measure(rec: Recording, source: str = "live") -> G1Result:
         failed_scheduling=failed,
         dcgm_series=series,
     )
+
+
+def names_gpu_taint(message: str) -> bool:
+    """Whether a FailedScheduling message blames the GPU node's taint. Older kube-schedulers name it
+    ("untolerated taint {nvidia.com/gpu: present}"); newer ones (seen on 1.34 clusters) write only
+    "untolerated taint(s)", which still points at a GPU node: the system pool carries no taint."""
+    return "untolerated taint(s)" in message or ("untolerated taint {" in message and GPU in message)
 
 
 def _about(event: dict[str, Any], kind: str, name: str) -> bool:

@@ -115,13 +115,16 @@ def record(session: LabSession, args: argparse.Namespace) -> Recording:
     snapshots = session.snapshots
 
     def poll() -> Snapshot:
+        # Pods first: Kueue may admit a job between two lists, and a pod listed after its Workload
+        # was read as waiting would look like a pod of an unadmitted (half-placed) job.
+        pods = cluster.list("v1", "Pod", p.namespace, f"{RUN_LABEL}={run_id}")
         workloads = [w for w in cluster.list(*WORKLOAD, p.namespace) if owner_job(w) in names]
         snap = Snapshot(
             at=now(),
             objects={
                 "workloads": workloads,
                 "jobs": cluster.list("batch/v1", "Job", p.namespace, f"{RUN_LABEL}={run_id}"),
-                "pods": cluster.list("v1", "Pod", p.namespace, f"{RUN_LABEL}={run_id}"),
+                "pods": pods,
             },
         )
         snapshots.append(snap)

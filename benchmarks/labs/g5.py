@@ -27,6 +27,7 @@ from benchmarks.labs.result import Check, Frozen, LabResult, common_fields
 from benchmarks.labs.serving import (
     ISVC,
     ISVC_LABEL,
+    MODEL_CONTAINER,
     REVISION_LABEL,
     client_job,
     is_ready,
@@ -163,7 +164,8 @@ def record(session: LabSession, args: argparse.Namespace) -> Recording:
         at_zero("canary")
         canary_job = client("canary", args.requests)
         for pod in snapshots[-1].objects["pods"]:
-            logs[pod["metadata"]["name"]] = cluster.pod_log(ns, pod["metadata"]["name"])
+            # Knative adds queue-proxy beside the model server: name the container or the API refuses.
+            logs[pod["metadata"]["name"]] = cluster.pod_log(ns, pod["metadata"]["name"], container=MODEL_CONTAINER)
     isvc = [i for i in cluster.list(*ISVC, ns) if i["metadata"]["name"] == p.inference_service]
     return session.recording(objects={"inferenceservice": isvc}, client={"canary_job": canary_job})
 

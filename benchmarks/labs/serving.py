@@ -14,6 +14,8 @@ from benchmarks.labs.result import Frozen
 ISVC = ("serving.kserve.io/v1beta1", "InferenceService")
 ISVC_LABEL = "serving.kserve.io/inferenceservice"
 REVISION_LABEL = "serving.knative.dev/revision"
+# The model server's container in a predictor pod (KServe's constant; queue-proxy runs beside it).
+MODEL_CONTAINER = "kserve-container"
 # The iris example's input: two flowers, as in KServe's own sklearn example.
 IRIS_BODY = json.dumps({"instances": [[6.8, 2.8, 4.8, 1.4], [6.0, 3.4, 4.5, 1.6]]})
 # uvicorn's access log line of the KServe model server for a v1 predict call that returned 200.
