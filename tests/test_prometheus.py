@@ -145,3 +145,24 @@ def test_scrapes_give_window_figures_from_counter_deltas_and_inner_gauges():
     assert [p for p in next(s for s in m.series if s.name == "running").points] == [(101.0, 8.0), (102.0, 6.0)]
     with pytest.raises(MetricsError, match="need scrapes at the start and end"):
         metrics_from_scrapes(scrapes[:1])
+
+
+def test_direct_scrapes_keep_the_servers_gauges_and_prometheus_adds_the_gpu():
+    from benchmarks.metrics import GaugeStats, Series, ServerMetrics, with_gpu_metrics
+
+    scraped = ServerMetrics(source="scrape", running=GaugeStats(mean=7.5, max=8), preemptions=0.0)
+    prom = ServerMetrics(
+        source="prometheus",
+        running=GaugeStats(mean=8, max=8),  # one 15-second sample: coarser than the scrape
+        gpu_util=GaugeStats(mean=97, max=100),
+        dram_active=GaugeStats(mean=0.8, max=0.9),
+        series=[Series(name="gpu_util", points=[(1.0, 97.0)]), Series(name="running", points=[(1.0, 8.0)])],
+    )
+    merged = with_gpu_metrics(scraped, prom)
+    assert merged.source == "scrape+prometheus"
+    assert merged.running == scraped.running and merged.gpu_util == prom.gpu_util and merged.dram_active == prom.dram_active
+    assert [s.name for s in merged.series] == ["gpu_util"]
+    assert with_gpu_metrics(None, prom) is prom
+    # A server that reports GPU series itself (the simulator) keeps its own.
+    own = scraped.model_copy(update={"gpu_util": GaugeStats(mean=50, max=60)})
+    assert with_gpu_metrics(own, prom).gpu_util == own.gpu_util

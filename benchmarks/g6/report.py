@@ -42,7 +42,8 @@ def _header(r: G6Result) -> str:
         f"- Timeouts: connect {p.timeouts.connect_s:g} s, first token {p.timeouts.first_token_s:g} s, "
         f"total {p.timeouts.total_s:g} s",
         f"- SLOs for goodput: {p.slo.model_dump(exclude_none=True) or 'none'}",
-        f"- Server metrics: {'Prometheus at ' + p.prometheus if p.prometheus else f'direct /metrics scrapes every {p.scrape_interval_s:g} s'}",
+        f"- Server metrics: direct /metrics scrapes every {p.scrape_interval_s:g} s"
+        + (f"; GPU (DCGM) series from Prometheus at {p.prometheus}" if p.prometheus else ""),
         f"- Client: {m.client_host_cpus} CPUs, benchmarks {m.tool_version}",
         f"- Server versions: {', '.join(f'{k} {v}' for k, v in m.server_versions.items()) or 'not reported'}",
     ]

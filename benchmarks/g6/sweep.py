@@ -13,7 +13,7 @@ from benchmarks.g6.result import G6Point
 from benchmarks.harness import RunProgress
 from benchmarks.harness.server import server_versions
 from benchmarks.loadgen import LoadSpec, PointStats, run_load, summarize
-from benchmarks.metrics import MetricsError, PrometheusClient, Scraper, ServerMetrics
+from benchmarks.metrics import MetricsError, PrometheusClient, Scraper, ServerMetrics, with_gpu_metrics
 from benchmarks.serving.sizing import Sizing
 
 
@@ -91,12 +91,17 @@ def run_sweep(
                     load = f"c={spec.concurrency}" if spec.concurrency else f"rate={spec.rate}/s"
                     label = f"max-num-seqs={mns if mns is not None else '?'} {load}"
                     on_done = progress.point(label, spec.requests)
-                    scrape_url = None if prom else base_url.rstrip("/") + "/metrics"
+                    # The server's own gauges are scraped directly, as often as the client likes: a
+                    # Prometheus scraping every 15 s holds one sample or none of a point of seconds.
+                    scrape_url = base_url.rstrip("/") + "/metrics"
                     stats, server, error = asyncio.run(_measure(spec, scrape_url, params.scrape_interval_s, on_done))
                     if prom is not None and stats.window is not None:
                         try:
-                            server = prom.window_metrics(
-                                stats.window.start.timestamp(), stats.window.end.timestamp(), params.scrape_interval_s
+                            server = with_gpu_metrics(
+                                server,
+                                prom.window_metrics(
+                                    stats.window.start.timestamp(), stats.window.end.timestamp(), params.scrape_interval_s
+                                ),
                             )
                         except MetricsError as exc:
                             error = str(exc)

@@ -1,7 +1,7 @@
-"""Server-side truth for a load point: Prometheus (PromQL over the window) or a direct /metrics scrape."""
+"""Server-side truth for a load point: a direct /metrics scrape and/or Prometheus (PromQL over the window)."""
 
 from benchmarks.metrics.errors import MetricsError
-from benchmarks.metrics.model import GaugeStats, Series, ServerMetrics
+from benchmarks.metrics.model import GaugeStats, Series, ServerMetrics, with_gpu_metrics
 from benchmarks.metrics.prometheus import PrometheusClient
 from benchmarks.metrics.scrape import Scraper, histogram_quantile, metrics_from_scrapes
 
@@ -14,4 +14,5 @@ __all__ = [
     "ServerMetrics",
     "histogram_quantile",
     "metrics_from_scrapes",
+    "with_gpu_metrics",
 ]

@@ -50,7 +50,7 @@ class ServerMetrics(BaseModel):
 
     model_config = ConfigDict(frozen=True, extra="forbid")
 
-    source: Literal["prometheus", "scrape"]
+    source: Literal["prometheus", "scrape", "scrape+prometheus"]
     running: GaugeStats | None = None
     waiting: GaugeStats | None = None
     kv_cache_usage: GaugeStats | None = None
@@ -62,3 +62,25 @@ class ServerMetrics(BaseModel):
     ttft_p50_ms: float | None = None
     ttft_p99_ms: float | None = None
     series: list[Series] = []
+
+
+# Series of the GPU itself: DCGM runs on the node, not in the server, so a direct scrape of the
+# server lacks them (the simulator, which fakes them, aside).
+GPU_FIELDS: tuple[GaugeField, ...] = ("gpu_util", "sm_active", "dram_active", "fb_used_mib")
+
+
+def with_gpu_metrics(scraped: ServerMetrics | None, prometheus: ServerMetrics) -> ServerMetrics:
+    """The server's own figures from the direct scrape (every second, enough samples for a point of
+    a few seconds), completed with the GPU figures only Prometheus has (scraped every 15 s or so)."""
+    if scraped is None:
+        return prometheus
+    missing = [f for f in GPU_FIELDS if getattr(scraped, f) is None and getattr(prometheus, f) is not None]
+    if not missing:
+        return scraped
+    return scraped.model_copy(
+        update={
+            **{f: getattr(prometheus, f) for f in missing},
+            "series": scraped.series + [s for s in prometheus.series if s.name in missing],
+            "source": "scrape+prometheus",
+        }
+    )
