@@ -26,6 +26,7 @@ SERVER_PORT = 2746
 WORKFLOW_SA = "workflow-runner"
 MODEL_SA = "model-reader"
 STEPS = Path(__file__).resolve().parent / "pipeline_steps"
+# Inside the step containers (Argo collects the artefact and the output parameter from there).
 MODEL_DIR = "/tmp/model"
 STORAGE_URI_FILE = "/tmp/storage_uri"
 _SYSTEM = {POOL_LABEL: "system"}
