@@ -28,11 +28,44 @@ NODE_POOL_IGNORE_CHANGES = ["initialNodeCount", "nodeConfig.kubeletConfig", "nod
 
 
 @dataclass(frozen=True)
-class NodeDefaults:
-    """node_config settings shared by every pool of the cluster."""
+class PoolDefaults:
+    """What every node pool of the cluster shares: where it lives, its node identity and node_config."""
 
+    project: str
+    cluster: pulumi.Input[str]
+    zone: str
     service_account: pulumi.Input[str]
     resource_labels: dict[str, str]
+
+    def node_pool(
+        self,
+        resource_name: str,
+        *,
+        name: str,
+        node_locations: list[str],
+        min_nodes: int,
+        max_nodes: int,
+        location_policy: str,
+        parent: pulumi.Resource,
+        **node_config,
+    ) -> gcp.container.NodePool:
+        """An autoscaled, auto-repaired pool, guarded against replacement by back-filled fields."""
+        return gcp.container.NodePool(
+            resource_name,
+            name=name,
+            project=self.project,
+            cluster=self.cluster,
+            location=self.zone,
+            node_locations=node_locations,
+            initial_node_count=min_nodes,
+            # Whole-pool bounds (not per zone), so a pool's maximum is exactly what quota must cover.
+            autoscaling=gcp.container.NodePoolAutoscalingArgs(
+                total_min_node_count=min_nodes, total_max_node_count=max_nodes, location_policy=location_policy
+            ),
+            management=gcp.container.NodePoolManagementArgs(auto_repair=True, auto_upgrade=True),
+            node_config=self.node_config(**node_config),
+            opts=pulumi.ResourceOptions(parent=parent, ignore_changes=NODE_POOL_IGNORE_CHANGES),
+        )
 
     def node_config(self, **overrides) -> gcp.container.NodePoolNodeConfigArgs:
         base = dict(
@@ -92,8 +125,6 @@ class GkeCluster(pulumi.ComponentResource):
             )
             for role in NODE_ROLES
         ]
-        self.node_defaults = NodeDefaults(self.node_service_account.email, args.resource_labels)
-
         components = list(args.monitoring_components) + (["DCGM"] if args.managed_dcgm else [])
         self.cluster = gcp.container.Cluster(
             name,
@@ -139,27 +170,25 @@ class GkeCluster(pulumi.ComponentResource):
             opts=pulumi.ResourceOptions(parent=self, ignore_changes=["nodeConfig", "initialNodeCount"]),
         )
 
-        self.system_pool = gcp.container.NodePool(
-            f"{name}-system",
-            name="system",
+        self.pool_defaults = PoolDefaults(
             project=args.project,
             cluster=self.cluster.name,
-            location=args.zone,
+            zone=args.zone,
+            service_account=self.node_service_account.email,
+            resource_labels=args.resource_labels,
+        )
+        self.system_pool = self.pool_defaults.node_pool(
+            f"{name}-system",
+            name="system",
             node_locations=[args.zone],
-            initial_node_count=args.system_min_nodes,
-            autoscaling=gcp.container.NodePoolAutoscalingArgs(
-                total_min_node_count=args.system_min_nodes,
-                total_max_node_count=args.system_max_nodes,
-                location_policy="BALANCED",
-            ),
-            management=gcp.container.NodePoolManagementArgs(auto_repair=True, auto_upgrade=True),
-            node_config=self.node_defaults.node_config(
-                machine_type=args.system_machine_type,
-                spot=args.system_spot,
-                disk_size_gb=50,
-                labels={POOL_LABEL: "system"},
-            ),
-            opts=pulumi.ResourceOptions(parent=self, ignore_changes=NODE_POOL_IGNORE_CHANGES),
+            min_nodes=args.system_min_nodes,
+            max_nodes=args.system_max_nodes,
+            location_policy="BALANCED",
+            parent=self,
+            machine_type=args.system_machine_type,
+            spot=args.system_spot,
+            disk_size_gb=50,
+            labels={POOL_LABEL: "system"},
         )
 
         self.kubeconfig = pulumi.Output.secret(

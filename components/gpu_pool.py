@@ -12,7 +12,7 @@ from typing import Literal
 import pulumi
 import pulumi_gcp as gcp
 
-from components.cluster import NODE_POOL_IGNORE_CHANGES, POOL_LABEL, NodeDefaults
+from components.cluster import POOL_LABEL, PoolDefaults
 
 GPU_RESOURCE = "nvidia.com/gpu"
 # Declared explicitly: GKE adds it to GPU nodes anyway, and leaving it out shows a permanent diff.
@@ -30,11 +30,8 @@ class GpuSharing:
 
 @dataclass(frozen=True)
 class GpuNodePoolArgs:
-    project: str
-    cluster: pulumi.Input[str]
-    zone: str
+    pool_defaults: PoolDefaults
     node_locations: list[str]
-    node_defaults: NodeDefaults
     machine_type: str
     accelerator: str
     gpus_per_node: int
@@ -78,43 +75,31 @@ class GpuNodePool(pulumi.ComponentResource):
             if args.sharing
             else None
         )
-        self.pool = gcp.container.NodePool(
+        self.pool = args.pool_defaults.node_pool(
             f"{name}-pool",
             name=GPU_POOL_NAME,
-            project=args.project,
-            cluster=args.cluster,
-            location=args.zone,
             node_locations=args.node_locations,
-            initial_node_count=args.min_nodes,
-            autoscaling=gcp.container.NodePoolAutoscalingArgs(
-                # Whole-pool bounds (not per zone), so gpu_max_nodes is exactly what quota must cover.
-                total_min_node_count=args.min_nodes,
-                total_max_node_count=args.max_nodes,
-                # ANY: take whichever zone has L4 stock; lowers spot preemption and stock-out risk.
-                location_policy="ANY",
-            ),
-            management=gcp.container.NodePoolManagementArgs(auto_repair=True, auto_upgrade=True),
-            node_config=args.node_defaults.node_config(
-                machine_type=args.machine_type,
-                spot=args.spot,
-                disk_size_gb=args.disk_gb,
-                labels={**args.extra_labels, POOL_LABEL: GPU_POOL_NAME},
-                taints=[
-                    gcp.container.NodePoolNodeConfigTaintArgs(
-                        key=GPU_TAINT["key"], value=GPU_TAINT["value"], effect="NO_SCHEDULE"
-                    )
-                ],
-                guest_accelerators=[
-                    gcp.container.NodePoolNodeConfigGuestAcceleratorArgs(
-                        type=args.accelerator,
-                        count=args.gpus_per_node,
-                        gpu_driver_installation_config=gcp.container.NodePoolNodeConfigGuestAcceleratorGpuDriverInstallationConfigArgs(
-                            gpu_driver_version=args.driver_version
-                        ),
-                        gpu_sharing_config=sharing,
-                    )
-                ],
-            ),
-            opts=pulumi.ResourceOptions(parent=self, ignore_changes=NODE_POOL_IGNORE_CHANGES),
+            min_nodes=args.min_nodes,
+            max_nodes=args.max_nodes,
+            # ANY: take whichever zone has L4 stock; lowers spot preemption and stock-out risk.
+            location_policy="ANY",
+            parent=self,
+            machine_type=args.machine_type,
+            spot=args.spot,
+            disk_size_gb=args.disk_gb,
+            labels={**args.extra_labels, POOL_LABEL: GPU_POOL_NAME},
+            taints=[
+                gcp.container.NodePoolNodeConfigTaintArgs(key=GPU_TAINT["key"], value=GPU_TAINT["value"], effect="NO_SCHEDULE")
+            ],
+            guest_accelerators=[
+                gcp.container.NodePoolNodeConfigGuestAcceleratorArgs(
+                    type=args.accelerator,
+                    count=args.gpus_per_node,
+                    gpu_driver_installation_config=gcp.container.NodePoolNodeConfigGuestAcceleratorGpuDriverInstallationConfigArgs(
+                        gpu_driver_version=args.driver_version
+                    ),
+                    gpu_sharing_config=sharing,
+                )
+            ],
         )
         self.register_outputs({"pool": self.pool.name})

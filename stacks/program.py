@@ -72,11 +72,8 @@ def build(cfg: LabConfig, secrets: Secrets) -> dict[str, Any]:
     gpu = GpuNodePool(
         "gpu",
         GpuNodePoolArgs(
-            project=cfg.project,
-            cluster=cluster.cluster.name,
-            zone=cfg.cluster_zone,
+            pool_defaults=cluster.pool_defaults,
             node_locations=cfg.gpu_node_zones,
-            node_defaults=cluster.node_defaults,
             machine_type=cfg.gpu_machine_type,
             accelerator=cfg.gpu_accelerator,
             gpus_per_node=cfg.gpus_per_node,
