@@ -4,12 +4,9 @@ simulator, and the direct-scrape arithmetic on hand-worked cases."""
 from __future__ import annotations
 
 import asyncio
-import os
-import shutil
 import socket
 import subprocess
 import time
-from pathlib import Path
 
 import httpx
 import pytest
@@ -18,14 +15,9 @@ from benchmarks.g6.targets import SimTarget
 from benchmarks.loadgen import LoadSpec, run_load, summarize
 from benchmarks.metrics import MetricsError, PrometheusClient, histogram_quantile, metrics_from_scrapes
 from benchmarks.metrics.scrape import Scrape
+from promql import binary
 
-PROMETHEUS = shutil.which("prometheus") or "/usr/bin/prometheus"
 MODEL = "Qwen/Qwen2.5-0.5B-Instruct"
-
-needs_prometheus = pytest.mark.skipif(
-    not Path(PROMETHEUS).exists() and not os.environ.get("CI"),
-    reason="no prometheus binary (apt-get install prometheus); under CI this test must run",
-)
 
 
 def _free_port() -> int:
@@ -36,6 +28,7 @@ def _free_port() -> int:
 
 @pytest.fixture(scope="module")
 def sim_and_prometheus(tmp_path_factory):
+    prometheus = binary("prometheus")
     tmp = tmp_path_factory.mktemp("prometheus")
     with SimTarget(model=MODEL, gpu="l4", speedup=2.0, seed=1, gpu_memory_utilization=0.9).serving(8) as sim:
         config = tmp / "prometheus.yml"
@@ -46,7 +39,7 @@ def sim_and_prometheus(tmp_path_factory):
         )
         port = _free_port()
         proc = subprocess.Popen(
-            [PROMETHEUS, f"--config.file={config}", f"--storage.tsdb.path={tmp / 'data'}",
+            [prometheus, f"--config.file={config}", f"--storage.tsdb.path={tmp / 'data'}",
              f"--web.listen-address=127.0.0.1:{port}"],
             stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True,
         )  # fmt: skip
@@ -70,7 +63,6 @@ def sim_and_prometheus(tmp_path_factory):
             proc.wait(timeout=10)
 
 
-@needs_prometheus
 def test_promql_reads_the_servers_view_of_a_load_window(sim_and_prometheus):
     sim, prom = sim_and_prometheus
     # Twice max-num-seqs in flight: the server must show a full batch and a queue.
@@ -93,7 +85,6 @@ def test_promql_reads_the_servers_view_of_a_load_window(sim_and_prometheus):
     assert max(v for _, v in series["running"].points) == 8
 
 
-@needs_prometheus
 def test_promql_errors_name_the_query(sim_and_prometheus):
     _, prom = sim_and_prometheus
     with pytest.raises(MetricsError, match="rejected 'sum\\(\\('"):
