@@ -127,6 +127,36 @@ def test_kubernetes_provider_authenticates_through_the_gke_plugin(stack_runs):
     assert provider.inputs["deleteUnreachable"] in (True, "true")
 
 
+# L4 GPUs per G2 machine type as Google publishes them (Compute Engine docs, "GPU machine types",
+# accelerator-optimized G2 table; transcribed in the project's facts sheet, 2026-08). Typed here,
+# not imported: the machine table in stacks/config.py is what this checks.
+PUBLISHED_G2_L4 = {
+    "g2-standard-4": 1,
+    "g2-standard-8": 1,
+    "g2-standard-12": 1,
+    "g2-standard-16": 1,
+    "g2-standard-24": 2,
+    "g2-standard-32": 1,
+    "g2-standard-48": 4,
+    "g2-standard-96": 8,
+}
+
+
+@pytest.mark.parametrize("machine, l4s", PUBLISHED_G2_L4.items())
+def test_every_g2_machine_type_asks_for_its_published_l4_count(machine, l4s):
+    run = run_stack("dev", overrides={"gke-ml-labs:gpu_machine_type": machine})
+    accel = run.one(NODE_POOL, "gpu-pool").inputs["nodeConfig"]["guestAccelerators"][0]
+    assert (accel["type"], accel["count"]) == ("nvidia-l4", l4s)
+    assert run.outputs["gpu_pool"]["machine_type"] == machine
+
+
+def test_only_g2_machine_types_are_accepted():
+    for machine in ("g2-standard-2", "g2-standard-64", "a2-highgpu-1g"):
+        with pytest.raises(ConfigError, match=f"'{machine}' does not carry an L4; allowed: "
+                                             + ", ".join(PUBLISHED_G2_L4)):
+            parse({"lab": "dev", "gpu_machine_type": machine}, stack="dev", project="p", region=None)
+
+
 def test_preview_leaves_cloud_computed_outputs_unknown(stack_runs):
     run = stack_runs[("dev", True)]
     assert "kubeconfig" in run.unknown_outputs
