@@ -30,7 +30,9 @@ from typing import Any
 
 DATA = Path(__file__).resolve().parent / "data" / "labs"
 
-# L4 GPUs per G2 machine type, as Google publishes them (Compute Engine "GPU machine types").
+# L4 GPUs per G2 machine type as Google publishes them (Compute Engine docs, "GPU machine types",
+# accelerator-optimized G2 table; transcribed in the project's facts sheet, 2026-08). Typed here, not
+# imported: the tests check stacks/config.py's machine table against it.
 G2_L4 = {
     "g2-standard-4": 1, "g2-standard-8": 1, "g2-standard-12": 1, "g2-standard-16": 1,
     "g2-standard-24": 2, "g2-standard-32": 1, "g2-standard-48": 4, "g2-standard-96": 8,

@@ -7,6 +7,7 @@ import re
 
 import pytest
 from conftest import STACKS
+from kube_fixtures import G2_L4 as PUBLISHED_G2_L4
 
 from components import argo, checkpoints
 from components.naming import resource_name
@@ -125,21 +126,6 @@ def test_kubernetes_provider_authenticates_through_the_gke_plugin(stack_runs):
     kubeconfig = run.outputs["kubeconfig"]
     assert "command: gke-gcloud-auth-plugin" in kubeconfig and "token" not in kubeconfig
     assert provider.inputs["deleteUnreachable"] in (True, "true")
-
-
-# L4 GPUs per G2 machine type as Google publishes them (Compute Engine docs, "GPU machine types",
-# accelerator-optimized G2 table; transcribed in the project's facts sheet, 2026-08). Typed here,
-# not imported: the machine table in stacks/config.py is what this checks.
-PUBLISHED_G2_L4 = {
-    "g2-standard-4": 1,
-    "g2-standard-8": 1,
-    "g2-standard-12": 1,
-    "g2-standard-16": 1,
-    "g2-standard-24": 2,
-    "g2-standard-32": 1,
-    "g2-standard-48": 4,
-    "g2-standard-96": 8,
-}
 
 
 @pytest.mark.parametrize("machine, l4s", PUBLISHED_G2_L4.items())
