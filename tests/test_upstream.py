@@ -259,3 +259,11 @@ def test_every_locked_file_is_one_a_test_reads():
             continue
         unused.append(local)
     assert unused == []
+
+
+def test_the_readme_says_what_the_first_run_downloads():
+    readme = (upstream.REPO / "README.md").read_text()
+    entries = upstream.read_lock().values()
+    said = re.search(r"(\d+) files, ([\d.]+) MB,\s+from\s+raw\.githubusercontent\.com", readme)
+    assert said, "README.md no longer says how much the first make test downloads"
+    assert (int(said[1]), float(said[2])) == (len(entries), round(sum(e.bytes for e in entries) / 1e6, 1))
