@@ -15,7 +15,7 @@ from components.in_cluster_script import APP_DIR, package_items, rbac, script_fi
 from components.namespaces import namespace
 from components.naming import k8s_labels
 from components.versions import SCRIPTS_PROMETHEUS_CLIENT, SCRIPTS_PYTHON_IMAGE
-from ops.pricing import exporter_table
+from facts.prices import exporter_table
 from stacks.config import LabConfig
 
 NAMESPACE = "cost-exporter"

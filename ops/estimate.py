@@ -13,7 +13,7 @@ from typing import Any
 
 from pydantic import BaseModel, ConfigDict
 
-from ops import pricing
+from facts import prices
 from ops.stackfile import load_config, stack_names
 from stacks.config import LabConfig
 
@@ -63,7 +63,7 @@ class CostEstimate(BaseModel):
 
 
 def _disk_per_hour(gib_month: float | None, size_gb: int) -> float:
-    return 0.0 if gib_month is None else gib_month * size_gb / pricing.HOURS_PER_MONTH
+    return 0.0 if gib_month is None else gib_month * size_gb / prices.HOURS_PER_MONTH
 
 
 def _model(spot: bool) -> str:
@@ -71,19 +71,19 @@ def _model(spot: bool) -> str:
 
 
 def estimate(cfg: LabConfig) -> CostEstimate:
-    """The lab's hourly list price; raises pricing.PricingError for a region or machine not in the table."""
-    region = pricing.region_prices(cfg.region)
-    system = pricing.machine_price(cfg.region, cfg.system_machine_type)
-    gpu = pricing.machine_price(cfg.region, cfg.gpu_machine_type)
+    """The lab's hourly list price; raises prices.PricingError for a region or machine not in the table."""
+    region = prices.region_prices(cfg.region)
+    system = prices.machine_price(cfg.region, cfg.system_machine_type)
+    gpu = prices.machine_price(cfg.region, cfg.gpu_machine_type)
     pd = region.pd_balanced_gib_month
     notes = [
         "GKE cluster fee: $0.00 while this is the billing account's only zonal cluster (free tier); "
-        f"otherwise ${pricing.GKE_CLUSTER_FEE_PER_HOUR:.2f}/h more.",
+        f"otherwise ${prices.GKE_CLUSTER_FEE_PER_HOUR:.2f}/h more.",
         f"System pool autoscales from {cfg.system_min_nodes} to {cfg.system_max_nodes} node(s); "
         "the figures assume its minimum.",
     ]
     if pd is None:
-        notes.append(f"Boot disks are not priced for {cfg.region} in ops/pricing.py: not included.")
+        notes.append(f"Boot disks are not priced for {cfg.region} in facts/prices.py: not included.")
     if region.gcs_standard_gib_month is not None:
         notes.append(f"Lab buckets: ${region.gcs_standard_gib_month:.3f}/GiB-month for what they hold.")
     if cfg.gpu_min_nodes:
@@ -92,7 +92,7 @@ def estimate(cfg: LabConfig) -> CostEstimate:
         lab=cfg.lab,
         stack=cfg.stack,
         region=cfg.region,
-        price_date=pricing.PRICE_DATE,
+        price_date=prices.PRICE_DATE,
         base=[
             CostLine(item="GKE zonal cluster", count=1, unit_per_hour=0.0, note="free tier"),
             CostLine(
@@ -146,7 +146,7 @@ def estimate_or_none(cfg: LabConfig) -> CostEstimate | None:
     """The estimate, or None where prices are unknown: a missing price must never block `pulumi up`."""
     try:
         return estimate(cfg)
-    except pricing.PricingError:
+    except prices.PricingError:
         return None
 
 
@@ -159,7 +159,7 @@ def table(configs: list[LabConfig]) -> str:
             f"| {cfg.stack} | {est.region} | {est.gpu_node.item} | ${est.per_hour_gpu_at_zero:.3f} "
             f"| ${est.per_hour_gpu_up:.3f} |"
         )
-    return "\n".join(rows) + f"\n\nList prices of {pricing.PRICE_DATE} (ops/pricing.py has each source).\n"
+    return "\n".join(rows) + f"\n\nList prices of {prices.PRICE_DATE} (facts/prices.py has each source).\n"
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -174,7 +174,7 @@ def main(argv: list[str] | None = None) -> int:
             print(markdown(estimate(load_config(args.stack))))
         else:
             parser.error("give a stack name or --all")
-    except (pricing.PricingError, FileNotFoundError) as e:
+    except (prices.PricingError, FileNotFoundError) as e:
         print(f"error: {e}", file=sys.stderr)
         return 2
     return 0

@@ -7,7 +7,7 @@ import pulumi
 
 from components import cost_exporter, idle_guard
 from components.budget import BudgetArgs, ProjectBudget
-from ops.pricing import PricingError, machine_price
+from facts.prices import PricingError, machine_price
 from stacks.config import LabConfig
 from stacks.context import PlatformContext
 
@@ -40,7 +40,7 @@ def compose(ctx: PlatformContext) -> None:
         ctx.outputs.namespaces.append(idle_guard.NAMESPACE)
     if cfg.cost_exporter.enabled and (unpriced := _unpriced(cfg)):
         # The exporter is a convenience: a machine the price table lacks must not block `pulumi up`.
-        pulumi.log.warn(f"cost exporter not deployed: {unpriced}; add the prices to ops/pricing.py")
+        pulumi.log.warn(f"cost exporter not deployed: {unpriced}; add the prices to facts/prices.py")
     elif cfg.cost_exporter.enabled:
         cost_exporter.CostExporter(
             "cost-exporter",

@@ -14,21 +14,10 @@ from typing import Literal
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
+from facts.machines import G2_L4_COUNT
 from stacks import cost_features, platform_features, serving_features
 
 LabName = Literal["dev", "g1", "g2", "g3", "g4", "g5", "g6", "g7", "g8"]
-
-# L4 GPUs per G2 machine type (FACTS.md; Compute Engine accelerator-optimized machine table).
-G2_L4_COUNT: dict[str, int] = {
-    "g2-standard-4": 1,
-    "g2-standard-8": 1,
-    "g2-standard-12": 1,
-    "g2-standard-16": 1,
-    "g2-standard-24": 2,
-    "g2-standard-32": 1,
-    "g2-standard-48": 4,
-    "g2-standard-96": 8,
-}
 
 _LABEL_KEY = re.compile(r"^[a-z][a-z0-9_-]{0,62}$")
 _LABEL_VALUE = re.compile(r"^[a-z0-9_-]{0,63}$")

@@ -10,7 +10,7 @@ from typing import TYPE_CHECKING, Literal
 
 from pydantic import BaseModel, ConfigDict, Field
 
-from benchmarks.serving.catalogue import MODELS
+from facts.catalogue import MODELS
 from stacks.platform_features import DNS_LABEL, PREFIX, pool_gpu_capacity
 
 if TYPE_CHECKING:

@@ -15,7 +15,7 @@ import schemas
 from components import cost_exporter as component
 from components.dashboards.cost import COST_METRICS, cost_dashboard
 from components.scripts import cost_exporter as exporter
-from ops.pricing import exporter_table, hourly
+from facts.prices import exporter_table, hourly
 from stacks.loader import ConfigError, parse
 from stacks.mockrun import run_stack
 

@@ -40,7 +40,7 @@ from benchmarks.harness import (
 from benchmarks.harness.results import client_cpus
 from benchmarks.loadgen import LoadgenError, Slo, Timeouts
 from benchmarks.metrics import MetricsError
-from benchmarks.serving.catalogue import GPUS, MODELS, ServingError, get_gpu, get_model
+from facts.catalogue import GPUS, MODELS, ServingError, get_gpu, get_model
 from benchmarks.serving.sizing import Sizing, size
 from ops.estimate import estimate_or_none, estimate_section, markdown
 from ops.stackfile import load_config
