@@ -22,6 +22,7 @@ NODE_ROLES = (
 )
 NODE_OAUTH_SCOPES = ["https://www.googleapis.com/auth/cloud-platform"]
 POOL_LABEL = "gke-ml-labs/pool"
+SYSTEM_DISK_GB = 50  # the system pool's boot disk (the cost estimate prices it)
 # Fields the node pools set explicitly so GKE has nothing to back-fill, plus those GKE still fills
 # in after creation: without ignoring them a later `up` proposes to REPLACE the pool.
 NODE_POOL_IGNORE_CHANGES = ["initialNodeCount", "nodeConfig.kubeletConfig", "nodeConfig.linuxNodeConfig"]
@@ -187,7 +188,7 @@ class GkeCluster(pulumi.ComponentResource):
             parent=self,
             machine_type=args.system_machine_type,
             spot=args.system_spot,
-            disk_size_gb=50,
+            disk_size_gb=SYSTEM_DISK_GB,
             labels={POOL_LABEL: "system"},
         )
 

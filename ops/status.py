@@ -22,9 +22,8 @@ from pydantic import BaseModel, ConfigDict
 
 from facts import prices
 from ops.gcp import GcpClient, GcpError
-from ops.stackfile import load_config, stack_names
+from stacks.stackfile import OFFLINE_PROJECT, load_config, stack_names
 from stacks.loader import ConfigError
-from stacks.mockrun import OFFLINE_PROJECT
 
 APP_LABEL = ("app", "gke-ml-labs")  # stacks.config.LabConfig.billing_labels
 GPU_MACHINE_PREFIXES = ("g2-", "a2-", "a3-", "a4-")

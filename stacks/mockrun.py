@@ -15,16 +15,12 @@ from pathlib import Path
 from typing import Any
 
 import pulumi
-import yaml
 from pulumi.runtime import mocks as pulumi_mocks
 from pulumi.runtime import settings as pulumi_settings
 
 from stacks import loader
+from stacks.stackfile import OFFLINE_PROJECT, REPO, stack_config, stack_names
 
-REPO = Path(__file__).resolve().parents[1]
-OFFLINE_PROJECT = "offline-plan-project"
-# A stand-in for each secret (real values are encrypted in the stack file and need the CLI).
-_SECRET_PLACEHOLDER = "offline-secret-value"
 
 
 @dataclass
@@ -145,26 +141,6 @@ class _RecordingMonitor(pulumi_mocks.MockMonitor):
                 )
             )
         return response
-
-
-def stack_names(directory: Path = REPO) -> list[str]:
-    """Every stack with a `Pulumi.<stack>.yaml` in the project."""
-    return sorted(p.name[len("Pulumi.") : -len(".yaml")] for p in directory.glob("Pulumi.*.yaml"))
-
-
-def stack_config(stack: str, directory: Path = REPO) -> tuple[dict[str, str], list[str]]:
-    """A stack file's config as the CLI would hand it to the program: JSON text per key."""
-    path = directory / f"Pulumi.{stack}.yaml"
-    if not path.exists():
-        raise FileNotFoundError(f"no stack file {path.name}; stacks here: {', '.join(stack_names(directory))}")
-    document = yaml.safe_load(path.read_text()) or {}
-    config, secret_keys = {}, []
-    for key, value in (document.get("config") or {}).items():
-        if isinstance(value, dict) and set(value) == {"secure"}:
-            config[key], secret_keys = _SECRET_PLACEHOLDER, [*secret_keys, key]
-        else:
-            config[key] = value if isinstance(value, str) else json.dumps(value)
-    return config, secret_keys
 
 
 def run_stack(

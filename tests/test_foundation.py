@@ -10,6 +10,7 @@ from conftest import STACKS
 
 from components import argo, checkpoints
 from components.naming import resource_name
+from stacks.context import stack_id
 from stacks.loader import ConfigError, parse
 from stacks.mockrun import run_stack
 from stacks.plan import main as plan_main
@@ -219,11 +220,12 @@ def test_a_stack_name_that_cannot_name_the_gcp_resources_is_refused(stack):
 
 def test_the_longest_allowed_stack_name_gives_distinct_valid_service_account_ids():
     cfg = parse({"lab": "g7"}, stack="a" * 20, project="proj-1", region="us-central1")
-    ids = [argo.account_id(cfg, "wf"), argo.account_id(cfg, "model"), checkpoints.account_id(cfg),
-           f"{resource_name(cfg)}-nodes"]
+    owner = stack_id(cfg)
+    ids = [argo.account_id(owner, "wf"), argo.account_id(owner, "model"), checkpoints.account_id(owner),
+           f"{resource_name(owner)}-nodes"]
     assert len(set(ids)) == len(ids)
     assert all(re.fullmatch(r"[a-z][-a-z0-9]{4,28}[a-z0-9]", i) for i in ids), ids
-    assert len(resource_name(cfg)) <= 40
+    assert len(resource_name(owner)) <= 40
 
 
 @pytest.mark.parametrize(("stack", "api"), [("g7", "iam"), ("g7", "storage"), ("g8", "iam"), ("g8", "storage")])

@@ -4,10 +4,11 @@ from __future__ import annotations
 
 import pytest
 
-from ops import estimate as est
 from facts import prices
-from ops.stackfile import load_config, stack_names
+from ops import estimate as cli
+from stacks import cost_estimate as est
 from stacks.loader import parse
+from stacks.stackfile import load_config, stack_names
 
 # FACTS.md's verified list prices (2026-08-20): the table must carry exactly these.
 FACTS = {
@@ -84,7 +85,7 @@ def test_the_stack_exports_its_estimate_and_an_unpriced_region_does_not_block_up
 
 
 def test_every_stack_file_has_an_estimate():
-    rows = est.table([load_config(s) for s in stack_names()]).splitlines()
+    rows = cli.table([load_config(s) for s in stack_names()]).splitlines()
     assert len(rows) == 2 + len(stack_names()) + 2
 
 
@@ -98,5 +99,5 @@ def test_an_unpriced_machine_skips_the_cost_exporter_instead_of_blocking_up():
 
 
 def test_cli(capsys):
-    assert est.main(["dev"]) == 0 and "GPU pool at 1 node(s)" in capsys.readouterr().out
-    assert est.main(["nope"]) == 2 and "no stack file" in capsys.readouterr().err
+    assert cli.main(["dev"]) == 0 and "GPU pool at 1 node(s)" in capsys.readouterr().out
+    assert cli.main(["nope"]) == 2 and "no stack file" in capsys.readouterr().err
