@@ -101,6 +101,7 @@ def build(cfg: LabConfig, secrets: Secrets) -> dict[str, Any]:
         "zones": sorted({cfg.cluster_zone, *cfg.gpu_node_zones}),
         "cluster_name": cluster.cluster.name,
         "kubeconfig": cluster.kubeconfig,
+        "system_pool": {"name": cluster.system_pool.name, "node_selector": cluster.system_node_selector},
         "gpu_pool": {
             "name": gpu.pool.name,
             "machine_type": cfg.gpu_machine_type,

@@ -64,6 +64,17 @@ def test_dev_cluster_is_zonal_destroyable_and_uses_workload_identity(stack_runs)
     assert sorted(r.name for r in run.of_type(NODE_POOL)) == ["gke-system", "gpu-pool"]
 
 
+@pytest.mark.parametrize("stack", STACKS)
+def test_outputs_say_how_to_land_on_each_pool(stack_runs, stack):
+    # The kit places its clients and GPU pods by these selectors alone (it reads no code of the program).
+    run = stack_runs[(stack, False)]
+    labels = {r.name: r.inputs["nodeConfig"]["labels"] for r in run.of_type(NODE_POOL)}
+    system, gpu = run.outputs["system_pool"]["node_selector"], run.outputs["gpu_pool"]["node_selector"]
+    assert system.items() <= labels["gke-system"].items() and not system.items() <= labels["gpu-pool"].items()
+    assert gpu.items() <= labels["gpu-pool"].items() and not gpu.items() <= labels["gke-system"].items()
+    assert run.outputs["system_pool"]["name"] == run.one(NODE_POOL, "gke-system").inputs["name"]
+
+
 def test_node_pools_guard_against_replacement_by_backfilled_fields(stack_runs):
     run = stack_runs[("dev", False)]
     for pool in run.of_type(NODE_POOL):
