@@ -6,8 +6,8 @@ Two mutually exclusive modes (the lab config allows one at a time):
   cluster, so no component here.
 - `nvidia`: the NVIDIA GPU Operator's device plugin with a time-slicing config. What NVIDIA and Google
   document for GKE, and what this module does: the pool has GKE's driver install disabled
-  (gpu_driver_version INSTALLATION_DISABLED) and the node label
-  `gke-no-default-nvidia-gpu-device-plugin=true` (NO_GKE_DEVICE_PLUGIN_LABEL) so GKE's plugin stays off; the operator's own driver
+  (gpu_driver_version INSTALLATION_DISABLED) and the node label NO_GKE_DEVICE_PLUGIN_LABEL
+  (`gke-no-default-nvidia-gpu-device-plugin=true`) so GKE's plugin stays off; the operator's own driver
   container does not work on COS, so the operator runs with `driver.enabled=false` and the driver comes
   from Google's COS driver installer DaemonSet (pinned), installed under /home/kubernetes/bin/nvidia
   where the operator's toolkit and plugin are pointed. The operator's dcgm-exporter is then the only

@@ -245,7 +245,9 @@ class Observability(pulumi.ComponentResource):
         self.dcgm: HelmRelease | None = None
         if args.standalone_dcgm:
             quota = k8s_objects.create(
-                "monitoring-critical-pods", critical_pods_quota(args.stack_id, NAMESPACE, "observability"), after_namespace
+                "monitoring-critical-pods",
+                critical_pods_quota(args.stack_id, NAMESPACE, "observability"),
+                after_namespace,
             )
             self.dcgm = HelmRelease(
                 "dcgm-exporter",

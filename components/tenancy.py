@@ -188,7 +188,8 @@ class Tenancy(pulumi.ComponentResource):
         super().__init__("gke-ml-labs:tenancy:Tenancy", name, None, opts)
         child = pulumi.ResourceOptions(parent=self)
         self.priority_classes = [
-            k8s_objects.create(f"{name}-{obj['metadata']['name']}", obj, child) for obj in priority_classes(args.stack_id)
+            k8s_objects.create(f"{name}-{obj['metadata']['name']}", obj, child)
+            for obj in priority_classes(args.stack_id)
         ]
         self.namespaces = []
         for tenant in args.tenants:
