@@ -12,7 +12,7 @@ import json
 import sys
 from pathlib import Path
 
-from benchmarks.serving.catalogue import GIB, GPUS, ModelSpec, ServingError, get_gpu, get_model
+from facts.catalogue import GIB, GPUS, ModelSpec, ServingError, get_gpu, get_model
 from benchmarks.serving.sizing import (
     DTYPE_BYTES,
     QUANTIZED_WEIGHT_BYTES,

@@ -16,9 +16,8 @@ from components.buckets import lab_bucket
 from components.cluster import POOL_LABEL
 from components.helm_release import HelmRelease, HelmReleaseArgs
 from components.namespaces import namespace
-from components.naming import k8s_labels, resource_name
+from components.naming import StackId, k8s_labels, resource_name
 from components.workload_identity import BucketIdentity, BucketIdentityArgs
-from stacks.config import LabConfig
 
 RELEASE = "argo-workflows"
 SERVER_SERVICE = f"{RELEASE}-server"
@@ -38,18 +37,39 @@ WORKFLOW_RULES = [
     {"apiGroups": ["serving.kserve.io"], "resources": ["inferenceservices"], "verbs": ["create", "get", "patch"]},
     {"apiGroups": ["argoproj.io"], "resources": ["workflowtaskresults"], "verbs": ["create", "patch"]},
 ]
+FAIL_STEP_OPTIONS = ["none", "train", "register", "deploy"]
 
 
-def bucket_name(cfg: LabConfig) -> str:
+@dataclass(frozen=True)
+class ArgoWorkflowsArgs:
+    stack_id: StackId
+    project: str
+    region: str  # the artefact bucket's location
+    billing_labels: dict[str, str]
+    namespace: str  # controller and server
+    workflow_namespace: str  # where the workflows run
+    template_name: str  # of the WorkflowTemplate
+    model_name: str  # the InferenceService the deploy step creates
+    fail_step: str  # default of the workflow parameter that makes one step exit non-zero (FAIL_STEP_OPTIONS)
+    retry_limit: int  # retryStrategy of each step
+    retry_policy: str
+    artifact_retention_days: int  # bucket objects are deleted after this
+    # The GKE cluster, whose creation makes the Workload Identity pool exist; None when it already does.
+    cluster: pulumi.Resource | None = None
+    # KServe, which serves the InferenceServices the deploy step creates; None when it already runs.
+    kserve: pulumi.Resource | None = None
+
+
+def bucket_name(stack_id: StackId, project: str) -> str:
     # Bucket names are global: the project id (globally unique) keeps ours from colliding.
-    return f"{resource_name(cfg)}-{cfg.project}-artifacts"[:63].rstrip("-")
+    return f"{resource_name(stack_id)}-{project}-artifacts"[:63].rstrip("-")
 
 
-def account_id(cfg: LabConfig, suffix: str) -> str:
-    return f"{resource_name(cfg)}-{suffix}"[:30].rstrip("-")
+def account_id(stack_id: StackId, suffix: str) -> str:
+    return f"{resource_name(stack_id)}-{suffix}"[:30].rstrip("-")
 
 
-def values(cfg: LabConfig, bucket: str) -> dict[str, Any]:
+def values(bucket: str) -> dict[str, Any]:
     """Chart values: nothing exposed, client auth only, artefacts in our bucket without any key."""
     return {
         "fullnameOverride": RELEASE,
@@ -69,37 +89,37 @@ def values(cfg: LabConfig, bucket: str) -> dict[str, Any]:
     }
 
 
-def workflow_role(cfg: LabConfig) -> dict[str, Any]:
+def workflow_role(a: ArgoWorkflowsArgs) -> dict[str, Any]:
     return {
         "apiVersion": "rbac.authorization.k8s.io/v1",
         "kind": "Role",
         "metadata": {
             "name": WORKFLOW_SA,
-            "namespace": cfg.argo.workflow_namespace,
-            "labels": k8s_labels(cfg, "pipeline"),
+            "namespace": a.workflow_namespace,
+            "labels": k8s_labels(a.stack_id, "pipeline"),
         },
         "rules": WORKFLOW_RULES,
     }
 
 
-def workflow_role_binding(cfg: LabConfig) -> dict[str, Any]:
-    ns = cfg.argo.workflow_namespace
+def workflow_role_binding(a: ArgoWorkflowsArgs) -> dict[str, Any]:
+    ns = a.workflow_namespace
     return {
         "apiVersion": "rbac.authorization.k8s.io/v1",
         "kind": "RoleBinding",
-        "metadata": {"name": WORKFLOW_SA, "namespace": ns, "labels": k8s_labels(cfg, "pipeline")},
+        "metadata": {"name": WORKFLOW_SA, "namespace": ns, "labels": k8s_labels(a.stack_id, "pipeline")},
         "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "Role", "name": WORKFLOW_SA},
         "subjects": [{"kind": "ServiceAccount", "name": WORKFLOW_SA, "namespace": ns}],
     }
 
 
-def _step(cfg: LabConfig, name: str, packages: list[str], env: dict[str, str], **extra: Any) -> dict[str, Any]:
+def _step(a: ArgoWorkflowsArgs, name: str, packages: list[str], env: dict[str, str], **extra: Any) -> dict[str, Any]:
     """One Python step: install its pinned packages, then run its program from pipeline_steps/."""
     program = (STEPS / f"{name}.py").read_text()
     source = f"set -e\npip install --quiet --no-cache-dir {' '.join(packages)}\npython - <<'STEP'\n{program}STEP\n"
     return {
         "name": name,
-        "retryStrategy": {"limit": cfg.argo.retry_limit, "retryPolicy": cfg.argo.retry_policy},
+        "retryStrategy": {"limit": a.retry_limit, "retryPolicy": a.retry_policy},
         "nodeSelector": _SYSTEM,
         "script": {
             "image": versions.PIPELINE_PYTHON_IMAGE,
@@ -115,20 +135,23 @@ def _step(cfg: LabConfig, name: str, packages: list[str], env: dict[str, str], *
     }
 
 
-def workflow_template(cfg: LabConfig, bucket: str) -> dict[str, Any]:
+def workflow_template(a: ArgoWorkflowsArgs, bucket: str) -> dict[str, Any]:
     """train -> register -> deploy; `fail_step` names the step that exits non-zero (none by default)."""
-    a = cfg.argo
     model_artifact = [{"name": "model", "path": MODEL_DIR}]
     return {
         "apiVersion": "argoproj.io/v1alpha1",
         "kind": "WorkflowTemplate",
-        "metadata": {"name": a.template_name, "namespace": a.workflow_namespace, "labels": k8s_labels(cfg, "pipeline")},
+        "metadata": {
+            "name": a.template_name,
+            "namespace": a.workflow_namespace,
+            "labels": k8s_labels(a.stack_id, "pipeline"),
+        },
         "spec": {
             "serviceAccountName": WORKFLOW_SA,
             "entrypoint": "pipeline",
             "arguments": {
                 "parameters": [
-                    {"name": "fail_step", "value": a.fail_step, "enum": ["none", "train", "register", "deploy"]},
+                    {"name": "fail_step", "value": a.fail_step, "enum": FAIL_STEP_OPTIONS},
                 ]
             },
             "templates": [
@@ -162,7 +185,7 @@ def workflow_template(cfg: LabConfig, bucket: str) -> dict[str, Any]:
                     },
                 },
                 _step(
-                    cfg,
+                    a,
                     "train",
                     [versions.PIPELINE_SKLEARN],
                     {"MODEL_DIR": MODEL_DIR},
@@ -170,7 +193,7 @@ def workflow_template(cfg: LabConfig, bucket: str) -> dict[str, Any]:
                     outputs={"artifacts": model_artifact},
                 ),
                 _step(
-                    cfg,
+                    a,
                     "register",
                     [versions.PIPELINE_GCS],
                     {
@@ -184,7 +207,7 @@ def workflow_template(cfg: LabConfig, bucket: str) -> dict[str, Any]:
                     outputs={"parameters": [{"name": "storage_uri", "valueFrom": {"path": STORAGE_URI_FILE}}]},
                 ),
                 _step(
-                    cfg,
+                    a,
                     "deploy",
                     [versions.PIPELINE_KUBERNETES],
                     {
@@ -200,44 +223,44 @@ def workflow_template(cfg: LabConfig, bucket: str) -> dict[str, Any]:
     }
 
 
-def endpoint(cfg: LabConfig) -> dict[str, Any]:
-    a = cfg.argo
+def endpoint(a: ArgoWorkflowsArgs) -> dict[str, Any]:
     return {"namespace": a.namespace, "service": SERVER_SERVICE, "port": SERVER_PORT, "path": "/", "protocol": "http"}
 
 
-def benchmark(cfg: LabConfig, bucket: pulumi.Input[str]) -> dict[str, Any]:
-    a = cfg.argo
+def benchmark(a: ArgoWorkflowsArgs, bucket: pulumi.Input[str]) -> dict[str, Any]:
     return {
         "workflow_template": a.template_name,
         "workflow_namespace": a.workflow_namespace,
         "bucket": bucket,
         "model_name": a.model_name,
         "fail_step": a.fail_step,
-        "fail_step_options": ["none", "train", "register", "deploy"],
+        "fail_step_options": FAIL_STEP_OPTIONS,
         "retry": {"limit": a.retry_limit, "policy": a.retry_policy},
     }
-
-
-@dataclass(frozen=True)
-class ArgoWorkflowsArgs:
-    cfg: LabConfig
-    cluster: pulumi.Resource  # Workload Identity bindings wait for its identity pool
-    kserve: pulumi.Resource  # the deploy step creates InferenceServices: KServe must serve them
 
 
 class ArgoWorkflows(pulumi.ComponentResource):
     def __init__(self, name: str, args: ArgoWorkflowsArgs, opts: pulumi.ResourceOptions | None = None):
         super().__init__("gke-ml-labs:argo:ArgoWorkflows", name, None, opts)
-        cfg, a = args.cfg, args.cfg.argo
         child = pulumi.ResourceOptions(parent=self)
-        labels = k8s_labels(cfg, "pipeline")
-        self.bucket = lab_bucket(f"{name}-artifacts", cfg, bucket_name(cfg), a.artifact_retention_days, child)
+        labels = k8s_labels(args.stack_id, "pipeline")
+        kserve = [args.kserve] if args.kserve is not None else []
+        bucket = bucket_name(args.stack_id, args.project)
+        self.bucket = lab_bucket(
+            f"{name}-artifacts",
+            project=args.project,
+            location=args.region,
+            labels=args.billing_labels,
+            name=bucket,
+            delete_after_days=args.artifact_retention_days,
+            opts=child,
+        )
         self.release = HelmRelease(
             RELEASE,
             HelmReleaseArgs(
                 chart=versions.ARGO_WORKFLOWS,
-                namespace=a.namespace,
-                values=values(cfg, bucket_name(cfg)),
+                namespace=args.namespace,
+                values=values(bucket),
                 labels=labels,
             ),
             opts=pulumi.ResourceOptions(parent=self, depends_on=[self.bucket]),
@@ -248,19 +271,19 @@ class ArgoWorkflows(pulumi.ComponentResource):
         # namespace would hang in Terminating.
         self.namespace = k8s_objects.create(
             f"{name}-workflows-ns",
-            namespace(cfg, a.workflow_namespace, "pipeline"),
-            pulumi.ResourceOptions(parent=self, depends_on=[args.kserve, self.release]),
+            namespace(args.stack_id, args.workflow_namespace, "pipeline"),
+            pulumi.ResourceOptions(parent=self, depends_on=[*kserve, self.release]),
         )
 
         def identity(suffix: str, ksa: str, role: str) -> BucketIdentity:
             return BucketIdentity(
                 f"{name}-{suffix}",
                 BucketIdentityArgs(
-                    project=cfg.project,
-                    account_id=account_id(cfg, suffix),
+                    project=args.project,
+                    account_id=account_id(args.stack_id, suffix),
                     bucket=self.bucket.name,
                     role=role,
-                    namespace=a.workflow_namespace,
+                    namespace=args.workflow_namespace,
                     service_account=ksa,
                     labels=labels,
                     cluster=args.cluster,
@@ -273,11 +296,11 @@ class ArgoWorkflows(pulumi.ComponentResource):
         self.workflow_identity = identity("wf", WORKFLOW_SA, "roles/storage.objectAdmin")
         self.model_identity = identity("model", MODEL_SA, "roles/storage.objectViewer")
         in_ns = pulumi.ResourceOptions(parent=self, depends_on=[self.namespace])
-        self.role = k8s_objects.create(f"{name}-role", workflow_role(cfg), in_ns)
-        self.role_binding = k8s_objects.create(f"{name}-rolebinding", workflow_role_binding(cfg), in_ns)
+        self.role = k8s_objects.create(f"{name}-role", workflow_role(args), in_ns)
+        self.role_binding = k8s_objects.create(f"{name}-rolebinding", workflow_role_binding(args), in_ns)
         self.template = k8s_objects.create(
             f"{name}-template",
-            workflow_template(cfg, bucket_name(cfg)),
-            pulumi.ResourceOptions(parent=self, depends_on=[self.release, self.namespace, args.kserve]),
+            workflow_template(args, bucket),
+            pulumi.ResourceOptions(parent=self, depends_on=[self.release, self.namespace, *kserve]),
         )
         self.register_outputs({"bucket": self.bucket.name})

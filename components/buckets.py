@@ -6,18 +6,23 @@ from __future__ import annotations
 import pulumi
 import pulumi_gcp as gcp
 
-from stacks.config import LabConfig
-
 
 def lab_bucket(
-    resource: str, cfg: LabConfig, name: str, delete_after_days: int, opts: pulumi.ResourceOptions
+    resource: str,
+    *,
+    project: str,
+    location: str,
+    labels: dict[str, str],
+    name: str,
+    delete_after_days: int,
+    opts: pulumi.ResourceOptions,
 ) -> gcp.storage.Bucket:
     return gcp.storage.Bucket(
         resource,
         name=name,
-        project=cfg.project,
-        location=cfg.region,
-        labels=cfg.billing_labels,
+        project=project,
+        location=location,
+        labels=labels,
         uniform_bucket_level_access=True,
         public_access_prevention="enforced",
         force_destroy=True,  # `pulumi destroy` removes the bucket with its objects

@@ -6,82 +6,65 @@ objectAdmin on that bucket only, no keys anywhere).
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Any
 
 import pulumi
-import pulumi_gcp as gcp
 
 from components import k8s_objects
+from components.buckets import lab_bucket
 from components.namespaces import namespace
-from components.naming import k8s_labels, resource_name
+from components.naming import StackId, k8s_labels, resource_name
 from components.workload_identity import BucketIdentity, BucketIdentityArgs
-from stacks.config import LabConfig
-
-
-def bucket_name(cfg: LabConfig) -> str:
-    # Bucket names are global: the project id makes this one unique to the user.
-    return resource_name(cfg, f"ckpt-{cfg.project}")[:63].rstrip("-")
-
-
-def account_id(cfg: LabConfig) -> str:
-    return resource_name(cfg, "ckpt")[:30].rstrip("-")
-
-
-def checkpoint_summary(cfg: LabConfig, bucket: pulumi.Input[str]) -> dict[str, Any]:
-    c = cfg.checkpoints
-    return {
-        "bucket": bucket,
-        "namespace": c.namespace,
-        "service_account": c.service_account,
-        "interval_s": c.interval_s,
-        "delete_after_days": c.delete_after_days,
-    }
 
 
 @dataclass(frozen=True)
 class CheckpointsArgs:
-    cfg: LabConfig
-    # The GKE cluster: its creation makes the workload identity pool the IAM binding names exist.
-    cluster: pulumi.Resource
+    stack_id: StackId
+    project: str
+    region: str  # the bucket's location
+    billing_labels: dict[str, str]
+    namespace: str  # created here; the job runs in it
+    service_account: str  # the Kubernetes ServiceAccount that may write the bucket
+    delete_after_days: int  # objects older than this are deleted
+    # The GKE cluster, whose creation makes the Workload Identity pool exist; None when it already does.
+    cluster: pulumi.Resource | None = None
+
+
+def bucket_name(stack_id: StackId, project: str) -> str:
+    # Bucket names are global: the project id makes this one unique to the user.
+    return resource_name(stack_id, f"ckpt-{project}")[:63].rstrip("-")
+
+
+def account_id(stack_id: StackId) -> str:
+    return resource_name(stack_id, "ckpt")[:30].rstrip("-")
 
 
 class Checkpoints(pulumi.ComponentResource):
     def __init__(self, name: str, args: CheckpointsArgs, opts: pulumi.ResourceOptions | None = None):
         super().__init__("gke-ml-labs:checkpoints:Checkpoints", name, None, opts)
-        cfg = args.cfg
-        c = cfg.checkpoints
         child = pulumi.ResourceOptions(parent=self)
-        self.bucket = gcp.storage.Bucket(
+        self.bucket = lab_bucket(
             f"{name}-bucket",
-            name=bucket_name(cfg),
-            project=cfg.project,
-            location=cfg.region,
-            labels=cfg.billing_labels,
-            uniform_bucket_level_access=True,
-            public_access_prevention="enforced",
-            # `pulumi destroy` removes the bucket with its objects, and nothing lingers in soft-delete.
-            force_destroy=True,
-            soft_delete_policy=gcp.storage.BucketSoftDeletePolicyArgs(retention_duration_seconds=0),
-            lifecycle_rules=[
-                gcp.storage.BucketLifecycleRuleArgs(
-                    action=gcp.storage.BucketLifecycleRuleActionArgs(type="Delete"),
-                    condition=gcp.storage.BucketLifecycleRuleConditionArgs(age=c.delete_after_days),
-                )
-            ],
+            project=args.project,
+            location=args.region,
+            labels=args.billing_labels,
+            name=bucket_name(args.stack_id, args.project),
+            delete_after_days=args.delete_after_days,
             opts=child,
         )
-        self.namespace = k8s_objects.create(f"{name}-ns", namespace(cfg, c.namespace, "checkpoints"), child)
+        self.namespace = k8s_objects.create(
+            f"{name}-ns", namespace(args.stack_id, args.namespace, "checkpoints"), child
+        )
         # objectAdmin on this bucket only, through Workload Identity: no key exists anywhere.
         self.identity = BucketIdentity(
             f"{name}-identity",
             BucketIdentityArgs(
-                project=cfg.project,
-                account_id=account_id(cfg),
+                project=args.project,
+                account_id=account_id(args.stack_id),
                 bucket=self.bucket.name,
                 role="roles/storage.objectAdmin",
-                namespace=c.namespace,
-                service_account=c.service_account,
-                labels=k8s_labels(cfg, "checkpoints"),
+                namespace=args.namespace,
+                service_account=args.service_account,
+                labels=k8s_labels(args.stack_id, "checkpoints"),
                 cluster=args.cluster,
                 after=[self.namespace],
             ),

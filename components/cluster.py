@@ -22,6 +22,8 @@ NODE_ROLES = (
 )
 NODE_OAUTH_SCOPES = ["https://www.googleapis.com/auth/cloud-platform"]
 POOL_LABEL = "gke-ml-labs/pool"
+SYSTEM_POOL_NAME = "system"
+SYSTEM_DISK_GB = 50  # the system pool's boot disk (the cost estimate prices it)
 # Fields the node pools set explicitly so GKE has nothing to back-fill, plus those GKE still fills
 # in after creation: without ignoring them a later `up` proposes to REPLACE the pool.
 NODE_POOL_IGNORE_CHANGES = ["initialNodeCount", "nodeConfig.kubeletConfig", "nodeConfig.linuxNodeConfig"]
@@ -177,9 +179,11 @@ class GkeCluster(pulumi.ComponentResource):
             service_account=self.node_service_account.email,
             resource_labels=args.resource_labels,
         )
+        # What a pod selects to run on the CPU system pool (controllers, benchmark clients).
+        self.system_node_selector = {POOL_LABEL: SYSTEM_POOL_NAME}
         self.system_pool = self.pool_defaults.node_pool(
             f"{name}-system",
-            name="system",
+            name=SYSTEM_POOL_NAME,
             node_locations=[args.zone],
             min_nodes=args.system_min_nodes,
             max_nodes=args.system_max_nodes,
@@ -187,8 +191,8 @@ class GkeCluster(pulumi.ComponentResource):
             parent=self,
             machine_type=args.system_machine_type,
             spot=args.system_spot,
-            disk_size_gb=50,
-            labels={POOL_LABEL: "system"},
+            disk_size_gb=SYSTEM_DISK_GB,
+            labels=dict(self.system_node_selector),
         )
 
         self.kubeconfig = pulumi.Output.secret(

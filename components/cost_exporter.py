@@ -13,10 +13,9 @@ from components import k8s_objects
 from components.cluster import POOL_LABEL
 from components.in_cluster_script import APP_DIR, package_items, rbac, script_files
 from components.namespaces import namespace
-from components.naming import k8s_labels
+from components.naming import StackId, k8s_labels
 from components.versions import SCRIPTS_PROMETHEUS_CLIENT, SCRIPTS_PYTHON_IMAGE
-from ops.pricing import exporter_table
-from stacks.config import LabConfig
+from facts.prices import exporter_table
 
 NAMESPACE = "cost-exporter"
 NAME = "cost-exporter"
@@ -29,21 +28,30 @@ RULES = [{"apiGroups": [""], "resources": ["nodes", "pods"], "verbs": ["list"]}]
 _SELECTOR = {"app.kubernetes.io/name": NAME}
 
 
-def _labels(cfg: LabConfig) -> dict[str, str]:
-    return {**k8s_labels(cfg, COMPONENT), **_SELECTOR}
+@dataclass(frozen=True)
+class CostExporterArgs:
+    stack_id: StackId
+    region: str  # whose list prices (facts.prices) the exporter applies
+    refresh_seconds: int  # how often it re-reads nodes and pods, and Prometheus scrapes it
+    # The release serving the ServiceMonitor CRD (the in-cluster Prometheus); None: no ServiceMonitor.
+    prometheus: pulumi.Resource | None = None
 
 
-def config_map(cfg: LabConfig) -> dict:
+def _labels(args: CostExporterArgs) -> dict[str, str]:
+    return {**k8s_labels(args.stack_id, COMPONENT), **_SELECTOR}
+
+
+def config_map(args: CostExporterArgs) -> dict:
     return {
         "apiVersion": "v1",
         "kind": "ConfigMap",
-        "metadata": {"name": f"{NAME}-app", "namespace": NAMESPACE, "labels": _labels(cfg)},
-        "data": {**script_files(*SCRIPTS), PRICES: json.dumps(exporter_table(cfg.region), sort_keys=True)},
+        "metadata": {"name": f"{NAME}-app", "namespace": NAMESPACE, "labels": _labels(args)},
+        "data": {**script_files(*SCRIPTS), PRICES: json.dumps(exporter_table(args.region), sort_keys=True)},
     }
 
 
-def deployment(cfg: LabConfig) -> dict:
-    labels = _labels(cfg)
+def deployment(args: CostExporterArgs) -> dict:
+    labels = _labels(args)
     install = f"pip install --quiet --no-cache-dir --target {DEPS_DIR} {SCRIPTS_PROMETHEUS_CLIENT}"
     return {
         "apiVersion": "apps/v1",
@@ -71,7 +79,7 @@ def deployment(cfg: LabConfig) -> dict:
                                 {"name": "HOME", "value": DEPS_DIR},
                                 {"name": "PRICES_FILE", "value": f"{APP_DIR}/{PRICES}"},
                                 {"name": "PORT", "value": str(PORT)},
-                                {"name": "REFRESH_SECONDS", "value": str(cfg.cost_exporter.refresh_seconds)},
+                                {"name": "REFRESH_SECONDS", "value": str(args.refresh_seconds)},
                             ],
                             "ports": [{"name": "metrics", "containerPort": PORT}],
                             "readinessProbe": {"httpGet": {"path": "/metrics", "port": "metrics"}, "periodSeconds": 30},
@@ -105,49 +113,42 @@ def deployment(cfg: LabConfig) -> dict:
     }
 
 
-def service(cfg: LabConfig) -> dict:
+def service(args: CostExporterArgs) -> dict:
     return {
         "apiVersion": "v1",
         "kind": "Service",
-        "metadata": {"name": NAME, "namespace": NAMESPACE, "labels": _labels(cfg)},
+        "metadata": {"name": NAME, "namespace": NAMESPACE, "labels": _labels(args)},
         "spec": {"type": "ClusterIP", "selector": _SELECTOR, "ports": [{"name": "metrics", "port": PORT, "targetPort": "metrics"}]},
     }
 
 
-def service_monitor(cfg: LabConfig) -> dict:
+def service_monitor(args: CostExporterArgs) -> dict:
     return {
         "apiVersion": "monitoring.coreos.com/v1",
         "kind": "ServiceMonitor",
-        "metadata": {"name": NAME, "namespace": NAMESPACE, "labels": _labels(cfg)},
+        "metadata": {"name": NAME, "namespace": NAMESPACE, "labels": _labels(args)},
         "spec": {
             "selector": {"matchLabels": _SELECTOR},
-            "endpoints": [{"port": "metrics", "interval": f"{cfg.cost_exporter.refresh_seconds}s"}],
+            "endpoints": [{"port": "metrics", "interval": f"{args.refresh_seconds}s"}],
         },
     }
 
 
-def objects(cfg: LabConfig) -> list[dict]:
+def objects(args: CostExporterArgs) -> list[dict]:
     """The core objects, in creation order (the ServiceMonitor comes separately: it needs Prometheus)."""
     return [
-        namespace(cfg, NAMESPACE, COMPONENT),
-        *rbac(cfg, NAME, NAMESPACE, RULES, COMPONENT),
-        config_map(cfg),
-        deployment(cfg),
-        service(cfg),
+        namespace(args.stack_id, NAMESPACE, COMPONENT),
+        *rbac(args.stack_id, NAME, NAMESPACE, RULES, COMPONENT),
+        config_map(args),
+        deployment(args),
+        service(args),
     ]
-
-
-@dataclass(frozen=True)
-class CostExporterArgs:
-    cfg: LabConfig
-    # The release serving the ServiceMonitor CRD (ctx.ready["prometheus"]); None: no ServiceMonitor.
-    prometheus: pulumi.Resource | None = None
 
 
 class CostExporter(pulumi.ComponentResource):
     def __init__(self, name: str, args: CostExporterArgs, opts: pulumi.ResourceOptions | None = None):
         super().__init__("gke-ml-labs:cost_exporter:CostExporter", name, None, opts)
-        ns, *rest = objects(args.cfg)
+        ns, *rest = objects(args)
         self.namespace = k8s_objects.create(f"{name}-ns", ns, pulumi.ResourceOptions(parent=self))
         after_ns = pulumi.ResourceOptions(parent=self, depends_on=[self.namespace])
         self.objects = [
@@ -156,7 +157,7 @@ class CostExporter(pulumi.ComponentResource):
         self.service_monitor = (
             k8s_objects.create(
                 f"{name}-servicemonitor",
-                service_monitor(args.cfg),
+                service_monitor(args),
                 pulumi.ResourceOptions(parent=self, depends_on=[self.namespace, args.prometheus]),
             )
             if args.prometheus is not None

@@ -1,12 +1,13 @@
 """GPU time-slicing, and in NVIDIA mode the NVIDIA GPU Operator that provides it.
 
-Two mutually exclusive modes (validated in stacks.platform_features):
-- `gke`: GKE's own time-sharing, `gpu_sharing_config` on the node pool (`pool_sharing`); GKE installs
-  the driver and runs its device plugin, which advertises GPUs x replicas. Nothing in the cluster.
+Two mutually exclusive modes (the lab config allows one at a time):
+- `gke`: GKE's own time-sharing, `gpu_sharing_config` on the node pool (components.gpu_pool.GpuSharing);
+  GKE installs the driver and runs its device plugin, which advertises GPUs x replicas. Nothing in the
+  cluster, so no component here.
 - `nvidia`: the NVIDIA GPU Operator's device plugin with a time-slicing config. What NVIDIA and Google
   document for GKE, and what this module does: the pool has GKE's driver install disabled
-  (gpu_driver_version INSTALLATION_DISABLED) and the node label
-  `gke-no-default-nvidia-gpu-device-plugin=true` so GKE's plugin stays off; the operator's own driver
+  (gpu_driver_version INSTALLATION_DISABLED) and the node label NO_GKE_DEVICE_PLUGIN_LABEL
+  (`gke-no-default-nvidia-gpu-device-plugin=true`) so GKE's plugin stays off; the operator's own driver
   container does not work on COS, so the operator runs with `driver.enabled=false` and the driver comes
   from Google's COS driver installer DaemonSet (pinned), installed under /home/kubernetes/bin/nvidia
   where the operator's toolkit and plugin are pointed. The operator's dcgm-exporter is then the only
@@ -24,13 +25,12 @@ import yaml
 
 from components import k8s_objects
 from components.cluster import POOL_LABEL
-from components.gpu_pool import GPU_RESOURCE, GpuSharing
+from components.gpu_pool import GPU_RESOURCE
 from components.helm_release import HelmRelease, HelmReleaseArgs
 from components.namespaces import critical_pods_quota, namespace
+from components.naming import StackId
 from components.observability import GKE_NVIDIA_HOST_DIR, dcgm_metrics_csv
 from components.versions import GKE_COS_DRIVER_INSTALLER, GKE_COS_DRIVER_INSTALLER_COMMIT, GPU_OPERATOR
-from stacks.config import LabConfig
-from stacks.platform_features import shared_gpus_per_node
 
 NAMESPACE = "gpu-operator"
 # GKE skips its own device plugin on nodes carrying this label (NVIDIA's and Google's GKE guides).
@@ -41,32 +41,15 @@ DCGM_METRICS_CONFIG = "lab-dcgm-metrics"
 SYSTEM_POOL = {POOL_LABEL: "system"}
 
 
-def pool_sharing(cfg: LabConfig) -> GpuSharing | None:
-    """GKE-native time-sharing for the node pool, or None (no sharing, or NVIDIA mode)."""
-    sharing = cfg.gpu_sharing
-    if not sharing.enabled or sharing.mode != "gke":
-        return None
-    return GpuSharing(strategy="TIME_SHARING", max_shared_clients_per_gpu=sharing.replicas)
-
-
-def pool_labels(cfg: LabConfig) -> dict[str, str]:
-    """Extra node labels of the GPU pool: in NVIDIA mode, the one that turns GKE's device plugin off."""
-    nvidia = cfg.gpu_sharing.enabled and cfg.gpu_sharing.mode == "nvidia"
-    return dict(NO_GKE_DEVICE_PLUGIN_LABEL) if nvidia else {}
-
-
-def sharing_summary(cfg: LabConfig) -> dict[str, Any]:
-    """What the g2 benchmark needs: mode, replicas and the resulting allocatable nvidia.com/gpu."""
-    per_node = shared_gpus_per_node(cfg)
-    return {
-        "mode": cfg.gpu_sharing.mode,
-        "strategy": "TIME_SHARING",
-        "replicas": cfg.gpu_sharing.replicas,
-        "physical_gpus_per_node": cfg.gpus_per_node,
-        "allocatable_gpus_per_node": per_node,
-        "max_allocatable_gpus": per_node * cfg.gpu_max_nodes,
-        "resource": GPU_RESOURCE,
-    }
+@dataclass(frozen=True)
+class GpuOperatorArgs:
+    stack_id: StackId
+    replicas: int  # pods sharing each physical GPU (time-slicing)
+    nvidia_driver: str  # the driver Google's COS installer puts on nodes: DEFAULT or LATEST
+    scrape_interval_s: int  # of the operator's DCGM exporter
+    # The release serving the ServiceMonitor CRD, when the in-cluster Prometheus runs: the operator's
+    # DCGM exporter is then scraped. None: no ServiceMonitor.
+    prometheus: pulumi.Resource | None = None
 
 
 def time_slicing_config(replicas: int) -> str:
@@ -89,8 +72,8 @@ def driver_installer_url(driver: str) -> str:
     )
 
 
-def gpu_operator_values(cfg: LabConfig, scrape: bool) -> dict[str, Any]:
-    """GPU Operator values for GKE COS nodes with Google's driver; `scrape`: a Prometheus is there."""
+def gpu_operator_values(args: GpuOperatorArgs) -> dict[str, Any]:
+    """GPU Operator values for GKE COS nodes with Google's driver."""
     return {
         # GKE's documented install: the driver is Google's, found under /home/kubernetes/bin/nvidia.
         "driver": {"enabled": False},
@@ -108,15 +91,15 @@ def gpu_operator_values(cfg: LabConfig, scrape: bool) -> dict[str, Any]:
                 "create": True,
                 "name": TIME_SLICING_CONFIG,
                 "default": TIME_SLICING_PROFILE,
-                "data": {TIME_SLICING_PROFILE: time_slicing_config(cfg.gpu_sharing.replicas)},
+                "data": {TIME_SLICING_PROFILE: time_slicing_config(args.replicas)},
             }
         },
         "dcgmExporter": {
             "enabled": True,
             "config": {"name": DCGM_METRICS_CONFIG, "create": True, "data": dcgm_metrics_csv()},
             "serviceMonitor": {
-                "enabled": scrape,
-                "interval": f"{cfg.observability.scrape_interval_s}s",
+                "enabled": args.prometheus is not None,
+                "interval": f"{args.scrape_interval_s}s",
                 "honorLabels": True,
             },
         },
@@ -130,27 +113,19 @@ def gpu_operator_values(cfg: LabConfig, scrape: bool) -> dict[str, Any]:
     }
 
 
-@dataclass(frozen=True)
-class GpuOperatorArgs:
-    cfg: LabConfig
-    # The release serving the ServiceMonitor CRD, when observability is on.
-    prometheus: pulumi.Resource | None = None
-
-
 class GpuOperator(pulumi.ComponentResource):
     def __init__(self, name: str, args: GpuOperatorArgs, opts: pulumi.ResourceOptions | None = None):
         super().__init__("gke-ml-labs:gpu_sharing:GpuOperator", name, None, opts)
-        cfg = args.cfg
         child = pulumi.ResourceOptions(parent=self)
         # Google's installer: a GPU-node DaemonSet in kube-system (it tolerates every taint and selects
         # nodes with cloud.google.com/gke-accelerator and no GKE-managed driver).
         self.driver_installer = k8s.yaml.v2.ConfigFile(
-            f"{name}-driver-installer", file=driver_installer_url(cfg.gpu_sharing.nvidia_driver), opts=child
+            f"{name}-driver-installer", file=driver_installer_url(args.nvidia_driver), opts=child
         )
-        self.namespace = k8s_objects.create(f"{name}-ns", namespace(cfg, NAMESPACE, "gpu-sharing"), child)
+        self.namespace = k8s_objects.create(f"{name}-ns", namespace(args.stack_id, NAMESPACE, "gpu-sharing"), child)
         after_ns = pulumi.ResourceOptions(parent=self, depends_on=[self.namespace])
         quota = k8s_objects.create(
-            f"{name}-critical-pods", critical_pods_quota(cfg, NAMESPACE, "gpu-sharing"), after_ns
+            f"{name}-critical-pods", critical_pods_quota(args.stack_id, NAMESPACE, "gpu-sharing"), after_ns
         )
         waits = [self.namespace, quota, self.driver_installer] + ([args.prometheus] if args.prometheus else [])
         self.release = HelmRelease(
@@ -158,7 +133,7 @@ class GpuOperator(pulumi.ComponentResource):
             HelmReleaseArgs(
                 chart=GPU_OPERATOR,
                 namespace=NAMESPACE,
-                values=gpu_operator_values(cfg, scrape=args.prometheus is not None),
+                values=gpu_operator_values(args),
                 create_namespace=False,
                 # The operator waits for a GPU node before its operands are ready; the release itself
                 # (operator + NFD) is ready without one.

@@ -12,9 +12,8 @@ from components import k8s_objects
 from components.cluster import POOL_LABEL
 from components.in_cluster_script import APP_DIR, package_items, rbac, script_files
 from components.namespaces import namespace
-from components.naming import k8s_labels
+from components.naming import StackId, k8s_labels
 from components.versions import SCRIPTS_PYTHON_IMAGE
-from stacks.config import LabConfig
 
 NAMESPACE = "idle-guard"
 NAME = "idle-guard"
@@ -30,18 +29,25 @@ RULES = [
 ]
 
 
-def scripts_config_map(cfg: LabConfig) -> dict:
+@dataclass(frozen=True)
+class IdleGuardArgs:
+    stack_id: StackId
+    ttl_minutes: int  # a GPU workload older than this is scaled to zero or deleted
+    schedule: str  # cron schedule of the guard
+    dry_run: bool = False  # log what would be stopped, stop nothing
+
+
+def scripts_config_map(stack_id: StackId) -> dict:
     return {
         "apiVersion": "v1",
         "kind": "ConfigMap",
-        "metadata": {"name": f"{NAME}-scripts", "namespace": NAMESPACE, "labels": k8s_labels(cfg, COMPONENT)},
+        "metadata": {"name": f"{NAME}-scripts", "namespace": NAMESPACE, "labels": k8s_labels(stack_id, COMPONENT)},
         "data": script_files("kube_api.py", "idle_guard.py"),
     }
 
 
-def cron_job(cfg: LabConfig) -> dict:
-    guard = cfg.idle_guard
-    labels = k8s_labels(cfg, COMPONENT)
+def cron_job(guard: IdleGuardArgs) -> dict:
+    labels = k8s_labels(guard.stack_id, COMPONENT)
     return {
         "apiVersion": "batch/v1",
         "kind": "CronJob",
@@ -101,26 +107,21 @@ def cron_job(cfg: LabConfig) -> dict:
     }
 
 
-def objects(cfg: LabConfig) -> list[dict]:
+def objects(args: IdleGuardArgs) -> list[dict]:
     """Every object of the guard, in creation order."""
     return [
-        namespace(cfg, NAMESPACE, COMPONENT),
-        *rbac(cfg, NAME, NAMESPACE, RULES, COMPONENT),
-        scripts_config_map(cfg),
-        cron_job(cfg),
+        namespace(args.stack_id, NAMESPACE, COMPONENT),
+        *rbac(args.stack_id, NAME, NAMESPACE, RULES, COMPONENT),
+        scripts_config_map(args.stack_id),
+        cron_job(args),
     ]
-
-
-@dataclass(frozen=True)
-class IdleGuardArgs:
-    cfg: LabConfig
 
 
 class IdleGuard(pulumi.ComponentResource):
     def __init__(self, name: str, args: IdleGuardArgs, opts: pulumi.ResourceOptions | None = None):
         super().__init__("gke-ml-labs:idle_guard:IdleGuard", name, None, opts)
-        ns, *rest = objects(args.cfg)
+        ns, *rest = objects(args)
         self.namespace = k8s_objects.create(f"{name}-ns", ns, pulumi.ResourceOptions(parent=self))
         after_ns = pulumi.ResourceOptions(parent=self, depends_on=[self.namespace])
         self.objects = [k8s_objects.create(f"{obj['metadata']['name']}-{obj['kind'].lower()}", obj, after_ns) for obj in rest]
-        self.register_outputs({"namespace": NAMESPACE, "ttl_minutes": args.cfg.idle_guard.ttl_minutes})
+        self.register_outputs({"namespace": NAMESPACE, "ttl_minutes": args.ttl_minutes})

@@ -6,8 +6,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from components.naming import k8s_labels
-from stacks.config import LabConfig
+from components.naming import StackId, k8s_labels
 
 SCRIPTS_DIR = Path(__file__).resolve().parent / "scripts"
 APP_DIR = "/app"
@@ -27,9 +26,9 @@ def package_items(*names: str) -> list[dict[str, str]]:
     ]
 
 
-def rbac(cfg: LabConfig, name: str, ns: str, rules: list[dict], component: str) -> list[dict]:
+def rbac(stack_id: StackId, name: str, ns: str, rules: list[dict], component: str) -> list[dict]:
     """ServiceAccount, ClusterRole with `rules` and its binding: the pod's whole authority."""
-    labels = k8s_labels(cfg, component)
+    labels = k8s_labels(stack_id, component)
     return [
         {"apiVersion": "v1", "kind": "ServiceAccount", "metadata": {"name": name, "namespace": ns, "labels": labels}},
         {

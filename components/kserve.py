@@ -16,13 +16,37 @@ from components.cluster import POOL_LABEL
 from components.gpu_pool import GpuPlacement
 from components.helm_release import HelmRelease, HelmReleaseArgs
 from components.namespaces import namespace
-from components.naming import k8s_labels
-from stacks.config import LabConfig
+from components.naming import StackId, k8s_labels
 
 NAMESPACE = "kserve"
 API_VERSION = "serving.kserve.io/v1beta1"
 # Small CPU requests: two revisions of the example run side by side on the system pool during a canary.
 CPU_PREDICTOR_RESOURCES = {"requests": {"cpu": "100m", "memory": "256Mi"}, "limits": {"cpu": "1", "memory": "1Gi"}}
+
+
+@dataclass(frozen=True)
+class InferenceServiceArgs:
+    """The g5 example: one predictor that scales to zero, and a canary when a traffic share is given."""
+
+    namespace: str
+    name: str
+    model_format: str  # a format the runtimes chart serves: sklearn, xgboost
+    storage_uri: str  # the model the spec names: the canary's while one rolls out
+    min_replicas: int  # 0: scale to zero when idle
+    max_replicas: int
+    gpu: bool = False  # one GPU per predictor, on the GPU pool
+    canary_traffic_percent: int | None = None  # the new revision's share; None: no canary
+
+
+@dataclass(frozen=True)
+class KServeArgs:
+    stack_id: StackId
+    domain: str  # Knative route domain the InferenceServices are reached under
+    placement: GpuPlacement  # used only by a GPU example predictor
+    example: InferenceServiceArgs | None = None  # None: KServe only (g7's workflow deploys its own)
+    # What must be serving before KServe's controller starts: Knative Serving (the controller checks
+    # for the Knative Service CRD at start-up in Knative mode).
+    after: list[pulumi.Resource] = field(default_factory=list)
 
 
 def resources_values(domain: str) -> dict[str, Any]:
@@ -45,20 +69,10 @@ def runtimes_values() -> dict[str, Any]:
     return {"kserve": {"servingruntime": {"enabled": True}}}
 
 
-@dataclass(frozen=True)
-class KServeArgs:
-    cfg: LabConfig
-    placement: GpuPlacement  # used only by a GPU example predictor (kserve.gpu)
-    # What must be serving before KServe's controller starts: Knative Serving (the controller checks
-    # for the Knative Service CRD at start-up in Knative mode).
-    after: list[pulumi.Resource] = field(default_factory=list)
-
-
 class KServe(pulumi.ComponentResource):
     def __init__(self, name: str, args: KServeArgs, opts: pulumi.ResourceOptions | None = None):
         super().__init__("gke-ml-labs:kserve:KServe", name, None, opts)
-        cfg, ks = args.cfg, args.cfg.kserve
-        labels = k8s_labels(cfg, "kserve")
+        labels = k8s_labels(args.stack_id, "kserve")
 
         def child(*after: pulumi.Resource) -> pulumi.ResourceOptions:
             return pulumi.ResourceOptions(parent=self, depends_on=list(after))
@@ -85,7 +99,7 @@ class KServe(pulumi.ComponentResource):
             HelmReleaseArgs(
                 chart=versions.KSERVE_RESOURCES,
                 namespace=NAMESPACE,
-                values=resources_values(ks.domain),
+                values=resources_values(args.domain),
                 create_namespace=False,
             ),
             opts=child(self.crds, self.cert_manager, *args.after),
@@ -98,28 +112,29 @@ class KServe(pulumi.ComponentResource):
             ),
             opts=child(self.controller),
         )
-        if ks.deploy_example:
+        if (ks := args.example) is not None:
             # After the controller (which waits for Knative): destroy then deletes the namespace while
             # KServe and Knative still run to clear the finalizers of what the InferenceService spawned
             # (Knative Routes, Ingresses), so it cannot hang in Terminating.
             self.models_namespace = k8s_objects.create(
-                f"{name}-models-ns", namespace(cfg, ks.namespace, "inference-service"), child(self.controller)
+                f"{name}-models-ns",
+                namespace(args.stack_id, ks.namespace, "inference-service"),
+                child(self.controller),
             )
             # After the webhooks (controller release) and the runtime that serves its model format.
             self.inference_service = k8s_objects.create(
                 f"{name}-{ks.name}",
-                inference_service(cfg, args.placement),
+                inference_service(args.stack_id, ks, args.placement),
                 child(self.models_namespace, self.controller, self.runtimes),
             )
         self.register_outputs({"namespace": NAMESPACE})
 
 
-def inference_service(cfg: LabConfig, placement: GpuPlacement) -> dict[str, Any]:
-    """The g5 InferenceService: scale to zero, and a canary when `kserve.canary` is set."""
-    ks = cfg.kserve
+def inference_service(stack_id: StackId, ks: InferenceServiceArgs, placement: GpuPlacement) -> dict[str, Any]:
+    """The g5 InferenceService: scale to zero, and a canary when a canary traffic share is set."""
     resources: dict[str, Any] = {k: dict(v) for k, v in CPU_PREDICTOR_RESOURCES.items()}
     predictor: dict[str, Any] = {"minReplicas": ks.min_replicas, "maxReplicas": ks.max_replicas}
-    if ks.canary is not None:
+    if ks.canary_traffic_percent is not None:
         predictor["canaryTrafficPercent"] = ks.canary_traffic_percent
     if ks.gpu:
         resources["limits"].update(placement.limits(1))
@@ -127,7 +142,7 @@ def inference_service(cfg: LabConfig, placement: GpuPlacement) -> dict[str, Any]
         predictor["tolerations"] = placement.tolerations
     predictor["model"] = {
         "modelFormat": {"name": ks.model_format},
-        "storageUri": ks.storage_uri(),
+        "storageUri": ks.storage_uri,
         "resources": resources,
     }
     return {
@@ -136,7 +151,7 @@ def inference_service(cfg: LabConfig, placement: GpuPlacement) -> dict[str, Any]
         "metadata": {
             "name": ks.name,
             "namespace": ks.namespace,
-            "labels": k8s_labels(cfg, "inference-service"),
+            "labels": k8s_labels(stack_id, "inference-service"),
             # Explicit, so the example never silently falls back to a cluster default.
             "annotations": {"serving.kserve.io/deploymentMode": "Knative"},
         },
@@ -144,10 +159,9 @@ def inference_service(cfg: LabConfig, placement: GpuPlacement) -> dict[str, Any]
     }
 
 
-def endpoint(cfg: LabConfig, gateway: dict[str, Any]) -> dict[str, Any]:
+def endpoint(ks: InferenceServiceArgs, domain: str, gateway: dict[str, Any]) -> dict[str, Any]:
     """How to reach the example: the Knative route host (through the ClusterIP Kourier gateway, with
     this Host header) and the cluster-local URL of the predictor (traffic split applies to both)."""
-    ks = cfg.kserve
     predictor = f"{ks.name}-predictor"
     return {
         "namespace": ks.namespace,
@@ -155,7 +169,7 @@ def endpoint(cfg: LabConfig, gateway: dict[str, Any]) -> dict[str, Any]:
         "port": 80,
         "path": f"/v1/models/{ks.name}:predict",
         "protocol": "kserve-v1",
-        "route_host": f"{predictor}.{ks.namespace}.{ks.domain}",
+        "route_host": f"{predictor}.{ks.namespace}.{domain}",
         "url": f"http://{predictor}.{ks.namespace}.svc.cluster.local",
         "gateway": gateway,
     }

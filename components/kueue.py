@@ -19,9 +19,8 @@ from components.cluster import POOL_LABEL
 from components.gpu_pool import GPU_RESOURCE, GpuPlacement
 from components.helm_release import HelmRelease, HelmReleaseArgs
 from components.namespaces import namespace
-from components.naming import k8s_labels
+from components.naming import StackId, k8s_labels
 from components.versions import JOBSET, KUEUE
-from stacks.config import LabConfig
 
 API_VERSION = "kueue.x-k8s.io/v1beta2"
 NAMESPACE = "kueue-system"
@@ -29,6 +28,24 @@ JOBSET_NAMESPACE = "jobset-system"
 # Job kinds Kueue manages: batch Job, JobSet, and the Training Operator's PyTorchJob.
 INTEGRATIONS = ["batch/job", "jobset.x-k8s.io/jobset", "kubeflow.org/pytorchjob"]
 SYSTEM_POOL = {POOL_LABEL: "system"}
+
+
+@dataclass(frozen=True)
+class KueueArgs:
+    stack_id: StackId
+    placement: GpuPlacement  # the GPU pool, as the ResourceFlavor describes it
+    namespace: str  # the lab namespace holding the LocalQueue
+    cluster_queue: str
+    local_queue: str
+    flavor: str  # ResourceFlavor name of the GPU pool
+    quota_gpus: int  # nominal quotas of the ClusterQueue (shared GPUs count one each)
+    quota_cpu: float  # cores
+    quota_memory_gib: float
+    # waitForPodsReady timeout: above the time a GPU node takes from zero to allocatable GPUs.
+    pods_ready_timeout_min: int
+    # The release serving the ServiceMonitor CRD, when the in-cluster Prometheus runs: Kueue then
+    # exports its metrics through a ServiceMonitor. None: no metrics.
+    prometheus: pulumi.Resource | None = None
 
 
 def cpu_quantity(cores: float) -> str:
@@ -39,7 +56,7 @@ def memory_quantity(gib: float) -> str:
     return f"{int(gib)}Gi" if float(gib).is_integer() else f"{round(gib * 1024)}Mi"
 
 
-def manager_config(cfg: LabConfig) -> str:
+def manager_config(args: KueueArgs) -> str:
     """Kueue's Configuration (config.kueue.x-k8s.io/v1beta2), as the chart's managerConfig takes it."""
     config = {
         "apiVersion": "config.kueue.x-k8s.io/v1beta2",
@@ -54,7 +71,7 @@ def manager_config(cfg: LabConfig) -> str:
         "clientConnection": {"qps": 50, "burst": 100},
         "waitForPodsReady": {
             # Longer than a GPU node takes from zero to allocatable GPUs, or first jobs are evicted.
-            "timeout": f"{cfg.kueue.pods_ready_timeout_min}m",
+            "timeout": f"{args.pods_ready_timeout_min}m",
             # Admit the next workload only once the previous one's pods are all ready: no two jobs
             # ever hold partial placements at once.
             "blockAdmission": True,
@@ -65,20 +82,20 @@ def manager_config(cfg: LabConfig) -> str:
     return yaml.safe_dump(config, sort_keys=False)
 
 
-def kueue_values(cfg: LabConfig) -> dict[str, Any]:
+def kueue_values(args: KueueArgs) -> dict[str, Any]:
     return {
-        "enablePrometheus": cfg.observability.enabled,
+        "enablePrometheus": args.prometheus is not None,
         "controllerManager": {
             "nodeSelector": SYSTEM_POOL,
             "manager": {
                 "resources": {"requests": {"cpu": "100m", "memory": "256Mi"}, "limits": {"cpu": "1", "memory": "512Mi"}}
             },
         },
-        "managerConfig": {"controllerManagerConfigYaml": manager_config(cfg)},
+        "managerConfig": {"controllerManagerConfigYaml": manager_config(args)},
     }
 
 
-def jobset_values(cfg: LabConfig) -> dict[str, Any]:
+def jobset_values() -> dict[str, Any]:
     return {
         "controller": {
             "nodeSelector": SYSTEM_POOL,
@@ -87,22 +104,21 @@ def jobset_values(cfg: LabConfig) -> dict[str, Any]:
     }
 
 
-def resource_flavor(cfg: LabConfig, placement: GpuPlacement) -> dict:
+def resource_flavor(args: KueueArgs) -> dict:
     """The GPU pool as a Kueue flavor: its node labels, and the toleration of its taint for admitted pods."""
     return {
         "apiVersion": API_VERSION,
         "kind": "ResourceFlavor",
-        "metadata": {"name": cfg.kueue.flavor, "labels": k8s_labels(cfg, "kueue")},
-        "spec": {"nodeLabels": placement.node_selector, "tolerations": placement.tolerations},
+        "metadata": {"name": args.flavor, "labels": k8s_labels(args.stack_id, "kueue")},
+        "spec": {"nodeLabels": args.placement.node_selector, "tolerations": args.placement.tolerations},
     }
 
 
-def cluster_queue(cfg: LabConfig) -> dict:
-    q = cfg.kueue
+def cluster_queue(args: KueueArgs) -> dict:
     return {
         "apiVersion": API_VERSION,
         "kind": "ClusterQueue",
-        "metadata": {"name": q.cluster_queue, "labels": k8s_labels(cfg, "kueue")},
+        "metadata": {"name": args.cluster_queue, "labels": k8s_labels(args.stack_id, "kueue")},
         "spec": {
             "namespaceSelector": {},  # LocalQueues of any namespace (lab and tenants) may point here
             # Strict creation order: the job that waits is the last one submitted, every run.
@@ -112,11 +128,11 @@ def cluster_queue(cfg: LabConfig) -> dict:
                     "coveredResources": ["cpu", "memory", GPU_RESOURCE],
                     "flavors": [
                         {
-                            "name": q.flavor,
+                            "name": args.flavor,
                             "resources": [
-                                {"name": "cpu", "nominalQuota": cpu_quantity(q.quota_cpu)},
-                                {"name": "memory", "nominalQuota": memory_quantity(q.quota_memory_gib)},
-                                {"name": GPU_RESOURCE, "nominalQuota": str(q.quota_gpus)},
+                                {"name": "cpu", "nominalQuota": cpu_quantity(args.quota_cpu)},
+                                {"name": "memory", "nominalQuota": memory_quantity(args.quota_memory_gib)},
+                                {"name": GPU_RESOURCE, "nominalQuota": str(args.quota_gpus)},
                             ],
                         }
                     ],
@@ -126,55 +142,29 @@ def cluster_queue(cfg: LabConfig) -> dict:
     }
 
 
-def local_queue(cfg: LabConfig, ns: str, name: str | None = None) -> dict:
+def local_queue(stack_id: StackId, ns: str, name: str, cluster_queue_name: str) -> dict:
     return {
         "apiVersion": API_VERSION,
         "kind": "LocalQueue",
-        "metadata": {"name": name or cfg.kueue.local_queue, "namespace": ns, "labels": k8s_labels(cfg, "kueue")},
-        "spec": {"clusterQueue": cfg.kueue.cluster_queue},
+        "metadata": {"name": name, "namespace": ns, "labels": k8s_labels(stack_id, "kueue")},
+        "spec": {"clusterQueue": cluster_queue_name},
     }
-
-
-def queue_summary(cfg: LabConfig) -> dict[str, Any]:
-    """What the g3 benchmark needs: where to submit, the quota and one job's demand."""
-    q = cfg.kueue
-    return {
-        "namespace": q.namespace,
-        "local_queue": q.local_queue,
-        "cluster_queue": q.cluster_queue,
-        "flavor": q.flavor,
-        "quota": {"gpus": q.quota_gpus, "cpu": q.quota_cpu, "memory_gib": q.quota_memory_gib},
-        "jobs": q.jobs,
-        "job": {"gpus": q.job_gpus, "cpu": q.job_cpu, "memory_gib": q.job_memory_gib},
-        "expected_admitted": min(q.jobs, q.quota_gpus // q.job_gpus),
-        "pods_ready_timeout_min": q.pods_ready_timeout_min,
-        "queue_label": "kueue.x-k8s.io/queue-name",
-    }
-
-
-@dataclass(frozen=True)
-class KueueArgs:
-    cfg: LabConfig
-    placement: GpuPlacement
-    # The release serving the ServiceMonitor CRD (Kueue's metrics), when observability is on.
-    prometheus: pulumi.Resource | None = None
 
 
 class Kueue(pulumi.ComponentResource):
     def __init__(self, name: str, args: KueueArgs, opts: pulumi.ResourceOptions | None = None):
         super().__init__("gke-ml-labs:kueue:Kueue", name, None, opts)
-        cfg = args.cfg
-        labels = k8s_labels(cfg, "kueue")
+        labels = k8s_labels(args.stack_id, "kueue")
         self.jobset = HelmRelease(
             "jobset",
-            HelmReleaseArgs(chart=JOBSET, namespace=JOBSET_NAMESPACE, values=jobset_values(cfg), labels=labels),
+            HelmReleaseArgs(chart=JOBSET, namespace=JOBSET_NAMESPACE, values=jobset_values(), labels=labels),
             opts=pulumi.ResourceOptions(parent=self),
         )
         # Kueue enables its JobSet integration only if the JobSet CRD exists when it starts.
         waits = [self.jobset] + ([args.prometheus] if args.prometheus else [])
         self.release = HelmRelease(
             "kueue",
-            HelmReleaseArgs(chart=KUEUE, namespace=NAMESPACE, values=kueue_values(cfg), labels=labels),
+            HelmReleaseArgs(chart=KUEUE, namespace=NAMESPACE, values=kueue_values(args), labels=labels),
             opts=pulumi.ResourceOptions(parent=self, depends_on=waits),
         )
         after_kueue = pulumi.ResourceOptions(parent=self, depends_on=[self.release])
@@ -182,17 +172,17 @@ class Kueue(pulumi.ComponentResource):
         # Jobs/JobSets and their Workloads in it, while Kueue still runs to clear the Workloads'
         # finalizers; otherwise the namespace hangs in Terminating and the cluster is never deleted.
         self.lab_namespace = k8s_objects.create(
-            f"{name}-lab-ns", namespace(cfg, cfg.kueue.namespace, "kueue"), after_kueue
+            f"{name}-lab-ns", namespace(args.stack_id, args.namespace, "kueue"), after_kueue
         )
-        self.flavor = k8s_objects.create(f"{name}-flavor", resource_flavor(cfg, args.placement), after_kueue)
+        self.flavor = k8s_objects.create(f"{name}-flavor", resource_flavor(args), after_kueue)
         self.cluster_queue = k8s_objects.create(
             f"{name}-cluster-queue",
-            cluster_queue(cfg),
+            cluster_queue(args),
             pulumi.ResourceOptions(parent=self, depends_on=[self.release, self.flavor]),
         )
         self.local_queue = k8s_objects.create(
             f"{name}-local-queue",
-            local_queue(cfg, cfg.kueue.namespace),
+            local_queue(args.stack_id, args.namespace, args.local_queue, args.cluster_queue),
             pulumi.ResourceOptions(parent=self, depends_on=[self.release, self.cluster_queue, self.lab_namespace]),
         )
-        self.register_outputs({"cluster_queue": cfg.kueue.cluster_queue})
+        self.register_outputs({"cluster_queue": args.cluster_queue})

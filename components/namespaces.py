@@ -9,26 +9,25 @@ Operator's DaemonSets use `system-node-critical` so they are the last to be evic
 
 from __future__ import annotations
 
-from stacks.config import LabConfig
-from components.naming import k8s_labels
+from components.naming import StackId, k8s_labels
 
 CRITICAL_PRIORITY_CLASSES = ["system-node-critical", "system-cluster-critical"]
 
 
-def namespace(cfg: LabConfig, name: str, component: str, extra_labels: dict[str, str] | None = None) -> dict:
+def namespace(stack_id: StackId, name: str, component: str, extra_labels: dict[str, str] | None = None) -> dict:
     return {
         "apiVersion": "v1",
         "kind": "Namespace",
-        "metadata": {"name": name, "labels": {**k8s_labels(cfg, component), **(extra_labels or {})}},
+        "metadata": {"name": name, "labels": {**k8s_labels(stack_id, component), **(extra_labels or {})}},
     }
 
 
-def critical_pods_quota(cfg: LabConfig, ns: str, component: str) -> dict:
+def critical_pods_quota(stack_id: StackId, ns: str, component: str) -> dict:
     """The ResourceQuota that lets `ns` run pods of the node/cluster-critical PriorityClasses on GKE."""
     return {
         "apiVersion": "v1",
         "kind": "ResourceQuota",
-        "metadata": {"name": "gke-critical-pods", "namespace": ns, "labels": k8s_labels(cfg, component)},
+        "metadata": {"name": "gke-critical-pods", "namespace": ns, "labels": k8s_labels(stack_id, component)},
         "spec": {
             "hard": {"pods": "100"},
             "scopeSelector": {

@@ -23,9 +23,8 @@ from components.dashboards.gpu import DCGM_METRICS
 from components.gpu_pool import GpuPlacement
 from components.helm_release import HelmRelease, HelmReleaseArgs
 from components.namespaces import critical_pods_quota
-from components.naming import k8s_labels
+from components.naming import StackId, k8s_labels
 from components.versions import DCGM_EXPORTER, KUBE_PROMETHEUS_STACK
-from stacks.config import LabConfig
 
 NAMESPACE = "monitoring"
 RELEASE = "kps"
@@ -58,6 +57,17 @@ _DASHBOARD_FIELD_TYPES = {
 }
 
 
+@dataclass(frozen=True)
+class ObservabilityArgs:
+    stack_id: StackId
+    placement: GpuPlacement  # where the DCGM exporter runs: the GPU pool
+    retention: str  # Prometheus retention, e.g. 2d
+    scrape_interval_s: int
+    grafana: bool = True  # Grafana with the lab dashboards
+    # False in GPU Operator mode, where the operator runs the (only) exporter.
+    standalone_dcgm: bool = True
+
+
 class ObservabilityError(Exception):
     """The observability config asks for something this component cannot deploy."""
 
@@ -80,9 +90,8 @@ def _small(cpu: str, memory: str, memory_limit: str) -> dict:
     return {"requests": {"cpu": cpu, "memory": memory}, "limits": {"memory": memory_limit}}
 
 
-def prometheus_stack_values(cfg: LabConfig) -> dict[str, Any]:
+def prometheus_stack_values(obs: ObservabilityArgs) -> dict[str, Any]:
     """kube-prometheus-stack values: small, short retention, everything on the system pool."""
-    obs = cfg.observability
     no_nil_selectors = {
         f"{kind}SelectorNilUsesHelmValues": False
         for kind in ("serviceMonitor", "podMonitor", "rule", "probe", "scrapeConfig")
@@ -141,7 +150,7 @@ def prometheus_stack_values(cfg: LabConfig) -> dict[str, Any]:
     }
 
 
-def dcgm_exporter_values(cfg: LabConfig, placement: GpuPlacement) -> dict[str, Any]:
+def dcgm_exporter_values(obs: ObservabilityArgs) -> dict[str, Any]:
     """dcgm-exporter values for GKE nodes whose driver GKE installed."""
     metrics_mount = {
         # The chart's default mount of its counters ConfigMap (rendered from customMetrics), kept
@@ -153,8 +162,8 @@ def dcgm_exporter_values(cfg: LabConfig, placement: GpuPlacement) -> dict[str, A
     return {
         "customMetrics": dcgm_metrics_csv(),
         # A GPU-node DaemonSet: on the GPU pool only, tolerating its taint.
-        "nodeSelector": placement.node_selector,
-        "tolerations": placement.tolerations,
+        "nodeSelector": obs.placement.node_selector,
+        "tolerations": obs.placement.tolerations,
         # GKE's driver and NVML are under /home/kubernetes/bin/nvidia on the host, not in the image.
         "extraHostVolumes": [{"name": "nvidia-install-dir-host", "hostPath": GKE_NVIDIA_HOST_DIR}],
         "extraVolumeMounts": [
@@ -174,7 +183,7 @@ def dcgm_exporter_values(cfg: LabConfig, placement: GpuPlacement) -> dict[str, A
         ],
         "serviceMonitor": {
             "enabled": True,
-            "interval": f"{cfg.observability.scrape_interval_s}s",
+            "interval": f"{obs.scrape_interval_s}s",
             # Keep the exporter's namespace/pod labels (the GPU dashboard's per-pod panels need them).
             "honorLabels": True,
         },
@@ -189,7 +198,7 @@ def dcgm_exporter_values(cfg: LabConfig, placement: GpuPlacement) -> dict[str, A
     }
 
 
-def dashboard_config_maps(cfg: LabConfig) -> list[dict]:
+def dashboard_config_maps(stack_id: StackId) -> list[dict]:
     """One ConfigMap per dashboard, labelled for Grafana's sidecar."""
     return [
         {
@@ -198,7 +207,7 @@ def dashboard_config_maps(cfg: LabConfig) -> list[dict]:
             "metadata": {
                 "name": f"dashboard-{file_name.removesuffix('.json')}",
                 "namespace": NAMESPACE,
-                "labels": {**k8s_labels(cfg, "observability"), **DASHBOARD_LABEL},
+                "labels": {**k8s_labels(stack_id, "observability"), **DASHBOARD_LABEL},
             },
             "data": {file_name: json.dumps(model, sort_keys=True)},
         }
@@ -211,23 +220,14 @@ def dashboard_ids() -> dict[str, str]:
     return {model["title"]: model["uid"] for model in all_dashboards().values()}
 
 
-@dataclass(frozen=True)
-class ObservabilityArgs:
-    cfg: LabConfig
-    placement: GpuPlacement
-    # False in GPU Operator mode, where the operator runs the (only) exporter.
-    standalone_dcgm: bool = True
-
-
 class Observability(pulumi.ComponentResource):
     def __init__(self, name: str, args: ObservabilityArgs, opts: pulumi.ResourceOptions | None = None):
         super().__init__("gke-ml-labs:observability:Observability", name, None, opts)
-        cfg = args.cfg
-        labels = k8s_labels(cfg, "observability")
+        labels = k8s_labels(args.stack_id, "observability")
         self.stack = HelmRelease(
             RELEASE,
             HelmReleaseArgs(
-                chart=KUBE_PROMETHEUS_STACK, namespace=NAMESPACE, values=prometheus_stack_values(cfg), labels=labels
+                chart=KUBE_PROMETHEUS_STACK, namespace=NAMESPACE, values=prometheus_stack_values(args), labels=labels
             ),
             opts=pulumi.ResourceOptions(parent=self),
         )
@@ -235,21 +235,26 @@ class Observability(pulumi.ComponentResource):
         self.ready: pulumi.Resource = self.stack
         after_namespace = pulumi.ResourceOptions(parent=self, depends_on=[self.stack.namespace])
         self.dashboards = (
-            [k8s_objects.create(obj["metadata"]["name"], obj, after_namespace) for obj in dashboard_config_maps(cfg)]
-            if cfg.observability.grafana
+            [
+                k8s_objects.create(obj["metadata"]["name"], obj, after_namespace)
+                for obj in dashboard_config_maps(args.stack_id)
+            ]
+            if args.grafana
             else []
         )
         self.dcgm: HelmRelease | None = None
         if args.standalone_dcgm:
             quota = k8s_objects.create(
-                "monitoring-critical-pods", critical_pods_quota(cfg, NAMESPACE, "observability"), after_namespace
+                "monitoring-critical-pods",
+                critical_pods_quota(args.stack_id, NAMESPACE, "observability"),
+                after_namespace,
             )
             self.dcgm = HelmRelease(
                 "dcgm-exporter",
                 HelmReleaseArgs(
                     chart=DCGM_EXPORTER,
                     namespace=NAMESPACE,
-                    values=dcgm_exporter_values(cfg, args.placement),
+                    values=dcgm_exporter_values(args),
                     labels=labels,
                     create_namespace=False,
                 ),

@@ -17,10 +17,8 @@ from components import k8s_objects
 from components.gpu_pool import GPU_RESOURCE
 from components.kueue import cpu_quantity, local_queue, memory_quantity
 from components.namespaces import namespace
-from components.naming import k8s_labels
+from components.naming import StackId, k8s_labels
 from components.observability import NAMESPACE as MONITORING_NAMESPACE
-from stacks.config import LabConfig
-from stacks.platform_features import Tenant
 
 TENANT_LABEL = "gke-ml-labs/tenant"
 NAMESPACE_NAME_LABEL = "kubernetes.io/metadata.name"  # set by Kubernetes on every namespace
@@ -52,12 +50,35 @@ TENANT_RULES = [
 ]
 
 
-def priority_classes(cfg: LabConfig) -> list[dict]:
+@dataclass(frozen=True)
+class Tenant:
+    """One team: its namespace, the Google group bound to its Role, and its quota."""
+
+    name: str  # the namespace
+    group: str  # Google group email
+    gpus: int  # requests.nvidia.com/gpu
+    cpu: float  # requests.cpu in cores
+    memory_gib: float  # requests.memory
+    pods: int
+
+
+@dataclass(frozen=True)
+class TenancyArgs:
+    stack_id: StackId
+    tenants: list[Tenant]
+    # Kueue (serving the LocalQueue CRD) when it runs: each tenant then gets a LocalQueue named
+    # `local_queue` that submits to `cluster_queue`.
+    kueue: pulumi.Resource | None = None
+    local_queue: str = ""
+    cluster_queue: str = ""
+
+
+def priority_classes(stack_id: StackId) -> list[dict]:
     return [
         {
             "apiVersion": "scheduling.k8s.io/v1",
             "kind": "PriorityClass",
-            "metadata": {"name": name, "labels": k8s_labels(cfg, "tenancy")},
+            "metadata": {"name": name, "labels": k8s_labels(stack_id, "tenancy")},
             "value": value,
             "preemptionPolicy": policy,
             "globalDefault": False,
@@ -67,15 +88,16 @@ def priority_classes(cfg: LabConfig) -> list[dict]:
     ]
 
 
-def _meta(cfg: LabConfig, tenant: Tenant, name: str) -> dict:
-    return {"name": name, "namespace": tenant.name, "labels": {**k8s_labels(cfg, "tenancy"), TENANT_LABEL: tenant.name}}
+def _meta(stack_id: StackId, tenant: Tenant, name: str) -> dict:
+    labels = {**k8s_labels(stack_id, "tenancy"), TENANT_LABEL: tenant.name}
+    return {"name": name, "namespace": tenant.name, "labels": labels}
 
 
-def resource_quota(cfg: LabConfig, tenant: Tenant) -> dict:
+def resource_quota(stack_id: StackId, tenant: Tenant) -> dict:
     return {
         "apiVersion": "v1",
         "kind": "ResourceQuota",
-        "metadata": _meta(cfg, tenant, "tenant-quota"),
+        "metadata": _meta(stack_id, tenant, "tenant-quota"),
         "spec": {
             "hard": {
                 f"requests.{GPU_RESOURCE}": str(tenant.gpus),
@@ -87,12 +109,12 @@ def resource_quota(cfg: LabConfig, tenant: Tenant) -> dict:
     }
 
 
-def limit_range(cfg: LabConfig, tenant: Tenant) -> dict:
+def limit_range(stack_id: StackId, tenant: Tenant) -> dict:
     # Defaults for containers that set no requests: the quota on requests would reject them otherwise.
     return {
         "apiVersion": "v1",
         "kind": "LimitRange",
-        "metadata": _meta(cfg, tenant, "tenant-defaults"),
+        "metadata": _meta(stack_id, tenant, "tenant-defaults"),
         "spec": {
             "limits": [
                 {
@@ -106,12 +128,12 @@ def limit_range(cfg: LabConfig, tenant: Tenant) -> dict:
     }
 
 
-def network_policies(cfg: LabConfig, tenant: Tenant) -> list[dict]:
+def network_policies(stack_id: StackId, tenant: Tenant) -> list[dict]:
     """Default deny both ways; then same namespace, DNS to kube-system, and Prometheus scraping in."""
 
     def policy(name: str, spec: dict) -> dict:
-        return {"apiVersion": "networking.k8s.io/v1", "kind": "NetworkPolicy", "metadata": _meta(cfg, tenant, name),
-                "spec": {"podSelector": {}, **spec}}
+        return {"apiVersion": "networking.k8s.io/v1", "kind": "NetworkPolicy",
+                "metadata": _meta(stack_id, tenant, name), "spec": {"podSelector": {}, **spec}}
 
     dns_ports = [{"protocol": p, "port": 53} for p in ("UDP", "TCP")]
     monitoring = {"namespaceSelector": {"matchLabels": {NAMESPACE_NAME_LABEL: MONITORING_NAMESPACE}}}
@@ -136,63 +158,56 @@ def network_policies(cfg: LabConfig, tenant: Tenant) -> list[dict]:
     ]
 
 
-def role(cfg: LabConfig, tenant: Tenant) -> dict:
+def role(stack_id: StackId, tenant: Tenant) -> dict:
     return {
         "apiVersion": "rbac.authorization.k8s.io/v1",
         "kind": "Role",
-        "metadata": _meta(cfg, tenant, "tenant-member"),
+        "metadata": _meta(stack_id, tenant, "tenant-member"),
         "rules": TENANT_RULES,
     }
 
 
-def role_binding(cfg: LabConfig, tenant: Tenant) -> dict:
+def role_binding(stack_id: StackId, tenant: Tenant) -> dict:
     return {
         "apiVersion": "rbac.authorization.k8s.io/v1",
         "kind": "RoleBinding",
-        "metadata": _meta(cfg, tenant, "tenant-member"),
+        "metadata": _meta(stack_id, tenant, "tenant-member"),
         "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "Role", "name": "tenant-member"},
         "subjects": [{"apiGroup": "rbac.authorization.k8s.io", "kind": "Group", "name": tenant.group}],
     }
 
 
-def tenant_objects(cfg: LabConfig, tenant: Tenant) -> list[dict]:
+def tenant_objects(stack_id: StackId, tenant: Tenant) -> list[dict]:
     """Everything in a tenant's namespace except its LocalQueue (that needs Kueue's CRD)."""
-    return [resource_quota(cfg, tenant), limit_range(cfg, tenant), *network_policies(cfg, tenant),
-            role(cfg, tenant), role_binding(cfg, tenant)]
-
-
-@dataclass(frozen=True)
-class TenancyArgs:
-    cfg: LabConfig
-    # The Kueue release serving the LocalQueue CRD, when Kueue is on.
-    kueue: pulumi.Resource | None = None
+    return [resource_quota(stack_id, tenant), limit_range(stack_id, tenant), *network_policies(stack_id, tenant),
+            role(stack_id, tenant), role_binding(stack_id, tenant)]
 
 
 class Tenancy(pulumi.ComponentResource):
     def __init__(self, name: str, args: TenancyArgs, opts: pulumi.ResourceOptions | None = None):
         super().__init__("gke-ml-labs:tenancy:Tenancy", name, None, opts)
-        cfg = args.cfg
         child = pulumi.ResourceOptions(parent=self)
         self.priority_classes = [
-            k8s_objects.create(f"{name}-{obj['metadata']['name']}", obj, child) for obj in priority_classes(cfg)
+            k8s_objects.create(f"{name}-{obj['metadata']['name']}", obj, child)
+            for obj in priority_classes(args.stack_id)
         ]
         self.namespaces = []
-        for tenant in cfg.tenancy.tenants:
+        for tenant in args.tenants:
             # After Kueue when it runs: destroy deletes the tenant's namespace (and Kueue Workloads of its
             # jobs) while Kueue can still clear their finalizers.
             ns = k8s_objects.create(
                 f"{name}-{tenant.name}-ns",
-                namespace(cfg, tenant.name, "tenancy", {TENANT_LABEL: tenant.name}),
+                namespace(args.stack_id, tenant.name, "tenancy", {TENANT_LABEL: tenant.name}),
                 pulumi.ResourceOptions(parent=self, depends_on=[args.kueue] if args.kueue is not None else []),
             )
             self.namespaces.append(ns)
             in_ns = pulumi.ResourceOptions(parent=self, depends_on=[ns])
-            for obj in tenant_objects(cfg, tenant):
+            for obj in tenant_objects(args.stack_id, tenant):
                 k8s_objects.create(f"{name}-{tenant.name}-{obj['kind'].lower()}-{obj['metadata']['name']}", obj, in_ns)
             if args.kueue is not None:
                 k8s_objects.create(
                     f"{name}-{tenant.name}-localqueue",
-                    local_queue(cfg, tenant.name),
+                    local_queue(args.stack_id, tenant.name, args.local_queue, args.cluster_queue),
                     pulumi.ResourceOptions(parent=self, depends_on=[ns, args.kueue]),
                 )
-        self.register_outputs({"tenants": [t.name for t in cfg.tenancy.tenants]})
+        self.register_outputs({"tenants": [t.name for t in args.tenants]})

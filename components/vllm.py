@@ -1,7 +1,7 @@
 """A vLLM OpenAI-compatible server on the GPU pool: Deployment, ClusterIP Service, an optional Hugging
 Face token Secret, and a ServiceMonitor when the in-cluster Prometheus runs.
 
-The object bodies are pure functions of the config, so tests check exactly what is deployed.
+The object bodies are pure functions of the args, so tests check exactly what is deployed.
 """
 
 from __future__ import annotations
@@ -14,8 +14,7 @@ import pulumi
 from components import k8s_objects, versions
 from components.gpu_pool import GpuPlacement
 from components.namespaces import namespace
-from components.naming import k8s_labels
-from stacks.config import LabConfig
+from components.naming import StackId, k8s_labels
 
 NAME = "vllm"
 PORT = 8000
@@ -33,13 +32,31 @@ SKIP_AWAIT = {"pulumi.com/skipAwait": "true"}
 NODE_FROM_ZERO_MIN = 20
 
 
-def rollout_await(cfg: LabConfig) -> dict[str, str]:
-    return {"pulumi.com/timeoutSeconds": str((NODE_FROM_ZERO_MIN + cfg.vllm.startup_timeout_min) * 60)}
+@dataclass(frozen=True)
+class VllmServerArgs:
+    stack_id: StackId
+    placement: GpuPlacement  # the GPU pool the server's pod lands on
+    namespace: str
+    # Each of these is one server flag.
+    model: str  # Hugging Face model id (--model)
+    dtype: str  # --dtype
+    max_model_len: int  # --max-model-len
+    gpu_memory_utilization: float  # --gpu-memory-utilization
+    max_num_seqs: int  # --max-num-seqs
+    startup_timeout_min: int  # image pull + model download allowance before liveness checks
+    quantization: str | None = None  # --quantization; None: the checkpoint's own
+    hf_token: pulumi.Output[str] | None = None
+    # The release serving the ServiceMonitor CRD (kube-prometheus-stack); None: no ServiceMonitor.
+    prometheus: pulumi.Resource | None = None
+    scrape_interval_s: int = 15
 
 
-def server_args(cfg: LabConfig) -> list[str]:
+def rollout_await(v: VllmServerArgs) -> dict[str, str]:
+    return {"pulumi.com/timeoutSeconds": str((NODE_FROM_ZERO_MIN + v.startup_timeout_min) * 60)}
+
+
+def server_args(v: VllmServerArgs) -> list[str]:
     """Exactly the configured server flags, nothing implicit."""
-    v = cfg.vllm
     args = [
         f"--model={v.model}",
         f"--dtype={v.dtype}",
@@ -56,8 +73,9 @@ def _selector() -> dict[str, str]:
     return {"app.kubernetes.io/name": NAME}
 
 
-def deployment(cfg: LabConfig, placement: GpuPlacement, with_token: bool) -> dict[str, Any]:
-    labels = {**k8s_labels(cfg, "llm-server"), **_selector()}
+def deployment(v: VllmServerArgs, with_token: bool) -> dict[str, Any]:
+    placement = v.placement
+    labels = {**k8s_labels(v.stack_id, "llm-server"), **_selector()}
     env = [{"name": "HF_HOME", "value": HF_CACHE}]
     if with_token:
         env.append(
@@ -69,9 +87,9 @@ def deployment(cfg: LabConfig, placement: GpuPlacement, with_token: bool) -> dic
         "kind": "Deployment",
         "metadata": {
             "name": NAME,
-            "namespace": cfg.vllm.namespace,
+            "namespace": v.namespace,
             "labels": labels,
-            "annotations": rollout_await(cfg),
+            "annotations": rollout_await(v),
         },
         "spec": {
             "replicas": 1,
@@ -92,7 +110,7 @@ def deployment(cfg: LabConfig, placement: GpuPlacement, with_token: bool) -> dic
                             "name": NAME,
                             "image": versions.VLLM_IMAGE,
                             "command": COMMAND,
-                            "args": server_args(cfg),
+                            "args": server_args(v),
                             "ports": [{"name": "http", "containerPort": PORT}],
                             "env": env,
                             "resources": {
@@ -103,7 +121,7 @@ def deployment(cfg: LabConfig, placement: GpuPlacement, with_token: bool) -> dic
                             # may restart the pod; the image pull happens before probes start.
                             "startupProbe": {
                                 **health,
-                                "failureThreshold": cfg.vllm.startup_timeout_min * 60 // PROBE_PERIOD_S,
+                                "failureThreshold": v.startup_timeout_min * 60 // PROBE_PERIOD_S,
                             },
                             "readinessProbe": {**health, "failureThreshold": 3},
                             "livenessProbe": {**health, "failureThreshold": 6, "timeoutSeconds": 5},
@@ -124,24 +142,24 @@ def deployment(cfg: LabConfig, placement: GpuPlacement, with_token: bool) -> dic
     }
 
 
-def hf_secret(cfg: LabConfig, token: pulumi.Input[str]) -> dict[str, Any]:
+def hf_secret(v: VllmServerArgs, token: pulumi.Input[str]) -> dict[str, Any]:
     return {
         "apiVersion": "v1",
         "kind": "Secret",
-        "metadata": {"name": HF_SECRET, "namespace": cfg.vllm.namespace, "labels": k8s_labels(cfg, "llm-server")},
+        "metadata": {"name": HF_SECRET, "namespace": v.namespace, "labels": k8s_labels(v.stack_id, "llm-server")},
         "type": "Opaque",
         "stringData": {HF_SECRET_KEY: token},
     }
 
 
-def service(cfg: LabConfig) -> dict[str, Any]:
+def service(v: VllmServerArgs) -> dict[str, Any]:
     return {
         "apiVersion": "v1",
         "kind": "Service",
         "metadata": {
             "name": NAME,
-            "namespace": cfg.vllm.namespace,
-            "labels": {**k8s_labels(cfg, "llm-server"), **_selector()},
+            "namespace": v.namespace,
+            "labels": {**k8s_labels(v.stack_id, "llm-server"), **_selector()},
             # Pulumi's Service await waits (10 min) for an endpoint, i.e. for the pod on a GPU node that
             # may still be scaling up from zero: `pulumi up` would fail on the cold start.
             "annotations": SKIP_AWAIT,
@@ -154,68 +172,41 @@ def service(cfg: LabConfig) -> dict[str, Any]:
     }
 
 
-def service_monitor(cfg: LabConfig, scrape_interval_s: int) -> dict[str, Any]:
+def service_monitor(v: VllmServerArgs) -> dict[str, Any]:
     """Prometheus scrapes /metrics (vllm:* series) from the Service's port."""
     return {
         "apiVersion": "monitoring.coreos.com/v1",
         "kind": "ServiceMonitor",
-        "metadata": {"name": NAME, "namespace": cfg.vllm.namespace, "labels": k8s_labels(cfg, "llm-server")},
+        "metadata": {"name": NAME, "namespace": v.namespace, "labels": k8s_labels(v.stack_id, "llm-server")},
         "spec": {
             "selector": {"matchLabels": _selector()},
-            "namespaceSelector": {"matchNames": [cfg.vllm.namespace]},
-            "endpoints": [{"port": "http", "path": "/metrics", "interval": f"{scrape_interval_s}s"}],
+            "namespaceSelector": {"matchNames": [v.namespace]},
+            "endpoints": [{"port": "http", "path": "/metrics", "interval": f"{v.scrape_interval_s}s"}],
         },
     }
 
 
-def endpoint(cfg: LabConfig) -> dict[str, Any]:
-    return {"namespace": cfg.vllm.namespace, "service": NAME, "port": PORT, "path": "/v1", "protocol": "openai"}
-
-
-def benchmark(cfg: LabConfig) -> dict[str, Any]:
-    """Every server parameter the g6 benchmark reads, and its sweep grid."""
-    v = cfg.vllm
-    return {
-        "model": v.model,
-        "gpu": cfg.gpu_accelerator.removeprefix("nvidia-"),  # the benchmark's GPU catalogue name (l4)
-        "dtype": v.dtype,
-        "max_num_seqs": v.max_num_seqs,
-        "max_model_len": v.max_model_len,
-        "gpu_memory_utilization": v.gpu_memory_utilization,
-        "quantization": v.quantization,
-        "image": versions.VLLM_IMAGE,
-        "sweep": {"max_num_seqs": v.sweep_max_num_seqs, "concurrency": v.sweep_concurrency},
-    }
-
-
-@dataclass(frozen=True)
-class VllmServerArgs:
-    cfg: LabConfig
-    placement: GpuPlacement
-    hf_token: pulumi.Output[str] | None = None
-    # The release serving the ServiceMonitor CRD (kube-prometheus-stack); None: no ServiceMonitor.
-    prometheus: pulumi.Resource | None = None
-    scrape_interval_s: int = 15
+def endpoint(v: VllmServerArgs) -> dict[str, Any]:
+    return {"namespace": v.namespace, "service": NAME, "port": PORT, "path": "/v1", "protocol": "openai"}
 
 
 class VllmServer(pulumi.ComponentResource):
     def __init__(self, name: str, args: VllmServerArgs, opts: pulumi.ResourceOptions | None = None):
         super().__init__("gke-ml-labs:vllm:VllmServer", name, None, opts)
-        cfg = args.cfg
         self.namespace = k8s_objects.create(
-            f"{name}-ns", namespace(cfg, cfg.vllm.namespace, "llm-server"), pulumi.ResourceOptions(parent=self)
+            f"{name}-ns", namespace(args.stack_id, args.namespace, "llm-server"), pulumi.ResourceOptions(parent=self)
         )
         in_ns = pulumi.ResourceOptions(parent=self, depends_on=[self.namespace])
         if args.hf_token is not None:
             # Only the Secret holds the token; the Deployment refers to it by name.
-            self.secret = k8s_objects.create(f"{name}-hf-token", hf_secret(cfg, args.hf_token), in_ns)
-        body = deployment(cfg, args.placement, with_token=args.hf_token is not None)
+            self.secret = k8s_objects.create(f"{name}-hf-token", hf_secret(args, args.hf_token), in_ns)
+        body = deployment(args, with_token=args.hf_token is not None)
         self.deployment = k8s_objects.create(f"{name}-deployment", body, in_ns)
-        self.service = k8s_objects.create(f"{name}-service", service(cfg), in_ns)
+        self.service = k8s_objects.create(f"{name}-service", service(args), in_ns)
         if args.prometheus is not None:
             self.service_monitor = k8s_objects.create(
                 f"{name}-servicemonitor",
-                service_monitor(cfg, args.scrape_interval_s),
+                service_monitor(args),
                 pulumi.ResourceOptions(parent=self, depends_on=[self.namespace, args.prometheus]),
             )
         self.register_outputs({"service": NAME})

@@ -40,8 +40,9 @@ class BucketIdentityArgs:
     namespace: str
     service_account: str
     labels: dict[str, str]
-    # The Workload Identity pool exists only once the cluster does ("Identity Pool does not exist").
-    cluster: pulumi.Resource
+    # The Workload Identity pool exists only once the cluster does ("Identity Pool does not exist"):
+    # the GKE cluster, or None when it already exists.
+    cluster: pulumi.Resource | None = None
     # What the ServiceAccount needs first, e.g. its Namespace.
     after: list[pulumi.Resource] = field(default_factory=list)
 
@@ -69,7 +70,7 @@ class BucketIdentity(pulumi.ComponentResource):
             service_account_id=self.gcp_account.name,
             role="roles/iam.workloadIdentityUser",
             member=wi_member(args.project, args.namespace, args.service_account),
-            opts=pulumi.ResourceOptions(parent=self, depends_on=[args.cluster]),
+            opts=pulumi.ResourceOptions(parent=self, depends_on=[args.cluster] if args.cluster is not None else []),
         )
         self.service_account = k8s_objects.create(
             f"{name}-ksa",

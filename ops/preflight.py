@@ -16,11 +16,10 @@ from collections.abc import Callable
 from pydantic import BaseModel, ConfigDict
 
 from ops.gcp import LOGIN_HINT, ApiDisabled, CredentialsError, GcpClient, GcpError
-from ops.stackfile import load_config
+from stacks.stackfile import OFFLINE_PROJECT, load_config
 from stacks import program
 from stacks.config import LabConfig
 from stacks.loader import ConfigError
-from stacks.mockrun import OFFLINE_PROJECT
 
 ACCELERATOR = "nvidia-l4"
 

@@ -20,11 +20,10 @@ from datetime import datetime, timezone
 
 from pydantic import BaseModel, ConfigDict
 
-from ops import pricing
+from facts import prices
 from ops.gcp import GcpClient, GcpError
-from ops.stackfile import load_config, stack_names
+from stacks.stackfile import OFFLINE_PROJECT, load_config, stack_names
 from stacks.loader import ConfigError
-from stacks.mockrun import OFFLINE_PROJECT
 
 APP_LABEL = ("app", "gke-ml-labs")  # stacks.config.LabConfig.billing_labels
 GPU_MACHINE_PREFIXES = ("g2-", "a2-", "a3-", "a4-")
@@ -79,8 +78,8 @@ def _gpu_node(vm: dict, scope: str) -> GpuNode | None:
     zone = _tail(vm.get("zone", scope))
     region = zone.rsplit("-", 1)[0]
     try:
-        hourly = pricing.hourly(region, machine, spot)
-    except pricing.PricingError:
+        hourly = prices.hourly(region, machine, spot)
+    except prices.PricingError:
         hourly = None
     return GpuNode(
         name=vm["name"],
@@ -121,7 +120,7 @@ def report(stacks: list[str], state: dict[str, int] | None, nodes: list[GpuNode]
     for n in nodes:
         cost = n.cost_so_far(now)
         total += cost or 0.0
-        price = "not in ops/pricing.py" if n.hourly_usd is None else f"${n.hourly_usd:.4f}/h, ${cost:.2f} so far"
+        price = "not in facts/prices.py" if n.hourly_usd is None else f"${n.hourly_usd:.4f}/h, ${cost:.2f} so far"
         lines.append(
             f"  {n.name} ({n.zone}, {n.machine_type}, {n.gpus} GPU, {'spot' if n.spot else 'on-demand'}, lab {n.lab}): "
             f"{n.status} since {n.since.isoformat()} ({n.hours_up(now):.1f} h), {price}"

@@ -7,9 +7,9 @@ import pulumi
 
 from components import cost_exporter, idle_guard
 from components.budget import BudgetArgs, ProjectBudget
-from ops.pricing import PricingError, machine_price
+from facts.prices import PricingError, machine_price
 from stacks.config import LabConfig
-from stacks.context import PlatformContext
+from stacks.context import PlatformContext, stack_id
 
 BUDGET_API = "billingbudgets.googleapis.com"
 
@@ -17,6 +17,35 @@ BUDGET_API = "billingbudgets.googleapis.com"
 def apis(cfg: LabConfig) -> list[str]:
     """Google APIs these features need besides the base ones."""
     return [BUDGET_API] if cfg.budget.enabled else []
+
+
+def budget_args(cfg: LabConfig) -> BudgetArgs:
+    b = cfg.budget
+    assert b.billing_account is not None, "a budget exists only with a billing account"
+    return BudgetArgs(
+        project=cfg.project,
+        billing_account=b.billing_account,
+        display_name=f"gke-ml-labs {cfg.stack}",
+        amount_usd=b.amount_usd,
+        thresholds=b.thresholds,
+        forecast=b.forecast,
+    )
+
+
+def idle_guard_args(cfg: LabConfig) -> idle_guard.IdleGuardArgs:
+    g = cfg.idle_guard
+    return idle_guard.IdleGuardArgs(
+        stack_id=stack_id(cfg), ttl_minutes=g.ttl_minutes, schedule=g.schedule, dry_run=g.dry_run
+    )
+
+
+def cost_exporter_args(cfg: LabConfig, prometheus: pulumi.Resource | None = None) -> cost_exporter.CostExporterArgs:
+    return cost_exporter.CostExporterArgs(
+        stack_id=stack_id(cfg),
+        region=cfg.region,
+        refresh_seconds=cfg.cost_exporter.refresh_seconds,
+        prometheus=prometheus,
+    )
 
 
 def _unpriced(cfg: LabConfig) -> str | None:
@@ -34,17 +63,17 @@ def compose(ctx: PlatformContext) -> None:
     if cfg.budget.enabled:
         # After the cluster, which itself waits for the project's APIs: the budget needs
         # billingbudgets.googleapis.com enabled before its first call.
-        ProjectBudget("budget", BudgetArgs(cfg), opts=pulumi.ResourceOptions(depends_on=[ctx.cluster]))
+        ProjectBudget("budget", budget_args(cfg), opts=pulumi.ResourceOptions(depends_on=[ctx.cluster]))
     if cfg.idle_guard.enabled:
-        idle_guard.IdleGuard("idle-guard", idle_guard.IdleGuardArgs(cfg), opts=ctx.k8s_opts())
+        idle_guard.IdleGuard("idle-guard", idle_guard_args(cfg), opts=ctx.k8s_opts())
         ctx.outputs.namespaces.append(idle_guard.NAMESPACE)
     if cfg.cost_exporter.enabled and (unpriced := _unpriced(cfg)):
         # The exporter is a convenience: a machine the price table lacks must not block `pulumi up`.
-        pulumi.log.warn(f"cost exporter not deployed: {unpriced}; add the prices to ops/pricing.py")
+        pulumi.log.warn(f"cost exporter not deployed: {unpriced}; add the prices to facts/prices.py")
     elif cfg.cost_exporter.enabled:
         cost_exporter.CostExporter(
             "cost-exporter",
-            cost_exporter.CostExporterArgs(cfg, prometheus=ctx.ready.get("prometheus")),
+            cost_exporter_args(cfg, ctx.ready.get("prometheus")),
             opts=ctx.k8s_opts(),
         )
         ctx.outputs.namespaces.append(cost_exporter.NAMESPACE)

@@ -11,16 +11,19 @@ from __future__ import annotations
 
 from typing import Any
 
+import pulumi
+
 from components import versions
-from components.checkpoints import Checkpoints, CheckpointsArgs, checkpoint_summary
-from components.gpu_sharing import GpuOperator, GpuOperatorArgs, pool_labels, pool_sharing, sharing_summary
-from components.kueue import Kueue, KueueArgs, queue_summary
+from components.checkpoints import Checkpoints, CheckpointsArgs
+from components.gpu_pool import GPU_RESOURCE, GpuPlacement, GpuSharing
+from components.gpu_sharing import NO_GKE_DEVICE_PLUGIN_LABEL, GpuOperator, GpuOperatorArgs
+from components.kueue import Kueue, KueueArgs
 from components.kueue import JOBSET_NAMESPACE, NAMESPACE as KUEUE_NAMESPACE
 from components.observability import GRAFANA, PROMETHEUS, Observability, ObservabilityArgs, dashboard_ids
-from components.tenancy import PRIORITY_CLASSES, Tenancy, TenancyArgs
-from components.training_operator import OPERATOR_NAMESPACE, TrainingOperator, TrainingOperatorArgs, job_summary
+from components.tenancy import PRIORITY_CLASSES, Tenancy, TenancyArgs, Tenant
+from components.training_operator import OPERATOR_NAMESPACE, TrainingOperator, TrainingOperatorArgs
 from stacks.config import LabConfig
-from stacks.context import PlatformContext
+from stacks.context import PlatformContext, stack_id
 
 
 def _nvidia_mode(cfg: LabConfig) -> bool:
@@ -48,13 +51,133 @@ def gpu_pool_overrides(cfg: LabConfig) -> dict[str, Any]:
     """GpuNodePoolArgs fields these features decide (sharing, node labels). The driver install is the
     base key gpu_driver_version, which validation ties to the sharing mode."""
     overrides: dict[str, Any] = {}
-    sharing = pool_sharing(cfg)
-    if sharing is not None:
-        overrides["sharing"] = sharing
-    labels = pool_labels(cfg)
-    if labels:
-        overrides["extra_labels"] = labels
+    sharing = cfg.gpu_sharing
+    if sharing.enabled and sharing.mode == "gke":
+        overrides["sharing"] = GpuSharing(strategy="TIME_SHARING", max_shared_clients_per_gpu=sharing.replicas)
+    if _nvidia_mode(cfg):
+        # GKE's own device plugin stays off: the GPU Operator's advertises the shared GPUs.
+        overrides["extra_labels"] = dict(NO_GKE_DEVICE_PLUGIN_LABEL)
     return overrides
+
+
+def observability_args(cfg: LabConfig, placement: GpuPlacement) -> ObservabilityArgs:
+    obs = cfg.observability
+    return ObservabilityArgs(
+        stack_id=stack_id(cfg),
+        placement=placement,
+        retention=obs.retention,
+        scrape_interval_s=obs.scrape_interval_s,
+        grafana=obs.grafana,
+        standalone_dcgm=not _nvidia_mode(cfg),
+    )
+
+
+def gpu_operator_args(cfg: LabConfig, prometheus: pulumi.Resource | None = None) -> GpuOperatorArgs:
+    return GpuOperatorArgs(
+        stack_id=stack_id(cfg),
+        replicas=cfg.gpu_sharing.replicas,
+        nvidia_driver=cfg.gpu_sharing.nvidia_driver,
+        scrape_interval_s=cfg.observability.scrape_interval_s,
+        prometheus=prometheus,
+    )
+
+
+def sharing_summary(cfg: LabConfig) -> dict[str, Any]:
+    """What the g2 benchmark needs: mode, replicas and the resulting allocatable nvidia.com/gpu."""
+    pool = cfg.pool_capacity
+    return {
+        "mode": cfg.gpu_sharing.mode,
+        "strategy": "TIME_SHARING",
+        "replicas": cfg.gpu_sharing.replicas,
+        "physical_gpus_per_node": cfg.gpus_per_node,
+        "allocatable_gpus_per_node": pool.per_node,
+        "max_allocatable_gpus": pool.total,
+        "resource": GPU_RESOURCE,
+    }
+
+
+def kueue_args(cfg: LabConfig, placement: GpuPlacement, prometheus: pulumi.Resource | None = None) -> KueueArgs:
+    q = cfg.kueue
+    return KueueArgs(
+        stack_id=stack_id(cfg),
+        placement=placement,
+        namespace=q.namespace,
+        cluster_queue=q.cluster_queue,
+        local_queue=q.local_queue,
+        flavor=q.flavor,
+        quota_gpus=q.quota_gpus,
+        quota_cpu=q.quota_cpu,
+        quota_memory_gib=q.quota_memory_gib,
+        pods_ready_timeout_min=q.pods_ready_timeout_min,
+        prometheus=prometheus,
+    )
+
+
+def queue_summary(cfg: LabConfig) -> dict[str, Any]:
+    """What the g3 benchmark needs: where to submit, the quota and one job's demand."""
+    q = cfg.kueue
+    return {
+        "namespace": q.namespace,
+        "local_queue": q.local_queue,
+        "cluster_queue": q.cluster_queue,
+        "flavor": q.flavor,
+        "quota": {"gpus": q.quota_gpus, "cpu": q.quota_cpu, "memory_gib": q.quota_memory_gib},
+        "jobs": q.jobs,
+        "job": {"gpus": q.job_gpus, "cpu": q.job_cpu, "memory_gib": q.job_memory_gib},
+        "expected_admitted": min(q.jobs, q.quota_gpus // q.job_gpus),
+        "pods_ready_timeout_min": q.pods_ready_timeout_min,
+        "queue_label": "kueue.x-k8s.io/queue-name",
+    }
+
+
+def job_summary(cfg: LabConfig) -> dict[str, Any]:
+    """What the g4 benchmark needs to submit and judge its PyTorchJob."""
+    t = cfg.training_operator
+    return {
+        "namespace": t.namespace,
+        "workers": t.workers,
+        "world_size": t.workers,
+        "gpus_per_worker": t.gpus_per_worker,
+        "clean_pod_policy": t.clean_pod_policy,
+        "image": versions.PYTORCH_IMAGE,
+        "operator_version": versions.TRAINING_OPERATOR_VERSION,
+    }
+
+
+def checkpoints_args(cfg: LabConfig, cluster: pulumi.Resource | None = None) -> CheckpointsArgs:
+    c = cfg.checkpoints
+    return CheckpointsArgs(
+        stack_id=stack_id(cfg),
+        project=cfg.project,
+        region=cfg.region,
+        billing_labels=cfg.billing_labels,
+        namespace=c.namespace,
+        service_account=c.service_account,
+        delete_after_days=c.delete_after_days,
+        cluster=cluster,
+    )
+
+
+def checkpoint_summary(cfg: LabConfig, bucket: pulumi.Input[str]) -> dict[str, Any]:
+    c = cfg.checkpoints
+    return {
+        "bucket": bucket,
+        "namespace": c.namespace,
+        "service_account": c.service_account,
+        "interval_s": c.interval_s,
+        "delete_after_days": c.delete_after_days,
+        "image": versions.PYTORCH_IMAGE,
+    }
+
+
+def tenancy_args(cfg: LabConfig, kueue: pulumi.Resource | None = None) -> TenancyArgs:
+    return TenancyArgs(
+        stack_id=stack_id(cfg),
+        tenants=[Tenant(**t.model_dump()) for t in cfg.tenancy.tenants],
+        kueue=kueue,
+        local_queue=cfg.kueue.local_queue,
+        cluster_queue=cfg.kueue.cluster_queue,
+    )
 
 
 def compose(ctx: PlatformContext) -> None:
@@ -63,11 +186,7 @@ def compose(ctx: PlatformContext) -> None:
     placement = ctx.gpu.placement
 
     if cfg.observability.enabled:
-        obs = Observability(
-            "observability",
-            ObservabilityArgs(cfg=cfg, placement=placement, standalone_dcgm=not _nvidia_mode(cfg)),
-            opts=ctx.k8s_opts(),
-        )
+        obs = Observability("observability", observability_args(cfg, placement), opts=ctx.k8s_opts())
         ctx.ready["prometheus"] = obs.ready
         out.prometheus = dict(PROMETHEUS)
         out.grafana = {**GRAFANA, "dashboards": dashboard_ids()} if cfg.observability.grafana else None
@@ -85,35 +204,37 @@ def compose(ctx: PlatformContext) -> None:
 
     if cfg.gpu_sharing.enabled:
         if _nvidia_mode(cfg):
-            GpuOperator("gpu-operator", GpuOperatorArgs(cfg=cfg, prometheus=ctx.ready.get("prometheus")),
-                        opts=ctx.k8s_opts())
+            GpuOperator("gpu-operator", gpu_operator_args(cfg, ctx.ready.get("prometheus")), opts=ctx.k8s_opts())
             out.namespaces.append("gpu-operator")
             out.versions["gpu-operator"] = versions.GPU_OPERATOR.version
         out.gpu_sharing = sharing_summary(cfg)
         out.benchmark["gpu_sharing"] = sharing_summary(cfg)
 
     if cfg.kueue.enabled:
-        kueue = Kueue("kueue", KueueArgs(cfg=cfg, placement=placement, prometheus=ctx.ready.get("prometheus")),
-                      opts=ctx.k8s_opts())
+        kueue = Kueue("kueue", kueue_args(cfg, placement, ctx.ready.get("prometheus")), opts=ctx.k8s_opts())
         ctx.ready["kueue"] = kueue
         out.namespaces.extend([KUEUE_NAMESPACE, JOBSET_NAMESPACE, cfg.kueue.namespace])
         out.versions.update({"kueue": versions.KUEUE.version, "jobset": versions.JOBSET.version})
         out.benchmark["kueue"] = queue_summary(cfg)
 
     if cfg.training_operator.enabled:
-        TrainingOperator("training-operator", TrainingOperatorArgs(cfg=cfg), opts=ctx.k8s_opts())
+        TrainingOperator(
+            "training-operator",
+            TrainingOperatorArgs(stack_id=ctx.stack_id, namespace=cfg.training_operator.namespace),
+            opts=ctx.k8s_opts(),
+        )
         out.namespaces.extend([OPERATOR_NAMESPACE, cfg.training_operator.namespace])
         out.versions["training-operator"] = versions.TRAINING_OPERATOR_VERSION
         out.benchmark["training"] = job_summary(cfg)
 
     if cfg.checkpoints.enabled:
-        ckpt = Checkpoints("checkpoints", CheckpointsArgs(cfg=cfg, cluster=ctx.cluster.cluster), opts=ctx.k8s_opts())
+        ckpt = Checkpoints("checkpoints", checkpoints_args(cfg, ctx.cluster.cluster), opts=ctx.k8s_opts())
         out.artifact_bucket = ckpt.bucket.name
         out.namespaces.append(cfg.checkpoints.namespace)
-        out.benchmark["checkpoints"] = {**checkpoint_summary(cfg, ckpt.bucket.name), "image": versions.PYTORCH_IMAGE}
+        out.benchmark["checkpoints"] = checkpoint_summary(cfg, ckpt.bucket.name)
 
     if cfg.tenancy.enabled:
-        Tenancy("tenancy", TenancyArgs(cfg=cfg, kueue=ctx.ready.get("kueue")), opts=ctx.k8s_opts())
+        Tenancy("tenancy", tenancy_args(cfg, ctx.ready.get("kueue")), opts=ctx.k8s_opts())
         out.namespaces.extend(t.name for t in cfg.tenancy.tenants)
         out.benchmark["tenancy"] = {
             "tenants": [t.name for t in cfg.tenancy.tenants],

@@ -3,15 +3,45 @@ Knative Serving + KServe (g5, g7), vLLM (g6), Argo Workflows (g7)."""
 
 from __future__ import annotations
 
+from typing import Any
+
+import pulumi
+
 from components import argo, kserve, versions, vllm
+from components.gpu_pool import GpuPlacement
 from components.knative import KnativeArgs, KnativeServing
 from stacks.config import LabConfig
-from stacks.context import PlatformContext
+from stacks.context import PlatformContext, stack_id
 
 
 def apis(cfg: LabConfig) -> list[str]:
     """Google APIs these features need besides the base ones."""
     return ["storage.googleapis.com"] if cfg.argo.enabled else []
+
+
+def inference_service_args(cfg: LabConfig) -> kserve.InferenceServiceArgs:
+    """The g5 example as configured: `serving`'s model, or the canary's while one rolls out."""
+    ks = cfg.kserve
+    return kserve.InferenceServiceArgs(
+        namespace=ks.namespace,
+        name=ks.name,
+        model_format=ks.model_format,
+        storage_uri=ks.storage_uri(),
+        min_replicas=ks.min_replicas,
+        max_replicas=ks.max_replicas,
+        gpu=ks.gpu,
+        canary_traffic_percent=ks.canary_traffic_percent if ks.canary is not None else None,
+    )
+
+
+def kserve_args(cfg: LabConfig, placement: GpuPlacement, after: list[pulumi.Resource]) -> kserve.KServeArgs:
+    return kserve.KServeArgs(
+        stack_id=stack_id(cfg),
+        domain=cfg.kserve.domain,
+        placement=placement,
+        example=inference_service_args(cfg) if cfg.kserve.deploy_example else None,
+        after=after,
+    )
 
 
 def _kserve(ctx: PlatformContext) -> kserve.KServe:
@@ -26,9 +56,8 @@ def _kserve(ctx: PlatformContext) -> kserve.KServe:
         ),
         opts=ctx.k8s_opts(),
     )
-    component = kserve.KServe(
-        "kserve", kserve.KServeArgs(cfg=cfg, placement=ctx.gpu.placement, after=[knative]), opts=ctx.k8s_opts()
-    )
+    args = kserve_args(cfg, ctx.gpu.placement, after=[knative])
+    component = kserve.KServe("kserve", args, opts=ctx.k8s_opts())
     out = ctx.outputs
     out.versions.update(
         {
@@ -38,9 +67,9 @@ def _kserve(ctx: PlatformContext) -> kserve.KServe:
         }
     )
     out.namespaces.extend(["knative-serving", "kourier-system", "cert-manager", kserve.NAMESPACE])
-    if ks.deploy_example:
+    if args.example is not None:
         out.namespaces.append(ks.namespace)
-        out.endpoints["kserve"] = kserve.endpoint(cfg, knative.gateway)
+        out.endpoints["kserve"] = kserve.endpoint(args.example, ks.domain, knative.gateway)
         out.benchmark.update(
             {
                 "inference_service": ks.name,
@@ -57,33 +86,85 @@ def _kserve(ctx: PlatformContext) -> kserve.KServe:
     return component
 
 
+def vllm_args(
+    cfg: LabConfig,
+    placement: GpuPlacement,
+    hf_token: pulumi.Output[str] | None = None,
+    prometheus: pulumi.Resource | None = None,
+) -> vllm.VllmServerArgs:
+    v = cfg.vllm
+    return vllm.VllmServerArgs(
+        stack_id=stack_id(cfg),
+        placement=placement,
+        namespace=v.namespace,
+        model=v.model,
+        dtype=v.dtype,
+        max_model_len=v.max_model_len,
+        gpu_memory_utilization=v.gpu_memory_utilization,
+        max_num_seqs=v.max_num_seqs,
+        startup_timeout_min=v.startup_timeout_min,
+        quantization=v.quantization,
+        hf_token=hf_token,
+        prometheus=prometheus,
+        scrape_interval_s=cfg.observability.scrape_interval_s,
+    )
+
+
+def vllm_benchmark(cfg: LabConfig) -> dict[str, Any]:
+    """Every server parameter the g6 benchmark reads, and its sweep grid."""
+    v = cfg.vllm
+    return {
+        "model": v.model,
+        "gpu": cfg.gpu_accelerator.removeprefix("nvidia-"),  # the benchmark's GPU catalogue name (l4)
+        "dtype": v.dtype,
+        "max_num_seqs": v.max_num_seqs,
+        "max_model_len": v.max_model_len,
+        "gpu_memory_utilization": v.gpu_memory_utilization,
+        "quantization": v.quantization,
+        "image": versions.VLLM_IMAGE,
+        "sweep": {"max_num_seqs": v.sweep_max_num_seqs, "concurrency": v.sweep_concurrency},
+    }
+
+
+def argo_args(
+    cfg: LabConfig, cluster: pulumi.Resource | None = None, serving: pulumi.Resource | None = None
+) -> argo.ArgoWorkflowsArgs:
+    a = cfg.argo
+    return argo.ArgoWorkflowsArgs(
+        stack_id=stack_id(cfg),
+        project=cfg.project,
+        region=cfg.region,
+        billing_labels=cfg.billing_labels,
+        namespace=a.namespace,
+        workflow_namespace=a.workflow_namespace,
+        template_name=a.template_name,
+        model_name=a.model_name,
+        fail_step=a.fail_step,
+        retry_limit=a.retry_limit,
+        retry_policy=a.retry_policy,
+        artifact_retention_days=a.artifact_retention_days,
+        cluster=cluster,
+        kserve=serving,
+    )
+
+
 def compose(ctx: PlatformContext) -> None:
     """Register these features' components and add their stack outputs to ctx.outputs."""
     cfg, out = ctx.cfg, ctx.outputs
     serving = _kserve(ctx) if cfg.kserve.enabled else None
     if cfg.vllm.enabled:
         prometheus = ctx.ready.get("prometheus")  # set by the platform group when observability is on
-        vllm.VllmServer(
-            "vllm",
-            vllm.VllmServerArgs(
-                cfg=cfg,
-                placement=ctx.gpu.placement,
-                hf_token=ctx.secrets.hf_token,
-                prometheus=prometheus,
-                scrape_interval_s=cfg.observability.scrape_interval_s,
-            ),
-            opts=ctx.k8s_opts(),
-        )
+        server = vllm_args(cfg, ctx.gpu.placement, ctx.secrets.hf_token, prometheus)
+        vllm.VllmServer("vllm", server, opts=ctx.k8s_opts())
         out.namespaces.append(cfg.vllm.namespace)
-        out.endpoints["vllm"] = vllm.endpoint(cfg)
+        out.endpoints["vllm"] = vllm.endpoint(server)
         out.versions["vllm"] = versions.VLLM_IMAGE.rsplit(":", 1)[1]
-        out.benchmark.update(vllm.benchmark(cfg))
+        out.benchmark.update(vllm_benchmark(cfg))
     if cfg.argo.enabled and serving is not None:  # the config check guarantees KServe with Argo
-        workflows = argo.ArgoWorkflows(
-            "argo", argo.ArgoWorkflowsArgs(cfg=cfg, cluster=ctx.cluster.cluster, kserve=serving), opts=ctx.k8s_opts()
-        )
+        pipeline = argo_args(cfg, ctx.cluster.cluster, serving)
+        workflows = argo.ArgoWorkflows("argo", pipeline, opts=ctx.k8s_opts())
         out.artifact_bucket = workflows.bucket.name
         out.namespaces.extend([cfg.argo.namespace, cfg.argo.workflow_namespace])
-        out.endpoints["argo"] = argo.endpoint(cfg)
+        out.endpoints["argo"] = argo.endpoint(pipeline)
         out.versions["argo_workflows_chart"] = versions.ARGO_WORKFLOWS.version
-        out.benchmark.update(argo.benchmark(cfg, workflows.bucket.name))
+        out.benchmark.update(argo.benchmark(pipeline, workflows.bucket.name))

@@ -14,21 +14,10 @@ from typing import Literal
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
+from facts.machines import G2_L4_COUNT
 from stacks import cost_features, platform_features, serving_features
 
 LabName = Literal["dev", "g1", "g2", "g3", "g4", "g5", "g6", "g7", "g8"]
-
-# L4 GPUs per G2 machine type (FACTS.md; Compute Engine accelerator-optimized machine table).
-G2_L4_COUNT: dict[str, int] = {
-    "g2-standard-4": 1,
-    "g2-standard-8": 1,
-    "g2-standard-12": 1,
-    "g2-standard-16": 1,
-    "g2-standard-24": 2,
-    "g2-standard-32": 1,
-    "g2-standard-48": 4,
-    "g2-standard-96": 8,
-}
 
 _LABEL_KEY = re.compile(r"^[a-z][a-z0-9_-]{0,62}$")
 _LABEL_VALUE = re.compile(r"^[a-z0-9_-]{0,63}$")
@@ -153,8 +142,20 @@ class LabConfig(Frozen):
             for b in names[i + 1 :]:
                 if nets[a].overlaps(nets[b]):
                     problems.append(f"{a} {nets[a]} overlaps {b} {nets[b]}")
-        for check in (platform_features.check, serving_features.check, cost_features.check):
-            problems.extend(check(self))
+        pool = self.pool_capacity
+        problems += platform_features.check(
+            gpu_sharing=self.gpu_sharing,
+            driver_version=self.gpu_driver_version,
+            kueue=self.kueue,
+            training_operator=self.training_operator,
+            checkpoints=self.checkpoints,
+            tenancy=self.tenancy,
+            pool=pool,
+        )
+        problems += serving_features.check(kserve=self.kserve, vllm=self.vllm, argo=self.argo, pool=pool)
+        problems += cost_features.check(
+            cost_exporter=self.cost_exporter, observability_enabled=self.observability.enabled
+        )
         if problems:
             raise ValueError("; ".join(problems))
         return self
@@ -176,6 +177,12 @@ class LabConfig(Frozen):
     def max_gpus(self) -> int:
         """Physical GPUs the pool can ever hold: what the L4 quota must cover."""
         return self.gpu_max_nodes * self.gpus_per_node
+
+    @property
+    def pool_capacity(self) -> platform_features.PoolCapacity:
+        """nvidia.com/gpu the GPU pool offers, time-slicing included."""
+        replicas = self.gpu_sharing.replicas if self.gpu_sharing.enabled else 1
+        return platform_features.PoolCapacity(self.gpu_max_nodes, self.gpus_per_node, replicas)
 
     @property
     def billing_labels(self) -> dict[str, str]:

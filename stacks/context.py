@@ -10,8 +10,13 @@ import pulumi
 
 from components.cluster import GkeCluster
 from components.gpu_pool import GpuNodePool
+from components.naming import StackId
 from stacks.config import LabConfig
 from stacks.loader import Secrets
+
+
+def stack_id(cfg: LabConfig) -> StackId:
+    return StackId(lab=cfg.lab, stack=cfg.stack)
 
 
 @dataclass
@@ -41,6 +46,10 @@ class PlatformContext:
     # Resources later features wait for, by role (e.g. "prometheus": the release serving the
     # ServiceMonitor CRD), so a custom resource is never created before its CRD and controller.
     ready: dict[str, pulumi.Resource] = field(default_factory=dict)
+
+    @property
+    def stack_id(self) -> StackId:
+        return stack_id(self.cfg)
 
     def k8s_opts(self, depends_on: list[pulumi.Resource] | None = None) -> pulumi.ResourceOptions:
         """Options for a feature component: the cluster's provider, handed down to every child, and the

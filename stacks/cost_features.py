@@ -3,13 +3,8 @@
 from __future__ import annotations
 
 import re
-from typing import TYPE_CHECKING
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator
-
-
-if TYPE_CHECKING:
-    from stacks.config import LabConfig
 
 _BILLING_ACCOUNT = re.compile(r"^[0-9A-F]{6}-[0-9A-F]{6}-[0-9A-F]{6}$")
 # Budget alert thresholds are fractions of the amount; above 1.5 an alert would come far too late
@@ -94,10 +89,10 @@ class CostExporter(_Model):
     refresh_seconds: int = Field(60, ge=15, le=3600, description="how often the exporter re-reads nodes and pods")
 
 
-def check(cfg: LabConfig) -> list[str]:
+def check(*, cost_exporter: CostExporter, observability_enabled: bool) -> list[str]:
     """Cross-field rules of these features; each problem names its keys and what is allowed."""
     problems = []
-    if cfg.cost_exporter.enabled and not cfg.observability.enabled:
+    if cost_exporter.enabled and not observability_enabled:
         problems.append(
             "gke-ml-labs:cost_exporter.enabled: needs gke-ml-labs:observability.enabled (the in-cluster "
             "Prometheus scrapes its gauges and Grafana shows them); turn observability on or the exporter off"

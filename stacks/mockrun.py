@@ -12,19 +12,15 @@ import json
 from functools import partial
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, Callable
 
 import pulumi
-import yaml
 from pulumi.runtime import mocks as pulumi_mocks
 from pulumi.runtime import settings as pulumi_settings
 
 from stacks import loader
+from stacks.stackfile import OFFLINE_PROJECT, REPO, stack_config
 
-REPO = Path(__file__).resolve().parents[1]
-OFFLINE_PROJECT = "offline-plan-project"
-# A stand-in for each secret (real values are encrypted in the stack file and need the CLI).
-_SECRET_PLACEHOLDER = "offline-secret-value"
 
 
 @dataclass
@@ -50,6 +46,7 @@ class MockRun:
     resources: list[Recorded] = field(default_factory=list)
     outputs: dict[str, Any] = field(default_factory=dict)
     unknown_outputs: set[str] = field(default_factory=set)  # not known until the cloud answers
+    registered_outputs: set[str] = field(default_factory=set)  # URNs that called register_outputs
 
     def of_type(self, type_: str) -> list[Recorded]:
         return [r for r in self.resources if r.type == type_]
@@ -146,25 +143,9 @@ class _RecordingMonitor(pulumi_mocks.MockMonitor):
             )
         return response
 
-
-def stack_names(directory: Path = REPO) -> list[str]:
-    """Every stack with a `Pulumi.<stack>.yaml` in the project."""
-    return sorted(p.name[len("Pulumi.") : -len(".yaml")] for p in directory.glob("Pulumi.*.yaml"))
-
-
-def stack_config(stack: str, directory: Path = REPO) -> tuple[dict[str, str], list[str]]:
-    """A stack file's config as the CLI would hand it to the program: JSON text per key."""
-    path = directory / f"Pulumi.{stack}.yaml"
-    if not path.exists():
-        raise FileNotFoundError(f"no stack file {path.name}; stacks here: {', '.join(stack_names(directory))}")
-    document = yaml.safe_load(path.read_text()) or {}
-    config, secret_keys = {}, []
-    for key, value in (document.get("config") or {}).items():
-        if isinstance(value, dict) and set(value) == {"secure"}:
-            config[key], secret_keys = _SECRET_PLACEHOLDER, [*secret_keys, key]
-        else:
-            config[key] = value if isinstance(value, str) else json.dumps(value)
-    return config, secret_keys
+    def RegisterResourceOutputs(self, request):
+        self.run.registered_outputs.add(request.urn)
+        return super().RegisterResourceOutputs(request)
 
 
 def run_stack(
@@ -188,6 +169,24 @@ def run_stack(
     for key, value in (secrets or {}).items():
         config[key], secret_keys = value, [*secret_keys, key]
 
+    def program() -> dict[str, Any]:
+        cfg, stack_secrets = loader.load()
+        return build(cfg, stack_secrets)
+
+    return run_program(program, stack=stack, preview=preview, config=config, secret_keys=secret_keys)
+
+
+def run_program(
+    program: Callable[[], dict[str, Any]],
+    *,
+    stack: str,
+    preview: bool = False,
+    config: dict[str, str] | None = None,
+    secret_keys: list[str] | None = None,
+) -> MockRun:
+    """Run `program` (it registers resources and returns the outputs to export) under the mocks, with
+    `config` as the engine would pass it; a component's tests run it alone this way."""
+    config = config or {}
     run = MockRun(stack=stack, preview=preview)
     # Each run gets its own event loop and its own Stack root (set_mocks reuses an existing root,
     # whose futures belong to the loop of an earlier run; a test's asyncio.run() leaves no loop).
@@ -198,12 +197,11 @@ def run_stack(
     pulumi.runtime.set_mocks(
         mocks, project=loader.PROJECT, stack=stack, preview=preview, monitor=_RecordingMonitor(mocks, run)
     )
-    pulumi.runtime.set_all_config(config, secret_keys)
+    pulumi.runtime.set_all_config(config, secret_keys or [])
 
     @pulumi.runtime.test
-    def program():
-        cfg, stack_secrets = loader.load()
-        exported = build(cfg, stack_secrets)
+    def run_under_mocks():
+        exported = program()
         run.unknown_outputs.update(exported)
         return pulumi.Output.all(*(pulumi.Output.from_input(v).apply(partial(_known, k)) for k, v in exported.items()))
 
@@ -212,7 +210,7 @@ def run_stack(
         run.outputs[key] = value
 
     try:
-        program()
+        run_under_mocks()
     finally:
         asyncio.set_event_loop(None)
         loop.close()

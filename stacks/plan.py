@@ -16,9 +16,10 @@ from typing import Any, Callable
 
 import yaml
 
-from ops.estimate import CostEstimate, markdown
+from stacks.cost_estimate import CostEstimate, markdown
 from stacks.loader import ConfigError
-from stacks.mockrun import REPO, MockRun, Recorded, run_stack
+from stacks.mockrun import MockRun, Recorded, run_stack
+from stacks.stackfile import REPO
 
 KUBERNETES = "kubernetes:"
 # Resources that are not Kubernetes objects themselves, though their type says kubernetes.

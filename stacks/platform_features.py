@@ -2,18 +2,17 @@
 Training Operator, checkpoints, tenancy.
 
 Each model is one object key of the stack file (`gke-ml-labs:kueue: {...}`); `check` holds the rules
-that span several keys (a quota against the GPU pool, a sharing mode against the driver install).
+that span several keys (a quota against the GPU pool, a sharing mode against the driver install), over
+the feature models and the pool's capacity that LabConfig hands it.
 """
 
 from __future__ import annotations
 
 import re
-from typing import TYPE_CHECKING, Literal
+from dataclasses import dataclass
+from typing import Literal
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator
-
-if TYPE_CHECKING:
-    from stacks.config import LabConfig
 
 PREFIX = "gke-ml-labs"
 # A Kubernetes namespace / object name (RFC 1123 label).
@@ -127,36 +126,41 @@ class Tenancy(_Feature):
     security_group: str | None = Field(None, pattern=r"^gke-security-groups@[^@\s]+\.[^@\s]+$")
 
 
-def shared_gpus_per_node(cfg: LabConfig) -> int:
-    """Allocatable nvidia.com/gpu per GPU node: physical GPUs x time-slicing replicas."""
-    replicas = cfg.gpu_sharing.replicas if cfg.gpu_sharing.enabled else 1
-    return cfg.gpus_per_node * replicas
+@dataclass(frozen=True)
+class PoolCapacity:
+    """What the GPU pool can offer: the limit every GPU quota and request is checked against."""
+
+    max_nodes: int
+    gpus_per_node: int  # physical GPUs
+    sharing_replicas: int  # 1 without time-slicing
+
+    @property
+    def per_node(self) -> int:
+        """Allocatable nvidia.com/gpu per GPU node: physical GPUs x time-slicing replicas."""
+        return self.gpus_per_node * self.sharing_replicas
+
+    @property
+    def total(self) -> int:
+        """nvidia.com/gpu the whole pool can ever offer (max_nodes nodes)."""
+        return self.max_nodes * self.per_node
+
+    def describe(self) -> str:
+        return (
+            f"the GPU pool offers at most {self.total} (gpu_max_nodes {self.max_nodes} x "
+            f"{self.gpus_per_node} GPU(s) per node x {self.sharing_replicas} sharing replica(s))"
+        )
 
 
-def pool_gpu_capacity(cfg: LabConfig) -> int:
-    """nvidia.com/gpu the whole pool can ever offer (gpu_max_nodes nodes)."""
-    return cfg.gpu_max_nodes * shared_gpus_per_node(cfg)
-
-
-def _capacity_text(cfg: LabConfig) -> str:
-    replicas = cfg.gpu_sharing.replicas if cfg.gpu_sharing.enabled else 1
-    return (
-        f"the GPU pool offers at most {pool_gpu_capacity(cfg)} (gpu_max_nodes {cfg.gpu_max_nodes} x "
-        f"{cfg.gpus_per_node} GPU(s) per node x {replicas} sharing replica(s))"
-    )
-
-
-def _sharing_problems(cfg: LabConfig) -> list[str]:
-    sharing = cfg.gpu_sharing
+def _sharing_problems(sharing: GpuSharing, driver_version: str) -> list[str]:
     nvidia = sharing.enabled and sharing.mode == "nvidia"
     problems = []
-    if nvidia and cfg.gpu_driver_version != "INSTALLATION_DISABLED":
+    if nvidia and driver_version != "INSTALLATION_DISABLED":
         problems.append(
             f"{PREFIX}:gpu_sharing.mode is 'nvidia' but {PREFIX}:gpu_driver_version is "
-            f"{cfg.gpu_driver_version!r}: GKE's driver install and the NVIDIA GPU Operator exclude each other, so "
+            f"{driver_version!r}: GKE's driver install and the NVIDIA GPU Operator exclude each other, so "
             f"set {PREFIX}:gpu_driver_version: INSTALLATION_DISABLED (or use gpu_sharing.mode: gke)"
         )
-    if not nvidia and cfg.gpu_driver_version == "INSTALLATION_DISABLED":
+    if not nvidia and driver_version == "INSTALLATION_DISABLED":
         problems.append(
             f"{PREFIX}:gpu_driver_version INSTALLATION_DISABLED leaves GPU nodes without a driver unless "
             f"{PREFIX}:gpu_sharing is enabled with mode 'nvidia' (the GPU Operator mode installs it), "
@@ -165,8 +169,7 @@ def _sharing_problems(cfg: LabConfig) -> list[str]:
     return problems
 
 
-def _kueue_problems(cfg: LabConfig) -> list[str]:
-    q = cfg.kueue
+def _kueue_problems(q: Kueue, pool: PoolCapacity) -> list[str]:
     if not q.enabled:
         return []
     problems = []
@@ -185,27 +188,25 @@ def _kueue_problems(cfg: LabConfig) -> list[str]:
             f"{key}.quota_gpus {q.quota_gpus} admits all {q.jobs} jobs ({all_jobs} GPUs): the lab needs one to "
             f"wait, allowed: {2 * q.job_gpus} to {all_jobs - 1}"
         )
-    if q.quota_gpus > pool_gpu_capacity(cfg):
+    if q.quota_gpus > pool.total:
         problems.append(
-            f"{key}.quota_gpus {q.quota_gpus} is above what {_capacity_text(cfg)}: admitted jobs would never "
+            f"{key}.quota_gpus {q.quota_gpus} is above what {pool.describe()}: admitted jobs would never "
             f"schedule: raise {PREFIX}:gpu_max_nodes or enable {PREFIX}:gpu_sharing, or lower the quota"
         )
     return problems
 
 
-def _training_problems(cfg: LabConfig) -> list[str]:
-    t = cfg.training_operator
+def _training_problems(t: TrainingOperator, pool: PoolCapacity) -> list[str]:
     demand = t.workers * t.gpus_per_worker
-    if not t.enabled or demand <= pool_gpu_capacity(cfg):
+    if not t.enabled or demand <= pool.total:
         return []
     return [
         f"{PREFIX}:training_operator: {t.workers} workers x {t.gpus_per_worker} GPU(s) = {demand}, but "
-        f"{_capacity_text(cfg)}: the PyTorchJob could never start all its pods"
+        f"{pool.describe()}: the PyTorchJob could never start all its pods"
     ]
 
 
-def _tenancy_problems(cfg: LabConfig) -> list[str]:
-    t = cfg.tenancy
+def _tenancy_problems(t: Tenancy, labs_use: list[str], pool: PoolCapacity) -> list[str]:
     if not t.enabled:
         return []
     key = f"{PREFIX}:tenancy"
@@ -216,28 +217,41 @@ def _tenancy_problems(cfg: LabConfig) -> list[str]:
     duplicates = sorted({n for n in names if names.count(n) > 1})
     if duplicates:
         problems.append(f"{key}.tenants: names {', '.join(duplicates)} appear more than once, names must be unique")
-    taken = RESERVED_NAMESPACES | set(lab_namespaces(cfg))
+    taken = RESERVED_NAMESPACES | set(labs_use)
     for i, tenant in enumerate(t.tenants):
         if tenant.name in taken:
             problems.append(
                 f"{key}.tenants[{i}].name {tenant.name!r} is a namespace the platform uses, "
                 f"not allowed: {', '.join(sorted(taken))}"
             )
-        if tenant.gpus > pool_gpu_capacity(cfg):
-            problems.append(f"{key}.tenants[{i}].gpus {tenant.gpus} is above what {_capacity_text(cfg)}")
+        if tenant.gpus > pool.total:
+            problems.append(f"{key}.tenants[{i}].gpus {tenant.gpus} is above what {pool.describe()}")
     return problems
 
 
-def lab_namespaces(cfg: LabConfig) -> list[str]:
+def lab_namespaces(kueue: Kueue, training_operator: TrainingOperator, checkpoints: Checkpoints) -> list[str]:
     """The namespaces the enabled lab features create for workloads."""
-    features = (cfg.kueue, cfg.training_operator, cfg.checkpoints)
-    return [f.namespace for f in features if f.enabled]
+    return [f.namespace for f in (kueue, training_operator, checkpoints) if f.enabled]
 
 
-def check(cfg: LabConfig) -> list[str]:
+def check(
+    *,
+    gpu_sharing: GpuSharing,
+    driver_version: str,
+    kueue: Kueue,
+    training_operator: TrainingOperator,
+    checkpoints: Checkpoints,
+    tenancy: Tenancy,
+    pool: PoolCapacity,
+) -> list[str]:
     """Cross-field rules of these features; each problem names its keys and what is allowed."""
-    problems = _sharing_problems(cfg) + _kueue_problems(cfg) + _training_problems(cfg) + _tenancy_problems(cfg)
-    namespaces = lab_namespaces(cfg)
+    namespaces = lab_namespaces(kueue, training_operator, checkpoints)
+    problems = (
+        _sharing_problems(gpu_sharing, driver_version)
+        + _kueue_problems(kueue, pool)
+        + _training_problems(training_operator, pool)
+        + _tenancy_problems(tenancy, namespaces, pool)
+    )
     clash = sorted({n for n in namespaces if namespaces.count(n) > 1 or n in RESERVED_NAMESPACES})
     if clash:
         problems.append(

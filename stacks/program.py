@@ -14,10 +14,10 @@ from components.cluster import GkeCluster, GkeClusterArgs
 from components.gpu_pool import GpuNodePool, GpuNodePoolArgs
 from components.naming import resource_name
 from components.network import Network, NetworkArgs
-from ops.estimate import estimate_or_none
+from stacks.cost_estimate import estimate_or_none
 from stacks import compose_cost, compose_platform, compose_serving
 from stacks.config import LabConfig
-from stacks.context import PlatformContext
+from stacks.context import PlatformContext, stack_id
 from stacks.labs import LABS
 from stacks.loader import Secrets
 
@@ -35,6 +35,7 @@ BASE_APIS = [
 
 def build(cfg: LabConfig, secrets: Secrets) -> dict[str, Any]:
     labels = cfg.billing_labels
+    name = resource_name(stack_id(cfg))
     services = BASE_APIS + [api for group in FEATURE_GROUPS for api in group.apis(cfg)]
     apis = ProjectApis("apis", ProjectApisArgs(project=cfg.project, services=services))
     after_apis = pulumi.ResourceOptions(depends_on=[apis])
@@ -44,7 +45,7 @@ def build(cfg: LabConfig, secrets: Secrets) -> dict[str, Any]:
         NetworkArgs(
             project=cfg.project,
             region=cfg.region,
-            network_name=resource_name(cfg),
+            network_name=name,
             subnet_cidr=cfg.subnet_cidr,
             pods_cidr=cfg.pods_cidr,
             services_cidr=cfg.services_cidr,
@@ -56,7 +57,7 @@ def build(cfg: LabConfig, secrets: Secrets) -> dict[str, Any]:
         GkeClusterArgs(
             project=cfg.project,
             zone=cfg.cluster_zone,
-            cluster_name=resource_name(cfg),
+            cluster_name=name,
             network=network.network.id,
             subnetwork=network.subnet.id,
             release_channel=cfg.release_channel,
@@ -100,6 +101,7 @@ def build(cfg: LabConfig, secrets: Secrets) -> dict[str, Any]:
         "zones": sorted({cfg.cluster_zone, *cfg.gpu_node_zones}),
         "cluster_name": cluster.cluster.name,
         "kubeconfig": cluster.kubeconfig,
+        "system_pool": {"name": cluster.system_pool.name, "node_selector": cluster.system_node_selector},
         "gpu_pool": {
             "name": gpu.pool.name,
             "machine_type": cfg.gpu_machine_type,

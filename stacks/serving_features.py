@@ -6,15 +6,12 @@ that span several keys (GPU demand against the pool, a model's context limit, Ar
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Literal
+from typing import Literal
 
 from pydantic import BaseModel, ConfigDict, Field
 
-from benchmarks.serving.catalogue import MODELS
-from stacks.platform_features import DNS_LABEL, PREFIX, pool_gpu_capacity
-
-if TYPE_CHECKING:
-    from stacks.config import LabConfig
+from facts.catalogue import MODELS
+from stacks.platform_features import DNS_LABEL, PREFIX, PoolCapacity
 
 # Quantization methods the pinned vLLM accepts (`--quantization`) that also run on an L4 (Ada,
 # sm_89): names from vLLM's QuantizationMethods; others there target TPUs, CPUs or other vendors.
@@ -106,8 +103,7 @@ class Argo(_Feature):
     artifact_retention_days: int = Field(7, ge=1, le=365, description="bucket objects are deleted after this")
 
 
-def _kserve_problems(cfg: LabConfig) -> list[str]:
-    ks = cfg.kserve
+def _kserve_problems(ks: KServe) -> list[str]:
     if not ks.enabled:
         return []
     problems = []
@@ -126,20 +122,20 @@ def _kserve_problems(cfg: LabConfig) -> list[str]:
     return problems
 
 
-def gpu_demand(cfg: LabConfig) -> dict[str, int]:
+def gpu_demand(kserve: KServe, vllm: Vllm) -> dict[str, int]:
     """GPUs each enabled serving feature may hold at once (shared GPUs count one each)."""
     demand = {}
-    if cfg.kserve.enabled and cfg.kserve.deploy_example and cfg.kserve.gpu:
-        demand["kserve"] = LIVE_REVISIONS_IN_ROLLOUT * cfg.kserve.max_replicas
-    if cfg.vllm.enabled:
+    if kserve.enabled and kserve.deploy_example and kserve.gpu:
+        demand["kserve"] = LIVE_REVISIONS_IN_ROLLOUT * kserve.max_replicas
+    if vllm.enabled:
         # One replica; the Deployment uses the Recreate strategy, so an update never needs a second GPU.
         demand["vllm"] = 1
     return demand
 
 
-def _gpu_problems(cfg: LabConfig) -> list[str]:
-    demand = gpu_demand(cfg)
-    total, capacity = sum(demand.values()), pool_gpu_capacity(cfg)
+def _gpu_problems(kserve: KServe, vllm: Vllm, pool: PoolCapacity) -> list[str]:
+    demand = gpu_demand(kserve, vllm)
+    total, capacity = sum(demand.values()), pool.total
     if total <= capacity:
         return []
     parts = " + ".join(f"{k} {v}" for k, v in demand.items())
@@ -149,13 +145,12 @@ def _gpu_problems(cfg: LabConfig) -> list[str]:
     return [
         f"{PREFIX}:kserve.gpu / {PREFIX}:vllm: the serving GPU demand ({parts} = {total}, a KServe GPU "
         f"predictor counting {LIVE_REVISIONS_IN_ROLLOUT} x max_replicas as two revisions run during a canary or "
-        f"rollout) exceeds what the pool can hold: {capacity} nvidia.com/gpu (gpu_max_nodes {cfg.gpu_max_nodes} x "
-        f"{cfg.gpus_per_node} GPU(s) per node x sharing replicas), so {hints}"
+        f"rollout) exceeds what the pool can hold: {capacity} nvidia.com/gpu (gpu_max_nodes {pool.max_nodes} x "
+        f"{pool.gpus_per_node} GPU(s) per node x sharing replicas), so {hints}"
     ]
 
 
-def _vllm_problems(cfg: LabConfig) -> list[str]:
-    v = cfg.vllm
+def _vllm_problems(v: Vllm) -> list[str]:
     if not v.enabled:
         return []
     limit = v.context_limit()
@@ -172,17 +167,18 @@ def _vllm_problems(cfg: LabConfig) -> list[str]:
     return []
 
 
-def _argo_problems(cfg: LabConfig) -> list[str]:
-    if cfg.argo.enabled and not cfg.kserve.enabled:
+def _argo_problems(argo: Argo, kserve: KServe) -> list[str]:
+    if argo.enabled and not kserve.enabled:
         return [
             f"{PREFIX}:argo is enabled but {PREFIX}:kserve is not: the workflow's deploy step creates a KServe "
             "InferenceService, so set kserve.enabled: true"
         ]
-    if cfg.argo.enabled and cfg.argo.workflow_namespace == cfg.argo.namespace:
+    if argo.enabled and argo.workflow_namespace == argo.namespace:
         return [f"{PREFIX}:argo.workflow_namespace must differ from argo.namespace (the controller's)"]
     return []
 
 
-def check(cfg: LabConfig) -> list[str]:
+def check(*, kserve: KServe, vllm: Vllm, argo: Argo, pool: PoolCapacity) -> list[str]:
     """Cross-field rules of these features; each problem names its keys and what is allowed."""
-    return _kserve_problems(cfg) + _vllm_problems(cfg) + _gpu_problems(cfg) + _argo_problems(cfg)
+    problems = _kserve_problems(kserve) + _vllm_problems(vllm)
+    return problems + _gpu_problems(kserve, vllm, pool) + _argo_problems(argo, kserve)

@@ -4,7 +4,8 @@ from __future__ import annotations
 
 import pytest
 
-from stacks.mockrun import MockRun, run_stack, stack_names
+from stacks.mockrun import MockRun, run_stack
+from stacks.stackfile import stack_names
 
 STACKS = stack_names()
 

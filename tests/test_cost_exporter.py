@@ -13,7 +13,8 @@ from promql import syntax_errors
 from components import cost_exporter as component
 from components.dashboards.cost import COST_METRICS, cost_dashboard
 from components.scripts import cost_exporter as exporter
-from ops.pricing import exporter_table, hourly
+from facts.prices import exporter_table, hourly
+from stacks.compose_cost import cost_exporter_args
 from stacks.loader import ConfigError, parse
 from stacks.mockrun import run_stack
 
@@ -130,8 +131,8 @@ def g6(observability: bool = True):
 
 
 def test_objects_validate_and_run_on_the_system_pool():
-    cfg = g6()
-    objects = component.objects(cfg) + [component.service_monitor(cfg)]
+    args = cost_exporter_args(g6())
+    objects = component.objects(args) + [component.service_monitor(args)]
     for obj in objects:
         schemas.validate_object(obj)
     deployment = next(o for o in objects if o["kind"] == "Deployment")

@@ -16,6 +16,7 @@ from components.cluster import POOL_LABEL
 from components.scripts import idle_guard
 from components.scripts.kube_api import KubeApi
 from conftest import STACKS
+from stacks.compose_cost import idle_guard_args
 from stacks.loader import ConfigError, parse
 from stacks.mockrun import run_stack
 
@@ -231,13 +232,13 @@ def test_dry_run_writes_nothing_and_a_refused_patch_fails_the_run(capsys):
 # --- what gets deployed ---
 
 
-def g6(**guard):
-    return parse({"lab": "g6", "idle_guard": {"enabled": True, **guard}}, stack="g6", project="p", region=None)
+def g6(**guard) -> component.IdleGuardArgs:
+    cfg = parse({"lab": "g6", "idle_guard": {"enabled": True, **guard}}, stack="g6", project="p", region=None)
+    return idle_guard_args(cfg)
 
 
 def test_objects_validate_and_rbac_is_least_privilege():
-    cfg = g6(ttl_minutes=45, dry_run=True)
-    objects = component.objects(cfg)
+    objects = component.objects(g6(ttl_minutes=45, dry_run=True))
     for obj in objects:
         schemas.validate_object(obj)
     role = next(o for o in objects if o["kind"] == "ClusterRole")
@@ -257,7 +258,7 @@ def test_objects_validate_and_rbac_is_least_privilege():
 
 
 def test_mounted_scripts_are_the_repository_files():
-    cm = component.scripts_config_map(g6())
+    cm = component.scripts_config_map(g6().stack_id)
     assert cm["data"]["idle_guard.py"] == open(idle_guard.__file__).read()
     paths = {item["path"] for item in component.cron_job(g6())["spec"]["jobTemplate"]["spec"]["template"]["spec"]["volumes"][0]["configMap"]["items"]}
     assert paths == {"components/__init__.py", "components/scripts/__init__.py",

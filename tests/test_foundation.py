@@ -11,6 +11,7 @@ from kube_fixtures import G2_L4 as PUBLISHED_G2_L4
 
 from components import argo, checkpoints
 from components.naming import resource_name
+from stacks.context import stack_id
 from stacks.loader import ConfigError, parse
 from stacks.mockrun import run_stack
 from stacks.plan import main as plan_main
@@ -62,6 +63,17 @@ def test_dev_cluster_is_zonal_destroyable_and_uses_workload_identity(stack_runs)
     assert "taints" not in system["nodeConfig"] and "guestAccelerators" not in system["nodeConfig"]
     # Exactly the two pools: nothing else can hold a node.
     assert sorted(r.name for r in run.of_type(NODE_POOL)) == ["gke-system", "gpu-pool"]
+
+
+@pytest.mark.parametrize("stack", STACKS)
+def test_outputs_say_how_to_land_on_each_pool(stack_runs, stack):
+    # The kit places its clients and GPU pods by these selectors alone (it reads no code of the program).
+    run = stack_runs[(stack, False)]
+    labels = {r.name: r.inputs["nodeConfig"]["labels"] for r in run.of_type(NODE_POOL)}
+    system, gpu = run.outputs["system_pool"]["node_selector"], run.outputs["gpu_pool"]["node_selector"]
+    assert system.items() <= labels["gke-system"].items() and not system.items() <= labels["gpu-pool"].items()
+    assert gpu.items() <= labels["gpu-pool"].items() and not gpu.items() <= labels["gke-system"].items()
+    assert run.outputs["system_pool"]["name"] == run.one(NODE_POOL, "gke-system").inputs["name"]
 
 
 def test_node_pools_guard_against_replacement_by_backfilled_fields(stack_runs):
@@ -235,11 +247,12 @@ def test_a_stack_name_that_cannot_name_the_gcp_resources_is_refused(stack):
 
 def test_the_longest_allowed_stack_name_gives_distinct_valid_service_account_ids():
     cfg = parse({"lab": "g7"}, stack="a" * 20, project="proj-1", region="us-central1")
-    ids = [argo.account_id(cfg, "wf"), argo.account_id(cfg, "model"), checkpoints.account_id(cfg),
-           f"{resource_name(cfg)}-nodes"]
+    owner = stack_id(cfg)
+    ids = [argo.account_id(owner, "wf"), argo.account_id(owner, "model"), checkpoints.account_id(owner),
+           f"{resource_name(owner)}-nodes"]
     assert len(set(ids)) == len(ids)
     assert all(re.fullmatch(r"[a-z][-a-z0-9]{4,28}[a-z0-9]", i) for i in ids), ids
-    assert len(resource_name(cfg)) <= 40
+    assert len(resource_name(owner)) <= 40
 
 
 @pytest.mark.parametrize(("stack", "api"), [("g7", "iam"), ("g7", "storage"), ("g8", "iam"), ("g8", "storage")])

@@ -15,7 +15,7 @@ from benchmarks.g6.result import G6Result
 from benchmarks.g6.targets import CONFIG_PATH, SimTarget, StackTarget
 from benchmarks.harness import PulumiStack, load_result, save_result
 from benchmarks.metrics import GaugeStats, ServerMetrics
-from benchmarks.serving.catalogue import get_gpu, get_model
+from facts.catalogue import get_gpu, get_model
 from benchmarks.serving.sizing import roofline, size
 from fake_pulumi import fake_pulumi, pulumi_calls
 

@@ -15,6 +15,7 @@ import schemas
 from labs_fakes import fixture_outputs, recording_path
 
 from benchmarks.labs import g5
+from benchmarks.labs.errors import LabError
 from benchmarks.labs.objects import SCRIPTS
 from benchmarks.labs.record import Recording, load_recording
 from benchmarks.labs.serving import parse_client_log, predict_count, wilson
@@ -74,6 +75,12 @@ def test_client_job_validates_and_runs_on_the_system_pool():
             env = {e["name"]: e["value"] for e in spec["containers"][0]["env"]}
             assert env["HOST"] == "iris-predictor.models.example.com" and env["COUNT"] == "200"
             assert env["TARGET"] == "http://kourier.kourier-system.svc.cluster.local:80"
+
+
+def test_a_stack_without_the_system_pool_output_is_refused_before_anything_runs():
+    older = {k: v for k, v in fixture_outputs("g5").items() if k != "system_pool"}
+    with pytest.raises(LabError, match="system_pool lacks node_selector"):
+        g5.check_outputs(older)
 
 
 def test_wilson_matches_the_textbook_values():

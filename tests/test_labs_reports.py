@@ -46,7 +46,7 @@ def test_result_round_trip_report_and_plots(lab, tmp_path):
 
 
 def _without_cost(folder: Path) -> tuple[dict, str]:
-    """result.json and report.md minus the cost estimate, which ops.estimate renders (its own tests)."""
+    """result.json and report.md minus the cost estimate, which stacks.cost_estimate renders (its own tests)."""
     result = json.loads((folder / "result.json").read_text())
     result.pop("cost")
     report = (folder / "report.md").read_text()

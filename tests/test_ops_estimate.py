@@ -4,10 +4,11 @@ from __future__ import annotations
 
 import pytest
 
-from ops import estimate as est
-from ops import pricing
-from ops.stackfile import load_config, stack_names
+from facts import prices
+from ops import estimate as cli
+from stacks import cost_estimate as est
 from stacks.loader import parse
+from stacks.stackfile import load_config, stack_names
 
 # FACTS.md's verified list prices (2026-08-20): the table must carry exactly these.
 FACTS = {
@@ -21,23 +22,23 @@ FACTS = {
 @pytest.mark.parametrize("key", sorted(FACTS))
 def test_table_carries_the_verified_prices(key):
     region, machine = key
-    assert (pricing.hourly(region, machine, spot=False), pricing.hourly(region, machine, spot=True)) == FACTS[key]
+    assert (prices.hourly(region, machine, spot=False), prices.hourly(region, machine, spot=True)) == FACTS[key]
 
 
 def test_every_price_names_its_source_and_the_table_its_date():
-    for region, prices in pricing.PRICES.items():
-        for machine, price in prices.machines.items():
+    for region, table in prices.PRICES.items():
+        for machine, price in table.machines.items():
             assert "read 20" in price.source, f"{region}/{machine} has no dated source"
             assert price.spot < price.on_demand, f"{region}/{machine}: spot must be cheaper"
             assert (price.gpu_share > 0) == machine.startswith("g2-"), machine
-    assert pricing.PRICE_DATE == "2026-08-20"
+    assert prices.PRICE_DATE == "2026-08-20"
 
 
 def test_unknown_region_and_machine_fail_listing_what_is_known():
-    with pytest.raises(pricing.PricingError, match=r"no prices for region 'europe-west9'; known regions: asia-south1, us-central1"):
-        pricing.hourly("europe-west9", "g2-standard-4", spot=True)
-    with pytest.raises(pricing.PricingError, match=r"no price for machine type 'g2-standard-96' in us-central1; known there: .*g2-standard-4"):
-        pricing.hourly("us-central1", "g2-standard-96", spot=True)
+    with pytest.raises(prices.PricingError, match=r"no prices for region 'europe-west9'; known regions: asia-south1, us-central1"):
+        prices.hourly("europe-west9", "g2-standard-4", spot=True)
+    with pytest.raises(prices.PricingError, match=r"no price for machine type 'g2-standard-96' in us-central1; known there: .*g2-standard-4"):
+        prices.hourly("us-central1", "g2-standard-96", spot=True)
 
 
 def lab(**raw):
@@ -46,11 +47,11 @@ def lab(**raw):
 
 def test_gpu_up_adds_one_gpu_node_per_max_node():
     one, two = est.estimate(lab()), est.estimate(lab(gpu_max_nodes=2))
-    node = pricing.hourly("us-central1", "g2-standard-4", spot=True)
+    node = prices.hourly("us-central1", "g2-standard-4", spot=True)
     assert one.per_hour_gpu_at_zero == two.per_hour_gpu_at_zero
     assert one.per_hour_gpu_up - one.per_hour_gpu_at_zero == pytest.approx(node + 0.10 * 100 / 730)
     assert two.per_hour_gpu_up - two.per_hour_gpu_at_zero == pytest.approx(2 * (one.per_hour_gpu_up - one.per_hour_gpu_at_zero))
-    system = pricing.hourly("us-central1", "e2-standard-4", spot=False)
+    system = prices.hourly("us-central1", "e2-standard-4", spot=False)
     assert one.per_hour_gpu_at_zero == pytest.approx(system + 0.10 * 50 / 730), "cluster fee is free tier"
 
 
@@ -97,7 +98,7 @@ def test_the_stack_exports_its_estimate_and_an_unpriced_region_does_not_block_up
 
 
 def test_every_stack_file_has_an_estimate():
-    rows = est.table([load_config(s) for s in stack_names()]).splitlines()
+    rows = cli.table([load_config(s) for s in stack_names()]).splitlines()
     assert len(rows) == 2 + len(stack_names()) + 2
 
 
@@ -111,5 +112,5 @@ def test_an_unpriced_machine_skips_the_cost_exporter_instead_of_blocking_up():
 
 
 def test_cli(capsys):
-    assert est.main(["dev"]) == 0 and "GPU pool at 1 node(s)" in capsys.readouterr().out
-    assert est.main(["nope"]) == 2 and "no stack file" in capsys.readouterr().err
+    assert cli.main(["dev"]) == 0 and "GPU pool at 1 node(s)" in capsys.readouterr().out
+    assert cli.main(["nope"]) == 2 and "no stack file" in capsys.readouterr().err

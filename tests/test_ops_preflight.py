@@ -8,7 +8,7 @@ import pytest
 from fake_google import EXPIRED_TOKEN, FakeGoogle, GoogleState
 from ops import preflight
 from ops.gcp import CredentialsError, GcpClient, adc_token
-from ops.stackfile import load_config
+from stacks.stackfile import load_config
 
 PROJECT = "lab-project"
 

@@ -8,7 +8,8 @@ from datetime import datetime, timedelta, timezone
 import pytest
 
 from fake_google import FakeGoogle, GoogleState
-from ops import pricing, status
+from facts import prices
+from ops import status
 
 PROJECT = "lab-project"
 NOW = datetime(2026, 11, 29, 18, 0, tzinfo=timezone.utc)
@@ -63,7 +64,7 @@ def test_gpu_node_up_exits_nonzero_with_since_and_cost(capsys):
     })
     code, out = run(state, capsys)
     assert code == 1
-    cost = pricing.hourly("us-central1", "g2-standard-4", spot=True) * 2.5
+    cost = prices.hourly("us-central1", "g2-standard-4", spot=True) * 2.5
     assert "GPU nodes of gke-ml-labs running now: 1" in out
     assert "gke-gml-g6-gpu-1a2b (us-central1-a, g2-standard-4, 1 GPU, spot, lab g6)" in out
     assert f"since {started.astimezone(timezone(timedelta(hours=-8))).isoformat()}" in out and "(2.5 h)" in out
@@ -92,7 +93,7 @@ def test_gpu_from_guest_accelerators_and_unpriced_machine(capsys):
     })
     code, out = run(state, capsys)
     assert code == 1
-    assert "2 GPU, on-demand" in out and "not in ops/pricing.py" in out
+    assert "2 GPU, on-demand" in out and "not in facts/prices.py" in out
 
 
 def test_pulumi_state_counts_when_cli_present(monkeypatch):

@@ -1,19 +1,26 @@
-"""Server-side truth: the PromQL path against a real Prometheus (Debian's package) scraping the
-simulator, and the direct-scrape arithmetic on hand-worked cases."""
+"""Server-side truth: the one Prometheus client against a real Prometheus (Debian's package) scraping
+the simulator, over plain HTTP and through a Kubernetes API server's service proxy, and the
+direct-scrape arithmetic on hand-worked cases."""
 
 from __future__ import annotations
 
 import asyncio
+import json
 import socket
 import subprocess
+import threading
 import time
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from urllib.parse import urlsplit
 
 import httpx
 import pytest
 
+from benchmarks.cluster import ClusterError, KubeCluster
 from benchmarks.g6.targets import SimTarget
+from benchmarks.harness import PrometheusRef
 from benchmarks.loadgen import LoadSpec, run_load, summarize
-from benchmarks.metrics import MetricsError, PrometheusClient, histogram_quantile, metrics_from_scrapes
+from benchmarks.metrics import MetricsError, PrometheusClient, histogram_quantile, metrics_from_scrapes, scalar, vector
 from benchmarks.metrics.scrape import Scrape
 from promql import binary
 
@@ -56,7 +63,7 @@ def sim_and_prometheus(tmp_path_factory):
                     proc.kill()
                     pytest.fail(f"prometheus did not start: {proc.communicate()[1][-1000:]}")
                 time.sleep(0.1)
-            PrometheusClient(prom).wait_for_scrape(time.time() - 60, timeout_s=10)
+            PrometheusClient.over_http(prom).wait_for_scrape(time.time() - 60, timeout_s=10)
             yield sim, prom
         finally:
             proc.terminate()
@@ -70,7 +77,7 @@ def test_promql_reads_the_servers_view_of_a_load_window(sim_and_prometheus):
     stats = summarize(asyncio.run(run_load(spec)), spec)
     assert stats.completed > 16 and stats.failed == 0
 
-    m = PrometheusClient(prom).window_metrics(stats.window.start.timestamp(), stats.window.end.timestamp())
+    m = PrometheusClient.over_http(prom).window_metrics(stats.window.start.timestamp(), stats.window.end.timestamp())
     assert m.source == "prometheus"
     assert 0 < m.running.mean <= 8 and m.running.max == 8
     assert m.waiting.max > 0
@@ -88,7 +95,95 @@ def test_promql_reads_the_servers_view_of_a_load_window(sim_and_prometheus):
 def test_promql_errors_name_the_query(sim_and_prometheus):
     _, prom = sim_and_prometheus
     with pytest.raises(MetricsError, match="rejected 'sum\\(\\('"):
-        PrometheusClient(prom).query("sum((", time.time())
+        PrometheusClient.over_http(prom).query("sum((", time.time())
+
+
+class _ApiServer(BaseHTTPRequestHandler):
+    """A loopback Kubernetes API server: discovery, and the service proxy to `prometheus` (a real
+    Prometheus) for the one Service `monitoring/kps-prometheus:9090`, as a GKE API server proxies it."""
+
+    prometheus = ""
+    proxied: list[str] = []
+
+    def _send(self, code: int, body: bytes, ctype: str) -> None:
+        self.send_response(code)
+        self.send_header("Content-Type", ctype)
+        self.send_header("Content-Length", str(len(body)))
+        self.end_headers()
+        self.wfile.write(body)
+
+    def do_GET(self):
+        url = urlsplit(self.path)
+        discovery = {
+            "/version": {"major": "1", "minor": "35", "gitVersion": "v1.35.7-gke.1219000"},
+            "/api": {"kind": "APIVersions", "versions": ["v1"]},
+            "/apis": {"kind": "APIGroupList", "groups": []},
+            "/api/v1": {"kind": "APIResourceList", "groupVersion": "v1", "resources": []},
+        }
+        if url.path in discovery:
+            return self._send(200, json.dumps(discovery[url.path]).encode(), "application/json")
+        prefix = "/api/v1/namespaces/monitoring/services/kps-prometheus:9090/proxy/"
+        if not url.path.startswith(prefix):
+            status = {"kind": "Status", "status": "Failure", "reason": "NotFound", "code": 404}
+            return self._send(404, json.dumps(status).encode(), "application/json")
+        _ApiServer.proxied.append(url.path.removeprefix(prefix))
+        answer = httpx.get(f"{self.prometheus}/{url.path.removeprefix(prefix)}?{url.query}", timeout=10)
+        self._send(answer.status_code, answer.content, answer.headers["content-type"])
+
+    def log_message(self, *args):
+        pass
+
+
+@pytest.fixture()
+def api_server(sim_and_prometheus):
+    _ApiServer.prometheus, _ApiServer.proxied = sim_and_prometheus[1], []
+    server = ThreadingHTTPServer(("127.0.0.1", 0), _ApiServer)
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    kubeconfig = {
+        "apiVersion": "v1", "kind": "Config", "current-context": "lab",
+        "clusters": [{"name": "lab", "cluster": {"server": f"http://127.0.0.1:{server.server_port}"}}],
+        "users": [{"name": "me", "user": {"token": "t0ken"}}],
+        "contexts": [{"name": "lab", "context": {"cluster": "lab", "user": "me"}}],
+    }  # fmt: skip
+    yield KubeCluster.from_kubeconfig(json.dumps(kubeconfig))
+    server.shutdown()
+
+
+def test_both_transports_read_the_same_prometheus(sim_and_prometheus, api_server):
+    _, prom = sim_and_prometheus
+    # The stack outputs' `prometheus`, as the lab benchmarks read it.
+    target = PrometheusRef(namespace="monitoring", service="kps-prometheus", port=9090)
+    proxied = PrometheusClient.through_service_proxy(api_server, target)
+    direct = PrometheusClient.over_http(prom)
+    at = time.time()
+    assert proxied.query("count(up)", at) == direct.query("count(up)", at) == 1.0
+    (sample,) = vector(proxied.answer('up{job="sim"}'))
+    assert sample.value == 1.0 and sample.labels["job"] == "sim"
+    assert scalar(proxied.answer('sum(up{job="sim"})')) == 1.0
+    assert _ApiServer.proxied == ["api/v1/query", "api/v1/query", "api/v1/query"]
+
+
+def test_a_rejected_query_through_the_proxy_names_the_service_and_the_query(api_server):
+    target = PrometheusRef(namespace="monitoring", service="kps-prometheus", port=9090)
+    proxied = PrometheusClient.through_service_proxy(api_server, target)
+    # The API server passes Prometheus' 400 on: the cluster layer says which service answered what.
+    with pytest.raises(ClusterError, match=r"kps-prometheus:9090 answered HTTP 400: .*parse error"):
+        proxied.query("sum((", time.time())
+    missing = PrometheusRef(namespace="monitoring", service="other", port=9090)
+    elsewhere = PrometheusClient.through_service_proxy(api_server, missing)
+    with pytest.raises(ClusterError, match="monitoring/other:9090 answered HTTP 404"):
+        elsewhere.answer("up")
+
+
+def test_an_error_answer_fails_parsing_with_prometheus_own_words():
+    # Prometheus' answer to an instant query that timed out (its API documentation's error shape).
+    answer = {"status": "error", "errorType": "timeout", "error": "query timed out in expression evaluation"}
+    with pytest.raises(MetricsError, match="Prometheus answered timeout: query timed out"):
+        vector(answer)
+    assert scalar(answer) is None
+    matrix = {"status": "success", "data": {"resultType": "matrix", "result": []}}
+    with pytest.raises(MetricsError, match="expected an instant vector from Prometheus, got 'matrix'"):
+        vector(matrix)
 
 
 def test_histogram_quantile_interpolates_like_prometheus():

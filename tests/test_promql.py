@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 
 import promql
-from benchmarks.labs.promql import gpu_util_query
+from benchmarks.metrics.prometheus import gpu_util_query
 
 
 def test_the_syntax_check_reads_vllm_names_and_the_lab_queries():

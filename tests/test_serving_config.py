@@ -58,9 +58,9 @@ def test_bad_serving_config_fails_clearly_and_creates_nothing(stack, overrides, 
 
 def test_gpu_predictors_fit_once_the_pool_can_hold_two_revisions():
     shared = lab(kserve={"enabled": True, "gpu": True}, gpu_sharing={"enabled": True, "replicas": 2})
-    assert gpu_demand(shared) == {"kserve": 2}
+    assert gpu_demand(shared.kserve, shared.vllm) == {"kserve": 2}
     two_nodes = lab(kserve={"enabled": True, "gpu": True}, gpu_max_nodes=2)
-    assert gpu_demand(two_nodes) == {"kserve": 2}
+    assert gpu_demand(two_nodes.kserve, two_nodes.vllm) == {"kserve": 2}
     with pytest.raises(ValueError, match=r"kserve 4 = 4"):
         lab(kserve={"enabled": True, "gpu": True, "max_replicas": 2}, gpu_max_nodes=2)
 
@@ -70,7 +70,7 @@ def test_vllm_and_gpu_predictors_add_up_against_the_pool():
     with pytest.raises(ValueError, match=over):
         lab(kserve={"enabled": True, "gpu": True}, vllm={"enabled": True}, gpu_max_nodes=2)
     fits = lab(kserve={"enabled": True, "gpu": True}, vllm={"enabled": True}, gpu_max_nodes=3)
-    assert gpu_demand(fits) == {"kserve": 2, "vllm": 1}
+    assert gpu_demand(fits.kserve, fits.vllm) == {"kserve": 2, "vllm": 1}
 
 
 def test_default_lab_configs_fit_one_l4():
@@ -78,7 +78,7 @@ def test_default_lab_configs_fit_one_l4():
         cfg = LabConfig.model_validate(
             {"lab": name, "stack": name, "project": "p", "kserve": {"enabled": True}, "vllm": {"enabled": name == "g6"}}
         )
-        assert sum(gpu_demand(cfg).values()) <= cfg.max_gpus == 1
+        assert sum(gpu_demand(cfg.kserve, cfg.vllm).values()) <= cfg.max_gpus == 1
 
 
 def test_canary_serves_the_new_version_beside_the_rolled_out_one():

@@ -12,7 +12,9 @@ import schemas
 
 from components import argo, cert_manager, knative, kserve, versions, vllm, workload_identity
 from components.gpu_pool import GPU_RESOURCE, GpuPlacement
+from stacks.compose_serving import argo_args, inference_service_args, vllm_args
 from stacks.config import LabConfig
+from stacks.context import stack_id
 
 PLACEMENT = GpuPlacement()
 
@@ -37,7 +39,7 @@ def container(deployment: dict) -> dict:
 )
 def test_inference_service_validates_against_the_kserve_crd(keys):
     cfg = lab(kserve=keys, gpu_max_nodes=2)
-    isvc = kserve.inference_service(cfg, PLACEMENT)
+    isvc = kserve.inference_service(stack_id(cfg), inference_service_args(cfg), PLACEMENT)
     schemas.validate_object(isvc)
     predictor = isvc["spec"]["predictor"]
     assert predictor["minReplicas"] == 0, "scale to zero"
@@ -59,7 +61,7 @@ def test_inference_service_validates_against_the_kserve_crd(keys):
 def test_vllm_deployment_carries_exactly_the_configured_server_args(quantization):
     cfg = lab("g6", vllm={"enabled": True, "max_num_seqs": 64, "max_model_len": 8192, "quantization": quantization,
                           "gpu_memory_utilization": 0.85, "dtype": "float16"})
-    deployment = vllm.deployment(cfg, PLACEMENT, with_token=False)
+    deployment = vllm.deployment(vllm_args(cfg, PLACEMENT), with_token=False)
     schemas.validate_object(deployment)
     expected = [
         "--model=Qwen/Qwen2.5-1.5B-Instruct",
@@ -77,7 +79,7 @@ def test_vllm_deployment_carries_exactly_the_configured_server_args(quantization
 
 def test_vllm_pod_lands_on_the_gpu_pool_without_service_links():
     cfg = lab("g6", vllm={"enabled": True})
-    deployment = vllm.deployment(cfg, PLACEMENT, with_token=False)
+    deployment = vllm.deployment(vllm_args(cfg, PLACEMENT), with_token=False)
     pod = deployment["spec"]["template"]["spec"]
     main = container(deployment)
     assert pod["enableServiceLinks"] is False
@@ -98,29 +100,29 @@ def test_vllm_pod_lands_on_the_gpu_pool_without_service_links():
 
 def test_hf_token_comes_from_a_secret_only_when_one_is_given():
     cfg = lab("g6", vllm={"enabled": True})
-    main = container(vllm.deployment(cfg, PLACEMENT, with_token=True))
+    main = container(vllm.deployment(vllm_args(cfg, PLACEMENT), with_token=True))
     token = next(e for e in main["env"] if e["name"] == "HF_TOKEN")
     assert token["valueFrom"]["secretKeyRef"] == {"name": vllm.HF_SECRET, "key": vllm.HF_SECRET_KEY}
-    secret = vllm.hf_secret(cfg, "hf_x")
+    secret = vllm.hf_secret(vllm_args(cfg, PLACEMENT), "hf_x")
     schemas.validate_object(secret)
     assert secret["metadata"]["name"] == vllm.HF_SECRET
 
 
 def test_vllm_service_and_service_monitor_validate():
     cfg = lab("g6", vllm={"enabled": True})
-    service = vllm.service(cfg)
+    service = vllm.service(vllm_args(cfg, PLACEMENT))
     schemas.validate_object(service)
     assert service["spec"]["type"] == "ClusterIP"
     # The Service may not hold `pulumi up` until a pod runs (the provider's 10-minute endpoint await is
     # shorter than a GPU node from zero); the Deployment does, long enough for the node, the image and
     # the model, so `up` returns when the (new) server is ready.
-    deployment = vllm.deployment(cfg, PLACEMENT, with_token=False)
+    deployment = vllm.deployment(vllm_args(cfg, PLACEMENT), with_token=False)
     assert service["metadata"]["annotations"]["pulumi.com/skipAwait"] == "true"
     assert "pulumi.com/skipAwait" not in deployment["metadata"]["annotations"]
     timeout_s = int(deployment["metadata"]["annotations"]["pulumi.com/timeoutSeconds"])
     assert timeout_s >= (15 + cfg.vllm.startup_timeout_min) * 60
     assert deployment["spec"]["strategy"]["type"] == "Recreate", "an update never needs a second GPU"
-    monitor = vllm.service_monitor(cfg, 15)
+    monitor = vllm.service_monitor(vllm_args(cfg, PLACEMENT))
     schemas.validate_object(monitor)
     assert monitor["spec"]["selector"]["matchLabels"].items() <= service["metadata"]["labels"].items()
     assert monitor["spec"]["endpoints"][0]["port"] == service["spec"]["ports"][0]["name"]
@@ -128,7 +130,7 @@ def test_vllm_service_and_service_monitor_validate():
 
 def test_workflow_template_validates_and_chains_train_register_deploy():
     cfg = lab("g7", kserve={"enabled": True}, argo={"enabled": True, "retry_limit": 3, "retry_policy": "Always"})
-    template = argo.workflow_template(cfg, "bucket-x")
+    template = argo.workflow_template(argo_args(cfg), "bucket-x")
     schemas.validate_object(template)
     spec = template["spec"]
     assert spec["serviceAccountName"] == argo.WORKFLOW_SA
@@ -153,7 +155,7 @@ def test_workflow_template_validates_and_chains_train_register_deploy():
 
 def test_workflow_service_account_may_do_exactly_what_its_steps_do():
     cfg = lab("g7", kserve={"enabled": True}, argo={"enabled": True})
-    role, binding = argo.workflow_role(cfg), argo.workflow_role_binding(cfg)
+    role, binding = argo.workflow_role(argo_args(cfg)), argo.workflow_role_binding(argo_args(cfg))
     schemas.validate_object(role)
     schemas.validate_object(binding)
     granted = {
@@ -190,16 +192,14 @@ def test_workload_identity_service_account_names_its_gcp_account():
 
 
 def test_helm_values_exist_in_the_pinned_charts():
-    cfg = lab("g7", kserve={"enabled": True}, argo={"enabled": True})
     schemas.assert_helm_values_exist(kserve.resources_values("example.com"), versions.KSERVE_RESOURCES.upstream)
     schemas.assert_helm_values_exist(kserve.runtimes_values(), versions.KSERVE_RUNTIMES.upstream)
     schemas.assert_helm_values_exist(cert_manager.values(), versions.CERT_MANAGER.upstream)
-    schemas.assert_helm_values_exist(argo.values(cfg, "bucket-x"), versions.ARGO_WORKFLOWS.upstream)
+    schemas.assert_helm_values_exist(argo.values("bucket-x"), versions.ARGO_WORKFLOWS.upstream)
 
 
 def test_argo_server_is_cluster_internal_with_client_auth_and_keyless_artifacts():
-    cfg = lab("g7", kserve={"enabled": True}, argo={"enabled": True})
-    values = argo.values(cfg, "bucket-x")
+    values = argo.values("bucket-x")
     assert values["server"]["serviceType"] == "ClusterIP"
     assert values["server"]["authModes"] == ["client"]
     assert values["artifactRepository"] == {"gcs": {"bucket": "bucket-x"}}, "no key secret: Workload Identity"

@@ -22,7 +22,7 @@ from benchmarks.serving import (
     size,
     weight_bytes,
 )
-from benchmarks.serving.catalogue import GIB
+from facts.catalogue import GIB
 from benchmarks.sim.calibrate import KV_POOL_CASES, kv_pool_blocks
 
 REPO = Path(__file__).resolve().parents[1]

@@ -40,10 +40,10 @@ from benchmarks.harness import (
 from benchmarks.harness.results import client_cpus
 from benchmarks.loadgen import LoadgenError, Slo, Timeouts
 from benchmarks.metrics import MetricsError
-from benchmarks.serving.catalogue import GPUS, MODELS, ServingError, get_gpu, get_model
+from facts.catalogue import GPUS, MODELS, ServingError, get_gpu, get_model
 from benchmarks.serving.sizing import Sizing, size
-from ops.estimate import estimate_or_none, estimate_section, markdown
-from ops.stackfile import load_config
+from stacks.cost_estimate import estimate_or_none, estimate_section, markdown
+from stacks.stackfile import load_config
 
 SIM_SPEEDUP = 4.0  # default time compression of --sim: the README's sweep then runs in about a minute
 SIM_SCRAPE_S = 0.5

@@ -39,7 +39,7 @@ class G6Result(BaseModel):
     params: G6Params
     sizing: list[Sizing] = []
     points: list[G6Point]
-    cost: str | None = None  # Markdown cost section (ops.estimate), stored so the report stays pure
+    cost: str | None = None  # Markdown cost section (stacks.cost_estimate), stored so the report stays pure
 
     def sizing_for(self, max_num_seqs: int | None) -> Sizing | None:
         matches = [s for s in self.sizing if max_num_seqs is None or s.max_num_seqs == max_num_seqs]

@@ -79,7 +79,7 @@ def run_sweep(
     progress: RunProgress,
 ) -> SweepOutcome:
     """All points of the grid, the errors met on the way and what the server said it was."""
-    prom = PrometheusClient(params.prometheus) if params.prometheus else None
+    prom = PrometheusClient.over_http(params.prometheus) if params.prometheus else None
     points: list[G6Point] = []
     errors: list[str] = []
     versions: dict[str, str] = {}

@@ -21,11 +21,11 @@ from benchmarks.labs import images, live, objects
 from benchmarks.labs.errors import LabError
 from benchmarks.labs.live import LabSession, now
 from benchmarks.labs.plotting import timeline_plot
-from benchmarks.labs.promql import query, vector
 from benchmarks.labs.record import Recording, Snapshot
 from benchmarks.labs.result import Check, Frozen, LabResult, common_fields
 from benchmarks.labs.stack import LabParams, gpu_placement, lab_params, require_output
 from benchmarks.labs.timeline import condition_time, event_time, parse_time, seconds_between
+from benchmarks.metrics import MetricsError, PrometheusClient, vector
 
 LAB = "g1"
 TITLE = "GPU scheduling and DCGM"
@@ -139,10 +139,11 @@ def record(session: LabSession, args: argparse.Namespace) -> Recording:
     )
     node = (_pod(snapshots[-1].objects["pods"], probe_name(run_id)) or {}).get("spec", {}).get("nodeName")
     target = PrometheusRef.model_validate(session.outputs["prometheus"])
+    prometheus = PrometheusClient.through_service_proxy(cluster, target)
     answers: list[dict[str, Any]] = session.client.setdefault("dcgm", [])
 
     def ask() -> dict[str, Any]:
-        answers.append(query(cluster, target, DCGM_QUERY))
+        answers.append(prometheus.answer(DCGM_QUERY))
         return answers[-1]
 
     try:
@@ -154,7 +155,7 @@ def record(session: LabSession, args: argparse.Namespace) -> Recording:
             interval_s=3 * args.poll,
             progress=session.log,
         )
-    except LabError as e:
+    except MetricsError as e:
         session.notes.append(f"DCGM query: {e}")
     except Exception as e:  # keep the scheduling evidence even if Prometheus is unreachable
         session.notes.append(f"DCGM wait ended: {e}")

@@ -22,11 +22,11 @@ from benchmarks.labs import images, live, objects
 from benchmarks.labs.errors import LabError
 from benchmarks.labs.live import LabSession, now
 from benchmarks.labs.plotting import xy_plot
-from benchmarks.labs.promql import gpu_util_query, query, scalar
 from benchmarks.labs.record import Recording, Snapshot
 from benchmarks.labs.result import Check, Frozen, LabResult, common_fields
 from benchmarks.labs.stack import LabParams, gpu_placement, lab_params, require_output
 from benchmarks.labs.timeline import phase
+from benchmarks.metrics import PrometheusClient, gpu_util_query, scalar
 
 LAB = "g2"
 TITLE = "GPU time-slicing: replicas and contention"
@@ -143,7 +143,7 @@ def record(session: LabSession, args: argparse.Namespace) -> Recording:
                 logs[x["metadata"]["name"]] = cluster.pod_log(ns, x["metadata"]["name"])
         seconds = max(1, int((now() - started).total_seconds()))
         try:
-            util = query(cluster, prom, gpu_util_query(seconds))
+            util = PrometheusClient.through_service_proxy(cluster, prom).answer(gpu_util_query(seconds))
         except Exception as e:  # keep the latencies even if Prometheus is unreachable
             session.notes.append(f"round {k}: DCGM query failed: {e}")
             util = None

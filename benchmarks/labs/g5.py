@@ -36,7 +36,7 @@ from benchmarks.labs.serving import (
     traffic,
     wilson,
 )
-from benchmarks.labs.stack import LabParams, lab_params
+from benchmarks.labs.stack import LabParams, lab_params, system_selector
 from benchmarks.labs.timeline import condition_time, parse_time
 
 LAB = "g5"
@@ -106,12 +106,14 @@ def build_workloads(outputs: dict[str, Any], run_id: str = "manual", role: str =
     """The client Job (and its script ConfigMap) for one cold-start request or the canary's N."""
     p = lab_params(outputs, LAB, Params)
     ep = _endpoint(outputs)
-    return client_job(f"g5-{role}-{run_id[-4:]}", p.inference_namespace, ep.gateway.model_dump(), ep.route_host, ep.path, count)
+    return client_job(f"g5-{role}-{run_id[-4:]}", p.inference_namespace, system_selector(outputs),
+                      ep.gateway.model_dump(), ep.route_host, ep.path, count)
 
 
 def check_outputs(outputs: dict[str, Any]) -> None:
     lab_params(outputs, LAB, Params)
     _endpoint(outputs)
+    system_selector(outputs)
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:

@@ -27,7 +27,7 @@ from benchmarks.labs.live import LabSession, now
 from benchmarks.labs.record import Recording, Snapshot
 from benchmarks.labs.result import Check, Frozen, LabResult, common_fields
 from benchmarks.labs.serving import ISVC, client_job, is_ready, parse_client_log
-from benchmarks.labs.stack import LabParams, lab_params, require_output
+from benchmarks.labs.stack import LabParams, lab_params, require_output, system_selector
 from benchmarks.labs.timeline import phase
 
 LAB = "g7"
@@ -108,6 +108,7 @@ def build_workloads(outputs: dict[str, Any], run_id: str = "manual", fail_step: 
 def check_outputs(outputs: dict[str, Any]) -> None:
     lab_params(outputs, LAB, Params)
     require_output(outputs, "artifact_bucket", LAB)
+    system_selector(outputs)
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
@@ -207,7 +208,8 @@ def record(session: LabSession, args: argparse.Namespace) -> Recording:
         snapshots.append(Snapshot(at=now(), objects={"inferenceservices": [isvc]}))
         host = urlsplit(isvc["status"]["url"]).hostname
         gateway = ((session.outputs.get("endpoints") or {}).get("kserve") or {}).get("gateway") or DEFAULT_GATEWAY
-        objs = client_job(f"g7-client-{run_id[-4:]}", ns, gateway, host, f"/v1/models/{p.model_name}:predict", args.requests)
+        objs = client_job(f"g7-client-{run_id[-4:]}", ns, system_selector(session.outputs), gateway, host,
+                          f"/v1/models/{p.model_name}:predict", args.requests)
         for obj in objs:
             session.scope.create(obj)
         job = objs[-1]["metadata"]["name"]

@@ -26,11 +26,11 @@ from benchmarks.labs import images, live, objects
 from benchmarks.labs.errors import LabError
 from benchmarks.labs.live import LabSession, now
 from benchmarks.labs.plotting import xy_plot
-from benchmarks.labs.promql import gpu_util_query, query, scalar
 from benchmarks.labs.record import Recording, Snapshot
 from benchmarks.labs.result import Check, Frozen, LabResult, common_fields
 from benchmarks.labs.stack import LabParams, gpu_placement, lab_params
 from benchmarks.labs.timeline import condition_time, parse_time, seconds_between
+from benchmarks.metrics import PrometheusClient, gpu_util_query, scalar
 
 LAB = "g8"
 TITLE = "Spot preemption with and without checkpoints"
@@ -227,7 +227,8 @@ def _gpu_util(session: LabSession, seconds: int) -> dict[str, Any] | None:
         session.notes.append("no Prometheus in the stack outputs: GPU utilisation not measured")
         return None
     try:
-        return query(session.cluster, PrometheusRef.model_validate(raw), gpu_util_query(seconds))
+        target = PrometheusRef.model_validate(raw)
+        return PrometheusClient.through_service_proxy(session.cluster, target).answer(gpu_util_query(seconds))
     except Exception as e:  # the preemption numbers stand without it
         session.notes.append(f"DCGM query failed: {e}")
         return None

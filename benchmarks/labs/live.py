@@ -17,6 +17,7 @@ from benchmarks.labs.errors import LabError
 from benchmarks.labs.record import Recording, Snapshot, helm_chart_versions, public_outputs, save_recording
 from benchmarks.labs.report import write_results
 from benchmarks.labs.result import LabResult
+from benchmarks.metrics import MetricsError
 
 
 class LiveLab(Protocol):
@@ -136,7 +137,7 @@ def run(lab: LiveLab, args: argparse.Namespace, cluster: Cluster | None = None, 
             raise
         result = lab.measure(rec, source="live")
         folder = write_results(new_run_folder(args.out, lab.LAB, session.started_at), rec, result, lab)
-    except (LabError, ClusterError, HarnessError) as e:
+    except (LabError, ClusterError, HarnessError, MetricsError) as e:
         print(f"{lab.LAB}: {e}", file=sys.stderr)
         return 2
     print(f"{lab.LAB}: {'PASS' if result.passed else 'FAIL'}; results in {folder}")

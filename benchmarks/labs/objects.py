@@ -10,11 +10,8 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
-from components.cluster import POOL_LABEL
-
 SCRIPTS = Path(__file__).resolve().parent / "scripts"
 SCRIPT_MOUNT = "/scripts"
-SYSTEM_SELECTOR = {POOL_LABEL: "system"}
 
 
 def script_text(name: str) -> str:
@@ -75,7 +72,8 @@ def pod_spec(
     restart_policy: str = "Never",
     service_account: str | None = None,
 ) -> dict[str, Any]:
-    """A pod spec; GPU pods pass the pool's selector and tolerations, everything else SYSTEM_SELECTOR."""
+    """A pod spec; GPU pods pass the GPU pool's selector and tolerations, everything else the system
+    pool's selector (both from the stack outputs: benchmarks.labs.stack)."""
     spec: dict[str, Any] = {
         "restartPolicy": restart_policy,
         "nodeSelector": dict(node_selector),

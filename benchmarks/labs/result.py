@@ -124,8 +124,8 @@ def common_fields(
 
 
 def cost_estimate(outputs: dict[str, Any]) -> str | None:
-    """The stack's hourly cost (Markdown, from ops.estimate), or None when the outputs cannot say."""
-    from ops.estimate import estimate_section
+    """The stack's hourly cost (Markdown, from stacks.cost_estimate), or None when the outputs cannot say."""
+    from stacks.cost_estimate import estimate_section
 
     try:
         return estimate_section(outputs) or None  # "" when the outputs carry no estimate

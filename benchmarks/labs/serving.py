@@ -36,9 +36,17 @@ class Response(Frozen):
 
 
 def client_job(
-    name: str, namespace: str, gateway: dict[str, Any], host: str, path: str, count: int, body: str = IRIS_BODY
+    name: str,
+    namespace: str,
+    node_selector: dict[str, str],
+    gateway: dict[str, Any],
+    host: str,
+    path: str,
+    count: int,
+    body: str = IRIS_BODY,
 ) -> list[dict[str, Any]]:
-    """ConfigMap + Job running scripts/http_client.py on the system pool against the Kourier gateway."""
+    """ConfigMap + Job running scripts/http_client.py against the Kourier gateway, on the nodes
+    `node_selector` picks (the system pool's: benchmarks.labs.stack.system_selector)."""
     cm = objects.scripts_config_map(f"{name}-scripts", namespace, ["http_client.py"])
     env = {
         "TARGET": f"http://{gateway['service']}.{gateway['namespace']}.svc.cluster.local:{gateway['port']}",
@@ -51,7 +59,7 @@ def client_job(
     spec = objects.pod_spec(
         [objects.container("client", images.PYTHON, ["python", f"{objects.SCRIPT_MOUNT}/http_client.py"], env=env,
                            requests={"cpu": "100m", "memory": "64Mi"}, with_scripts=True)],
-        node_selector=objects.SYSTEM_SELECTOR,
+        node_selector=node_selector,
         scripts_config_map=cm["metadata"]["name"],
     )
     return [cm, objects.job(name, namespace, spec)]

@@ -68,3 +68,11 @@ def gpu_placement(outputs: dict[str, Any]) -> tuple[dict[str, str], list[dict[st
     if not selector or not tolerations:
         raise LabError("stack output gpu_pool lacks node_selector/tolerations: the stack is older than this benchmark")
     return dict(selector), [dict(t) for t in tolerations]
+
+
+def system_selector(outputs: dict[str, Any]) -> dict[str, str]:
+    """The node selector of the CPU system pool, where benchmark clients run, as the stack exported it."""
+    selector = (outputs.get("system_pool") or {}).get("node_selector")
+    if not selector:
+        raise LabError("stack output system_pool lacks node_selector: the stack is older than this benchmark")
+    return dict(selector)

@@ -1,18 +1,33 @@
-"""Server-side truth for a load point: a direct /metrics scrape and/or Prometheus (PromQL over the window)."""
+"""Server-side truth: a direct /metrics scrape, and the kit's one Prometheus client (PromQL over a
+URL, or over the API server's service proxy to the stack's in-cluster Prometheus)."""
 
 from benchmarks.metrics.errors import MetricsError
 from benchmarks.metrics.model import GaugeStats, Series, ServerMetrics, with_gpu_metrics
-from benchmarks.metrics.prometheus import PrometheusClient
+from benchmarks.metrics.prometheus import (
+    HttpTransport,
+    PrometheusClient,
+    Sample,
+    ServiceProxy,
+    gpu_util_query,
+    scalar,
+    vector,
+)
 from benchmarks.metrics.scrape import Scraper, histogram_quantile, metrics_from_scrapes
 
 __all__ = [
     "GaugeStats",
+    "HttpTransport",
     "MetricsError",
     "PrometheusClient",
+    "Sample",
     "Scraper",
     "Series",
     "ServerMetrics",
+    "ServiceProxy",
+    "gpu_util_query",
     "histogram_quantile",
     "metrics_from_scrapes",
+    "scalar",
+    "vector",
     "with_gpu_metrics",
 ]

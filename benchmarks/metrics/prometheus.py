@@ -1,53 +1,143 @@
-"""Prometheus HTTP API client: PromQL over one point's window.
+"""The kit's one Prometheus client: PromQL over Prometheus' HTTP API, through one of two transports.
 
-Instant queries evaluated at the window's end with a range equal to the window (avg_over_time,
-max_over_time, increase, histogram_quantile), and range queries for the series plotted over time.
+- `HttpTransport`: a URL this process can reach (a local Prometheus, a port-forward, or the in-cluster
+  URL when the client itself runs in the cluster).
+- `ServiceProxy`: any Prometheus Service the stack outputs name (`outputs.prometheus`), reached through
+  the Kubernetes API server's service proxy, so nothing is port-forwarded or exposed.
+
+On top of either: instant queries evaluated at a time (a window's end, with a range equal to the
+window: avg_over_time, max_over_time, increase, histogram_quantile), range queries for the series
+plotted over time, the raw answer of an instant query (the lab benchmarks keep it as is in their
+recordings), and the pure parsing of such an answer into labelled samples.
 """
 
 from __future__ import annotations
 
+import json
 import math
 import time
+from dataclasses import dataclass
 from datetime import datetime
+from typing import Any, Protocol
 
 import httpx
+from pydantic import BaseModel, ConfigDict
 
 from benchmarks.metrics.errors import MetricsError
 from benchmarks.metrics.model import GAUGES, PREEMPTIONS, TTFT_BUCKETS, GaugeStats, Series, ServerMetrics
 
+QUERY = "api/v1/query"
+QUERY_RANGE = "api/v1/query_range"
+Params = dict[str, str | float]
 
-class PrometheusClient:
-    """Reads one Prometheus; `client` is a seam for tests (any httpx.Client with base_url set)."""
+
+@dataclass(frozen=True)
+class Reply:
+    """What a transport got back for one GET."""
+
+    status: int  # HTTP status
+    body: dict[str, Any]  # the decoded JSON answer; {} when the server sent none
+    text: str
+
+
+class Transport(Protocol):
+    where: str  # names the server in error messages
+
+    def get(self, path: str, params: Params) -> Reply: ...
+
+
+class HttpTransport:
+    """GETs on a URL; `client` is a seam for tests (any httpx.Client with base_url set)."""
 
     def __init__(self, base_url: str, client: httpx.Client | None = None, timeout_s: float = 10.0) -> None:
         self.base_url = base_url.rstrip("/")
+        self.where = f"Prometheus at {self.base_url}"
         self._client = client or httpx.Client(base_url=self.base_url, timeout=timeout_s)
 
-    def _get(self, path: str, params: dict[str, str | float]) -> list[dict]:
+    def get(self, path: str, params: Params) -> Reply:
         try:
             resp = self._client.get(path, params=params)
         except httpx.HTTPError as exc:
-            raise MetricsError(f"Prometheus at {self.base_url} unreachable: {exc}") from exc
+            raise MetricsError(f"{self.where} unreachable: {exc}") from exc
         body = resp.json() if resp.headers.get("content-type", "").startswith("application/json") else {}
-        if resp.status_code != 200 or body.get("status") != "success":
+        return Reply(status=resp.status_code, body=body, text=resp.text)
+
+
+class ServiceGetter(Protocol):
+    """The part of benchmarks.cluster.Cluster this transport uses."""
+
+    def service_get(self, namespace: str, service: str, port: int, path: str, params: dict[str, str]) -> str: ...
+
+
+class ServiceRef(Protocol):
+    """A Service as the stack outputs name one (`outputs.prometheus`, an `outputs.endpoints` entry)."""
+
+    namespace: str
+    service: str
+    port: int
+
+
+class ServiceProxy:
+    """GETs on a ClusterIP Service through the API server's service proxy.
+
+    The cluster layer answers only 2xx replies; its errors (API server unreachable, no ready endpoint,
+    no such service) reach the caller as the cluster layer raised them.
+    """
+
+    def __init__(self, cluster: ServiceGetter, target: ServiceRef) -> None:
+        self._cluster = cluster
+        self._service = (target.namespace, target.service, target.port)
+        self.where = f"Prometheus service {target.namespace}/{target.service}:{target.port}"
+
+    def get(self, path: str, params: Params) -> Reply:
+        text = self._cluster.service_get(*self._service, path, {k: str(v) for k, v in params.items()})
+        return Reply(status=200, body=json.loads(text), text=text)
+
+
+class Sample(BaseModel):
+    model_config = ConfigDict(frozen=True, extra="forbid")
+    labels: dict[str, str]
+    value: float
+
+
+class PrometheusClient:
+    """Reads one Prometheus through `transport`."""
+
+    def __init__(self, transport: Transport) -> None:
+        self.transport = transport
+
+    @classmethod
+    def over_http(cls, base_url: str, client: httpx.Client | None = None, timeout_s: float = 10.0) -> PrometheusClient:
+        return cls(HttpTransport(base_url, client, timeout_s))
+
+    @classmethod
+    def through_service_proxy(cls, cluster: ServiceGetter, target: ServiceRef) -> PrometheusClient:
+        """The Prometheus Service `target` (e.g. the stack outputs' `prometheus`) of `cluster`."""
+        return cls(ServiceProxy(cluster, target))
+
+    def answer(self, promql: str) -> dict[str, Any]:
+        """The JSON answer of an instant query at the server's now, as Prometheus wrote it."""
+        return self.transport.get(QUERY, {"query": promql}).body
+
+    def _result(self, path: str, params: Params) -> list[dict]:
+        reply = self.transport.get(path, params)
+        if reply.status != 200 or reply.body.get("status") != "success":
             raise MetricsError(
-                f"Prometheus at {self.base_url} rejected {params.get('query')!r}: "
-                f"HTTP {resp.status_code} {body.get('error', resp.text[:200])}"
+                f"{self.transport.where} rejected {params.get('query')!r}: "
+                f"HTTP {reply.status} {reply.body.get('error', reply.text[:200])}"
             )
-        return body["data"]["result"]
+        return reply.body["data"]["result"]
 
     def query(self, promql: str, at: float) -> float | None:
         """First value of an instant query at unix time `at`; None when empty or NaN."""
-        result = self._get("/api/v1/query", {"query": promql, "time": at})
+        result = self._result(QUERY, {"query": promql, "time": at})
         if not result:
             return None
         value = float(result[0]["value"][1])
         return None if math.isnan(value) else value
 
     def query_range(self, promql: str, start: float, end: float, step_s: float) -> list[tuple[float, float]]:
-        result = self._get(
-            "/api/v1/query_range", {"query": promql, "start": start, "end": end, "step": step_s}
-        )
+        result = self._result(QUERY_RANGE, {"query": promql, "start": start, "end": end, "step": step_s})
         if not result:
             return []
         return [(float(t), float(v)) for t, v in result[0]["values"] if not math.isnan(float(v))]
@@ -61,7 +151,7 @@ class PrometheusClient:
                 return
             time.sleep(0.25)
         raise MetricsError(
-            f"Prometheus at {self.base_url} has no vllm:num_requests_running sample after "
+            f"{self.transport.where} has no vllm:num_requests_running sample after "
             f"{datetime.fromtimestamp(after).isoformat()} within {timeout_s}s: is it scraping the server?"
         )
 
@@ -88,3 +178,26 @@ class PrometheusClient:
             ttft_p99_ms=None if p99 is None else p99 * 1000.0,
             series=series,
         )
+
+
+def vector(answer: dict[str, Any]) -> list[Sample]:
+    """Samples of an instant-vector answer; a Prometheus error becomes a MetricsError with its message."""
+    if answer.get("status") != "success":
+        raise MetricsError(f"Prometheus answered {answer.get('errorType', 'error')}: {answer.get('error', answer)}")
+    data = answer.get("data") or {}
+    if data.get("resultType") != "vector":
+        raise MetricsError(f"expected an instant vector from Prometheus, got {data.get('resultType')!r}")
+    return [Sample(labels=r["metric"], value=float(r["value"][1])) for r in data.get("result", [])]
+
+
+def scalar(answer: dict[str, Any] | None) -> float | None:
+    """The single value of a one-sample answer (an aggregate), or None if it has none or failed."""
+    if not answer or answer.get("status") != "success":
+        return None
+    samples = vector(answer)
+    return round(samples[0].value, 1) if samples else None
+
+
+def gpu_util_query(seconds: int) -> str:
+    """DCGM GPU utilisation (% of time a kernel ran) averaged over the last `seconds`, over all GPUs."""
+    return f"avg(avg_over_time(DCGM_FI_DEV_GPU_UTIL[{max(1, seconds)}s]))"

@@ -1,6 +1,7 @@
-"""Serving arithmetic for the g6 lab: GPU and model catalogue, KV-cache sizing and the decode roofline."""
+"""Serving arithmetic for the g6 lab: KV-cache sizing and the decode roofline, over the GPU and model
+catalogue of `facts.catalogue` (re-exported here)."""
 
-from benchmarks.serving.catalogue import GPUS, MODELS, GpuSpec, ModelSpec, ServingError, get_gpu, get_model
+from facts.catalogue import GPUS, MODELS, GpuSpec, ModelSpec, ServingError, get_gpu, get_model
 from benchmarks.serving.sizing import (
     RooflinePoint,
     Sizing,

@@ -30,7 +30,7 @@ from typing import Literal
 
 from pydantic import BaseModel, ConfigDict, Field
 
-from benchmarks.serving.catalogue import GIB, GpuSpec, ModelSpec, ServingError
+from facts.catalogue import GIB, GpuSpec, ModelSpec, ServingError
 
 DTYPE_BYTES: dict[str, float] = {"bfloat16": 2, "float16": 2, "float32": 4}
 # Weight bytes per quantized linear weight. fp8: 1 byte plus a per-channel scale (negligible).

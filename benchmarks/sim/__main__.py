@@ -8,7 +8,7 @@ import sys
 import uvicorn
 from pydantic import ValidationError
 
-from benchmarks.serving.catalogue import GPUS, MODELS, ServingError
+from facts.catalogue import GPUS, MODELS, ServingError
 from benchmarks.sim.app import build_app
 from benchmarks.sim.config import SimConfig
 

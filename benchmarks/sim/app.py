@@ -25,7 +25,7 @@ from starlette.requests import Request
 from starlette.responses import JSONResponse, Response, StreamingResponse
 from starlette.routing import Route
 
-from benchmarks.serving.catalogue import get_gpu, get_model
+from facts.catalogue import get_gpu, get_model
 from benchmarks.sim.config import SimConfig
 from benchmarks.sim.engine import Engine, SimRequest
 from benchmarks.sim.metrics import SimMetrics

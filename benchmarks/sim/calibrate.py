@@ -14,7 +14,7 @@ import sys
 
 from pydantic import BaseModel, ConfigDict
 
-from benchmarks.serving.catalogue import GIB, GpuSpec, get_gpu, get_model
+from facts.catalogue import GIB, GpuSpec, get_gpu, get_model
 from benchmarks.serving.sizing import size
 from benchmarks.sim.costs import REQUEST_OVERHEAD_S
 from benchmarks.sim.engine import Scheduler, SimRequest

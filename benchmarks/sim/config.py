@@ -6,7 +6,7 @@ from typing import Literal
 
 from pydantic import BaseModel, ConfigDict, Field
 
-from benchmarks.serving.catalogue import get_gpu, get_model
+from facts.catalogue import get_gpu, get_model
 from benchmarks.serving.sizing import Sizing, size
 
 

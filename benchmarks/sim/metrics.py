@@ -20,7 +20,7 @@ from prometheus_client import CollectorRegistry, Counter, Histogram
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metric
 from prometheus_client.registry import Collector
 
-from benchmarks.serving.catalogue import GpuSpec
+from facts.catalogue import GpuSpec
 from benchmarks.serving.sizing import Sizing
 from benchmarks.sim.engine import Engine, SimRequest
 

@@ -105,7 +105,7 @@ def region_prices(region: str) -> RegionPrices:
     except KeyError:
         raise PricingError(
             f"no prices for region {region!r}; known regions: {', '.join(sorted(PRICES))} "
-            f"(add the region to ops/pricing.py with its source and date)"
+            f"(add the region to facts/prices.py with its source and date)"
         ) from None
 
 
@@ -116,7 +116,7 @@ def machine_price(region: str, machine_type: str) -> MachinePrice:
     except KeyError:
         raise PricingError(
             f"no price for machine type {machine_type!r} in {region}; known there: {', '.join(sorted(machines))} "
-            f"(add it to ops/pricing.py with its source and date)"
+            f"(add it to facts/prices.py with its source and date)"
         ) from None
 
 
