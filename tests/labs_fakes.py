@@ -33,6 +33,8 @@ class FakeCluster:
         self.on_list = on_list or (lambda *a: [])
         self.logs_read: list[tuple[str, str, str | None]] = []
         self.on_log: Callable[[str, str, str | None], str] = lambda *a: ""
+        self.pod_gets: list[tuple[str, str, int, str]] = []
+        self.on_pod_get: Callable[[str, str, int, str], str] = lambda *a: ""
 
     def create(self, obj: dict[str, Any]) -> dict[str, Any]:
         self.created.append(obj)
@@ -50,6 +52,10 @@ class FakeCluster:
 
     def service_get(self, namespace, service, port, path, params):
         return json.dumps({"status": "success", "data": {"resultType": "vector", "result": []}})
+
+    def pod_get(self, namespace, pod, port, path):
+        self.pod_gets.append((namespace, pod, port, path))
+        return self.on_pod_get(namespace, pod, port, path)
 
     def server_version(self):
         return {"gitVersion": "v1.35.7-gke.1219000"}

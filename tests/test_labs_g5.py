@@ -157,5 +157,5 @@ def test_the_canary_reads_the_model_servers_log_by_container_name(tmp_path):
     cluster.on_list, cluster.on_log = on_list, on_log
     session = LabSession("g5", outputs, cluster, "g5-11291000-abcd", log=lambda _: None)
     with session.scope:
-        g5.record(session, live_args(tmp_path, repeats=0, requests=3))
+        g5.record(session, live_args(tmp_path, repeats=0, requests=3, ramp=[]))
     assert (("models", predictor["metadata"]["name"], "kserve-container")) in cluster.logs_read
