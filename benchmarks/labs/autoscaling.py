@@ -218,7 +218,9 @@ def step_stats(
         mine = [r for r in requests if r.step == k]
         ok = [r for r in mine if r.ok]
         start, end = k * plan.step_s, (k + 1) * plan.step_s
-        during = [s.desired for s in series if start <= s.t < end]
+        # The samples are changes: the count in force at the step's start holds until the next one.
+        before = [s.desired for s in series if s.t <= start]
+        during = before[-1:] + [s.desired for s in series if start < s.t < end]
         at_end = [s.desired for s in series if s.t < end]
         latencies = [r.latency_s for r in ok if r.latency_s is not None]
         median = sorted(latencies)[len(latencies) // 2] if latencies else None
