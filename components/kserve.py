@@ -19,6 +19,7 @@ from components.gpu_pool import GpuPlacement
 from components.helm_release import HelmRelease, HelmReleaseArgs
 from components.namespaces import namespace
 from components.naming import StackId, k8s_labels
+from podspec.security import RUNTIME_DEFAULT, TMP, hardened_container
 
 NAMESPACE = "kserve"
 API_VERSION = "serving.kserve.io/v1beta1"
@@ -33,8 +34,6 @@ TRITON_MODEL_FORMAT = {"name": "triton", "version": "2"}
 # (about 3.4 allocatable CPUs once GKE's node agents have theirs); the GPU does the inference.
 TRITON_RESOURCES = {"requests": {"cpu": "500m", "memory": "1Gi"}, "limits": {"cpu": "1", "memory": "2Gi"}}
 TRITON_START = (Path(__file__).resolve().parent / "scripts" / "triton_start.sh").read_text()
-# Writable scratch for a read-only root filesystem (Triton's model copy, Python's and CUDA's caches).
-SCRATCH = "/tmp"
 # Knative's own keys, read by its controller from the revision template (KServe copies the
 # InferenceService's annotations there, except min/max-scale, which it sets from min/maxReplicas).
 PROGRESS_DEADLINE_ANNOTATION = "serving.knative.dev/progress-deadline"
@@ -167,7 +166,8 @@ def inference_service(stack_id: StackId, ks: InferenceServiceArgs, placement: Gp
         "scaleTarget": ks.scale_target,
         # The predictor never calls the Kubernetes API (the storage initializer reads a public bucket).
         "automountServiceAccountToken": False,
-        "volumes": [{"name": "scratch", "emptyDir": {}}],
+        # The read-only root's scratch: Triton's model copy (triton_start.sh), Python's and CUDA's caches.
+        "volumes": [TMP.volume()],
     }
     if ks.canary_traffic_percent is not None:
         predictor["canaryTrafficPercent"] = ks.canary_traffic_percent
@@ -176,13 +176,8 @@ def inference_service(stack_id: StackId, ks: InferenceServiceArgs, placement: Gp
         model["resources"]["limits"].update(placement.limits(1))
         predictor["nodeSelector"] = placement.node_selector
         predictor["tolerations"] = placement.tolerations
-    model |= {
-        "storageUri": ks.storage_uri,
-        "env": [{"name": "HOME", "value": SCRATCH}],
-        "securityContext": _restricted_container(),
-        "volumeMounts": [{"name": "scratch", "mountPath": SCRATCH}],
-    }
-    predictor["model"] = model
+    model["storageUri"] = ks.storage_uri
+    predictor["model"] = _restricted(model)
     return {
         "apiVersion": API_VERSION,
         "kind": "InferenceService",
@@ -225,16 +220,13 @@ def _triton_model(ks: InferenceServiceArgs) -> dict[str, Any]:
     return model
 
 
-def _restricted_container() -> dict[str, Any]:
-    """The restricted Pod Security profile at container level: Knative accepts a pod-level
-    securityContext only behind a feature flag, the container's fields always."""
-    return {
-        "runAsNonRoot": True,
-        "allowPrivilegeEscalation": False,
-        "capabilities": {"drop": ["ALL"]},
-        "seccompProfile": {"type": "RuntimeDefault"},
-        "readOnlyRootFilesystem": True,
-    }
+def _restricted(model: dict[str, Any]) -> dict[str, Any]:
+    """The model container under the restricted Pod Security profile (podspec.security), with the
+    pod-level half (non-root, seccomp) set on the container: Knative refuses a pod securityContext
+    unless a feature flag allows it, while these container fields are always accepted."""
+    out = hardened_container(model, (TMP,))
+    out["securityContext"] |= {"runAsNonRoot": True, "seccompProfile": dict(RUNTIME_DEFAULT)}
+    return out
 
 
 def endpoint(ks: InferenceServiceArgs, domain: str, gateway: dict[str, Any]) -> dict[str, Any]:

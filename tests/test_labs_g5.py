@@ -7,12 +7,11 @@ import json
 import os
 import subprocess
 import sys
-import threading
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from http.server import BaseHTTPRequestHandler
 
 import pytest
 import schemas
-from labs_fakes import fixture_outputs, recording_path
+from labs_fakes import fixture_outputs, recording_path, run_client_script
 
 from benchmarks.labs import g5
 from benchmarks.labs.errors import LabError
@@ -42,15 +41,9 @@ class _Predictor(BaseHTTPRequestHandler):
 
 
 def test_client_script_against_a_real_server():
-    server = ThreadingHTTPServer(("127.0.0.1", 0), _Predictor)
-    threading.Thread(target=server.serve_forever, daemon=True).start()
-    env = {**os.environ, "TARGET": f"http://127.0.0.1:{server.server_port}", "HOST": "iris-predictor.models.example.com",
-           "PATH_": "/v1/models/iris:predict", "BODY": '{"instances": [[1, 2, 3, 4]]}', "COUNT": "3", "TIMEOUT_S": "5"}
-    try:
-        out = subprocess.run([sys.executable, str(SCRIPTS / "http_client.py")], env=env, capture_output=True, text=True,
-                             timeout=30, check=True).stdout
-    finally:
-        server.shutdown()
+    env = {"HOST": "iris-predictor.models.example.com", "PATH_": "/v1/models/iris:predict",
+           "BODY": '{"instances": [[1, 2, 3, 4]]}', "COUNT": "3", "TIMEOUT_S": "5"}
+    out = run_client_script(_Predictor, "http_client.py", env, timeout_s=30)
     responses = parse_client_log("some warning\n" + out)
     assert [r.status for r in responses] == [200, 200, 200]
     assert all(r.t_send <= r.t_first_byte <= r.t_done for r in responses)

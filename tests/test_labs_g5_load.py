@@ -6,16 +6,12 @@ what Triton says about itself (its start-up log, its metrics)."""
 from __future__ import annotations
 
 import json
-import os
-import subprocess
-import sys
-import threading
 import time
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from http.server import BaseHTTPRequestHandler
 
 import pytest
 import schemas
-from labs_fakes import DATA, FakeCluster, live_args
+from labs_fakes import DATA, FakeCluster, live_args, run_client_script
 
 from benchmarks.labs import g5, g5_load, live
 from benchmarks.labs.autoscaling import (
@@ -26,7 +22,6 @@ from benchmarks.labs.autoscaling import (
     scale_steps,
 )
 from benchmarks.labs.live import LabSession
-from benchmarks.labs.objects import SCRIPTS
 from benchmarks.labs.record import Recording, load_recording
 from benchmarks.labs.serving import triton_instances, triton_success_count
 
@@ -67,15 +62,9 @@ class _SlowModel(BaseHTTPRequestHandler):
 def test_ramp_client_keeps_its_schedule_against_a_slow_server():
     """Open loop: at 40 requests/s against a 50 ms server two requests are always in flight; the sends
     still leave on schedule and each latency includes the server's 50 ms, counted from the schedule."""
-    server = ThreadingHTTPServer(("127.0.0.1", 0), _SlowModel)
-    threading.Thread(target=server.serve_forever, daemon=True).start()
-    env = {**os.environ, "TARGET": f"http://127.0.0.1:{server.server_port}", "HOST": "cifar10-predictor.models.example.com",
-           "PATH_": "/v2/models/cifar10/infer", "BODY": "{}", "RATES": "40,20", "STEP_S": "0.5", "TIMEOUT_S": "5"}
-    try:
-        out = subprocess.run([sys.executable, str(SCRIPTS / "ramp_client.py")], env=env, capture_output=True, text=True,
-                             timeout=60, check=True).stdout
-    finally:
-        server.shutdown()
+    env = {"HOST": "cifar10-predictor.models.example.com", "PATH_": "/v2/models/cifar10/infer", "BODY": "{}",
+           "RATES": "40,20", "STEP_S": "0.5", "TIMEOUT_S": "5"}
+    out = run_client_script(_SlowModel, "ramp_client.py", env)
     log = parse_ramp_log("a warning line\n" + out)
     assert log.plan is not None and log.plan.rates == [40.0, 20.0] and log.plan.step_s == 0.5
     assert log.ended_at is not None

@@ -6,6 +6,7 @@ from __future__ import annotations
 import subprocess
 import sys
 
+import pod_security
 import pulumi
 import pytest
 import schemas
@@ -41,6 +42,7 @@ def test_inference_service_validates_against_the_kserve_crd(keys):
     cfg = lab(kserve=keys, gpu_max_nodes=2)
     isvc = kserve.inference_service(stack_id(cfg), inference_service_args(cfg), PLACEMENT)
     schemas.validate_object(isvc)
+    assert [pod_security.findings(pod) for _, pod in pod_security.pod_specs(isvc)] == [[]]
     predictor = isvc["spec"]["predictor"]
     assert predictor["minReplicas"] == 0, "scale to zero"
     assert isvc["metadata"]["annotations"]["serving.kserve.io/deploymentMode"] == "Knative"
@@ -86,12 +88,12 @@ def test_triton_inference_service_validates_and_names_the_runtime_the_chart_inst
     assert model["resources"]["limits"][GPU_RESOURCE] == "1"
     assert predictor["tolerations"] == PLACEMENT.tolerations and predictor["nodeSelector"] == PLACEMENT.node_selector
     assert model["command"][:2] == ["/bin/sh", "-c"] and "KIND_GPU" in model["command"][2]
-    # Restricted Pod Security at container level, a writable /tmp for the read-only root, no API token.
-    assert model["securityContext"] == {"runAsNonRoot": True, "allowPrivilegeEscalation": False,
-                                        "capabilities": {"drop": ["ALL"]}, "seccompProfile": {"type": "RuntimeDefault"},
-                                        "readOnlyRootFilesystem": True}
-    assert {"name": "scratch", "mountPath": "/tmp"} in model["volumeMounts"]
-    assert predictor["automountServiceAccountToken"] is False
+    # Restricted Pod Security and our rules, with no waiver; all of it on the container (Knative refuses a
+    # pod-level securityContext by default), a writable /tmp for the read-only root, no API token.
+    ((workload, pod),) = pod_security.pod_specs(isvc)
+    assert workload == "models/InferenceService/cifar10" and pod_security.findings(pod) == []
+    assert "securityContext" not in predictor
+    assert {"name": "tmp", "mountPath": "/tmp"} in model["volumeMounts"] and {"name": "HOME", "value": "/tmp"} in model["env"]
     assert ("canaryTrafficPercent" in predictor) == (canary is not None)
     endpoint = kserve.endpoint(inference_service_args(cfg), "example.com", {})
     assert endpoint["path"] == "/v2/models/cifar10/infer" and endpoint["protocol"] == "kserve-v2"
@@ -101,6 +103,7 @@ def test_triton_on_cpu_runs_the_model_as_published():
     cfg = lab(kserve={"enabled": True, "runtime": "triton", "gpu": False})
     isvc = kserve.inference_service(stack_id(cfg), inference_service_args(cfg), PLACEMENT)
     schemas.validate_object(isvc)
+    assert [pod_security.findings(pod) for _, pod in pod_security.pod_specs(isvc)] == [[]]
     model = isvc["spec"]["predictor"]["model"]
     assert "command" not in model and GPU_RESOURCE not in model["resources"]["limits"]
     assert "tolerations" not in isvc["spec"]["predictor"]

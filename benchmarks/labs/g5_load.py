@@ -133,6 +133,7 @@ class _Watcher:
         self.session, self.ns, self.selector, self.gpu_selector = session, namespace, selector, gpu_selector
         self.last: dict[str, Any] = {}
         self.zero = False
+        self.summary = ""  # what the last poll saw, for the progress line
 
     def poll(self) -> bool:
         cluster = self.session.cluster
@@ -144,9 +145,11 @@ class _Watcher:
         self._keep("pods", _pods_key(pods), {"pods": pods})
         if nodes is not None:
             self._keep("nodes", _nodes_key(nodes), {"gpu_nodes": nodes})
-        self.zero = not pods and all(int((d.get("spec") or {}).get("replicas") or 0) == 0 for d in deployments) and all(
-            int((pa.get("status") or {}).get("desiredScale") or 0) == 0 for pa in pas
-        )
+        desired = sum(int((pa.get("status") or {}).get("desiredScale") or 0) for pa in pas)
+        replicas = sum(int((d.get("spec") or {}).get("replicas") or 0) for d in deployments)
+        ready = sum(int((d.get("status") or {}).get("readyReplicas") or 0) for d in deployments)
+        self.zero = not pods and desired == 0 and replicas == 0
+        self.summary = f"replicas: desired {desired}, ready {ready}; {len(pods)} predictor pod(s)"
         return self.zero
 
     def _keep(self, what: str, key: Any, objects: dict[str, list[dict[str, Any]]]) -> None:
@@ -214,7 +217,8 @@ def record(session: LabSession, args: argparse.Namespace, target: ClientTarget, 
                                   for c in ("Complete", "Failed"))
 
     ramp_s = len(args.ramp) * args.step_seconds
-    wait_until("load ramp", finished, bool, args.timeout + ramp_s, interval_s=args.watch_interval, progress=session.log)
+    wait_until("load ramp", finished, bool, args.timeout + ramp_s, interval_s=args.watch_interval, progress=session.log,
+               describe=lambda _: watcher.summary)
     for pod in cluster.list("v1", "Pod", ns, f"batch.kubernetes.io/job-name={name}"):
         session.logs[pod["metadata"]["name"]] = cluster.pod_log(ns, pod["metadata"]["name"])
     if s.runtime == "triton":
@@ -224,7 +228,7 @@ def record(session: LabSession, args: argparse.Namespace, target: ClientTarget, 
     expected = STABLE_WINDOW_S + max(s.scale_to_zero_grace_s, s.scale_to_zero_retention_s)
     try:
         wait_until("load ramp: back to zero replicas", watcher.poll, bool, expected + 300, interval_s=args.watch_interval,
-                   progress=session.log)
+                   progress=session.log, describe=lambda _: watcher.summary)
     except WaitTimeout as e:  # the ramp's numbers stand; the report says zero was not seen
         session.notes.append(str(e))
 

@@ -4,7 +4,8 @@ tests and the example report, not recorded on a cluster.
 
     python tests/data/labs/g5-triton/make_recording.py
 
-Shapes: every object as the API returns it (Pods and Nodes as core/v1, Deployments as apps/v1, the
+Shapes: every object as the API returns it, identities through tests/kube_fixtures.py as every lab
+fixture (Pods and Nodes as core/v1, Deployments as apps/v1, the
 PodAutoscaler as Knative Serving 1.21.1's pkg/apis/autoscaling/v1alpha1/pa_types.go with the labels
 its pkg/reconciler/revision/resources/meta.go copies from the revision), the client's log as
 benchmarks/labs/scripts/ramp_client.py prints it, Triton's start-up and metrics lines as Triton 23.05
@@ -25,11 +26,14 @@ from __future__ import annotations
 
 import json
 import random
+import sys
 from datetime import datetime, timedelta, timezone
 from pathlib import Path
 
 HERE = Path(__file__).resolve().parent
 REPO = HERE.parents[3]
+sys.path.insert(0, str(REPO))
+from tests import kube_fixtures as kf  # noqa: E402
 START = datetime(2026, 11, 30, 9, 0, 0, tzinfo=timezone.utc)
 NS, ISVC, REV = "models", "cifar10", "cifar10-predictor-00001"
 RUN = "g5-11300900-7e2a"
@@ -37,8 +41,7 @@ LOAD_JOB, COLD_JOB = f"g5-load-{RUN[-4:]}", f"g5-cold-0-{RUN[-4:]}"
 SYSTEM_NODE, GPU_NODE = "gke-gml-g5-system-0b4d7e21-m2c8", "gke-gml-g5-gpu-5c1f9a3e-q7zt"
 TRITON_IMAGE = "nvcr.io/nvidia/tritonserver:23.05-py3"
 RATES, STEP_S, TARGET, MAX_REPLICAS = [1.0, 4.0, 8.0, 12.0, 8.0, 4.0, 1.0], 60.0, 4, 3
-_uid = iter(range(1, 10_000))
-NODE_UIDS = {GPU_NODE: "00000800-7c1e-4b7a-9d3f-5e2a00000800"}
+REVISION_UID = kf.uid("Revision", NS, REV)
 
 
 def at(s: float) -> datetime:
@@ -51,7 +54,8 @@ def ts(s: float) -> str:
 
 
 def uid() -> str:
-    return f"{next(_uid):08d}-7c1e-4b7a-9d3f-5e2a{next(_uid):08d}"
+    """A stand-in: kube_fixtures.realistic gives every object its one uid."""
+    return "set-by-kube-fixtures"
 
 
 def isvc_labels() -> dict[str, str]:
@@ -62,7 +66,7 @@ def isvc_labels() -> dict[str, str]:
         "serving.knative.dev/configurationGeneration": "1",
         "serving.knative.dev/service": f"{ISVC}-predictor",
         "serving.knative.dev/revision": REV,
-        "serving.knative.dev/revisionUID": "00000900-7c1e-4b7a-9d3f-5e2a00000900",
+        "serving.knative.dev/revisionUID": REVISION_UID,
         "app": REV,
     }
 
@@ -169,7 +173,7 @@ def node(name: str, pool: str, created: float, ready: float | None, s: float, gp
     is_ready = ready is not None and s >= ready
     out = {
         "apiVersion": "v1", "kind": "Node",
-        "metadata": {"name": name, "uid": NODE_UIDS[name], "resourceVersion": str(5_000_000 + int(s)),
+        "metadata": {"name": name, "uid": uid(), "resourceVersion": str(5_000_000 + int(s)),
                      "creationTimestamp": ts(created), "labels": labels},
         "spec": {"providerID": f"gce://ml-labs-demo/us-central1-a/{name}", "podCIDR": "10.20.4.0/24",
                  "podCIDRs": ["10.20.4.0/24"]},
@@ -199,7 +203,7 @@ def pod_autoscaler(s: float, desired: int, actual: int, active: str, reason: str
                         else "Requests to the target are being buffered as resources are provisioned."}
     return {
         "apiVersion": "autoscaling.internal.knative.dev/v1alpha1", "kind": "PodAutoscaler",
-        "metadata": {"name": REV, "namespace": NS, "uid": "00000901-7c1e-4b7a-9d3f-5e2a00000901",
+        "metadata": {"name": REV, "namespace": NS, "uid": uid(),
                      "resourceVersion": str(5_100_000 + int(s * 10)), "generation": 2,
                      "creationTimestamp": "2026-11-30T08:41:07Z", "labels": isvc_labels(),
                      "annotations": {"autoscaling.knative.dev/class": "kpa.autoscaling.knative.dev",
@@ -209,7 +213,7 @@ def pod_autoscaler(s: float, desired: int, actual: int, active: str, reason: str
                                      "autoscaling.knative.dev/scale-to-zero-pod-retention-period": "0s",
                                      "serving.knative.dev/progress-deadline": "30m"},
                      "ownerReferences": [{"apiVersion": "serving.knative.dev/v1", "kind": "Revision", "name": REV,
-                                          "uid": "00000900-7c1e-4b7a-9d3f-5e2a00000900", "controller": True,
+                                          "uid": REVISION_UID, "controller": True,
                                           "blockOwnerDeletion": True}]},
         "spec": {"scaleTargetRef": {"apiVersion": "apps/v1", "kind": "Deployment", "name": f"{REV}-deployment"},
                  "reachability": "Reachable", "protocolType": "http1"},
@@ -234,11 +238,10 @@ def deployment(s: float, replicas: int, ready: int, current: int, generation: in
         status |= {"readyReplicas": ready, "availableReplicas": ready}
     return {
         "apiVersion": "apps/v1", "kind": "Deployment",
-        "metadata": {"name": f"{REV}-deployment", "namespace": NS, "uid": "00000902-7c1e-4b7a-9d3f-5e2a00000902",
+        "metadata": {"name": f"{REV}-deployment", "namespace": NS, "uid": uid(),
                      "resourceVersion": str(5_100_000 + int(s * 10)), "generation": generation,
                      "creationTimestamp": "2026-11-30T08:41:07Z", "labels": isvc_labels()},
-        "spec": {"replicas": replicas, "selector": {"matchLabels": {"serving.knative.dev/revisionUID":
-                                                                    "00000900-7c1e-4b7a-9d3f-5e2a00000900"}},
+        "spec": {"replicas": replicas, "selector": {"matchLabels": {"serving.knative.dev/revisionUID": REVISION_UID}},
                  "template": {"metadata": {"labels": isvc_labels()}, "spec": pod_spec(None)},
                  "progressDeadlineSeconds": 1800},
         "status": status,
@@ -394,7 +397,7 @@ def build() -> dict:
     ]
     isvc = {
         "apiVersion": "serving.kserve.io/v1beta1", "kind": "InferenceService",
-        "metadata": {"name": ISVC, "namespace": NS, "uid": "00000903-7c1e-4b7a-9d3f-5e2a00000903",
+        "metadata": {"name": ISVC, "namespace": NS, "uid": uid(),
                      "resourceVersion": "5101977", "generation": 1, "creationTimestamp": "2026-11-30T08:41:05Z",
                      "labels": {"app.kubernetes.io/part-of": "gke-ml-labs", "gke-ml-labs/lab": "g5"},
                      "annotations": {"serving.kserve.io/deploymentMode": "Knative",
@@ -445,10 +448,7 @@ def build() -> dict:
         "lab": "g5", "run_id": RUN, "stack": "g5",
         "started_at": "2026-11-30T09:00:00Z", "finished_at": at(finished).isoformat().replace("+00:00", "Z"),
         "outputs": outputs,
-        "server_version": {"major": "1", "minor": "35", "gitVersion": "v1.35.7-gke.1219000",
-                           "gitCommit": "a1b2c3d4e5f60718293a4b5c6d7e8f9012345678", "gitTreeState": "clean",
-                           "buildDate": "2026-10-21T09:14:37Z", "goVersion": "go1.25.3 X:boringcrypto",
-                           "compiler": "gc", "platform": "linux/amd64"},
+        "server_version": kf.server_version(),
         "nodes": system + [finished_node],
         "events": events,
         "charts": {"cert-manager": "cert-manager-v1.17.0", "kserve-crd": "kserve-crd-v0.20.0",
@@ -464,5 +464,8 @@ def build() -> dict:
 
 if __name__ == "__main__":
     target = HERE / "recording.json"
-    target.write_text(json.dumps(build(), indent=1) + "\n")
+    rec = kf.realistic(build())
+    assert not kf.problems(rec), kf.problems(rec)
+    # As `python -m tests.kube_fixtures` writes every lab fixture.
+    target.write_text(json.dumps(rec, separators=(",", ":"), ensure_ascii=False))
     print(f"wrote {target} ({target.stat().st_size // 1024} KiB)")
