@@ -23,7 +23,7 @@ else
 fi
 chmod -R u+w "$dst"  # the copy keeps the source's modes; sed -i needs to write beside each file
 find "$dst" -name config.pbtxt -exec sed -i 's/KIND_CPU/KIND_GPU/' {} +
-grep -H "kind:" $(find "$dst" -name config.pbtxt) || true
+find "$dst" -name config.pbtxt -exec grep -H "kind:" {} + || true  # into the log: where each instance goes
 server="$0"
 for arg in "$@"; do
   shift

@@ -356,7 +356,7 @@ def build() -> dict:
 
     load_log = "\n".join(client_line(x) for x in lines) + "\n"
     triton_log = "\n".join([
-        'triton_start: /tmp/models/cifar10/config.pbtxt:        kind: KIND_GPU',
+        '/tmp/models/cifar10/config.pbtxt:        kind: KIND_GPU',
         "I1130 09:05:41.518712 1 pinned_memory_manager.cc:241] Pinned memory pool is created at '0x7f2b5a000000' "
         "with size 268435456",
         "I1130 09:05:41.519263 1 cuda_memory_manager.cc:107] CUDA memory pool is created on device 0 with size 67108864",
