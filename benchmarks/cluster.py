@@ -51,6 +51,8 @@ class Cluster(Protocol):
 
     def service_get(self, namespace: str, service: str, port: int, path: str, params: dict[str, str]) -> str: ...
 
+    def pod_get(self, namespace: str, pod: str, port: int, path: str) -> str: ...
+
     def server_version(self) -> dict[str, Any]: ...
 
 
@@ -139,24 +141,28 @@ class KubeCluster:
 
     def service_get(self, namespace: str, service: str, port: int, path: str, params: dict[str, str]) -> str:
         """GET through the API server's service proxy: reaches ClusterIP services with no port-forward."""
+        return self._proxy_get(f"/api/v1/namespaces/{namespace}/services/{service}:{port}/proxy/{path.lstrip('/')}",
+                               f"service {namespace}/{service}:{port}", path, params)
+
+    def pod_get(self, namespace: str, pod: str, port: int, path: str) -> str:
+        """GET through the API server's pod proxy: one pod's own endpoint (e.g. a model server's metrics)."""
+        return self._proxy_get(f"/api/v1/namespaces/{namespace}/pods/{pod}:{port}/proxy/{path.lstrip('/')}",
+                               f"pod {namespace}/{pod}:{port}", path, {})
+
+    def _proxy_get(self, resource_path: str, where: str, path: str, params: dict[str, str]) -> str:
         request = self._api_client.param_serialize(
-            method="GET",
-            resource_path=f"/api/v1/namespaces/{namespace}/services/{service}:{port}/proxy/{path.lstrip('/')}",
-            query_params=list(params.items()),
-            auth_settings=["BearerToken"],
+            method="GET", resource_path=resource_path, query_params=list(params.items()), auth_settings=["BearerToken"]
         )
         try:
             response = self._api_client.call_api(*request, _request_timeout=self._timeout)
             response.read()
         except Exception as e:
-            raise ClusterError(f"GET {path} on service {namespace}/{service}:{port} failed: {e}") from e
+            raise ClusterError(f"GET {path} on {where} failed: {e}") from e
         text = response.data.decode(errors="replace")
         # call_api does not raise on an error status: the proxy's 503 (no ready endpoints) or 404 (no
-        # such service) would otherwise reach the caller as if the service had answered.
+        # such service or pod) would otherwise reach the caller as if the service had answered.
         if not 200 <= response.status <= 299:
-            raise ClusterError(
-                f"GET {path} on service {namespace}/{service}:{port} answered HTTP {response.status}: {text[:300]}"
-            )
+            raise ClusterError(f"GET {path} on {where} answered HTTP {response.status}: {text[:300]}")
         return text
 
     def server_version(self) -> dict[str, Any]:

@@ -67,6 +67,10 @@ KSERVE_RUNTIMES = Chart(
     "v0.20.0",
     upstream="kserve/v0.20.0/charts/kserve-runtime-configs",
 )
+# Triton for the g5 `runtime: triton` predictor: the tag kserve-runtime-configs v0.20.0 defaults to
+# (values.yaml kserve.servingruntime.tritonserver), the one KServe tested; CUDA 12.1, so the L4 (Ada)
+# and GKE's LATEST driver serve it. Several GB: the first pull on a new node takes minutes.
+TRITON_IMAGE = "nvcr.io/nvidia/tritonserver:23.05-py3"
 # upstream/ holds the v1.21.1 chart defaults only; the values we set (crds.enabled and the
 # nodeSelectors) exist unchanged in v1.17.0 too (crds.enabled since v1.15), so the check against
 # v1.21.1 holds for the pinned chart.

@@ -1,4 +1,5 @@
-"""Test doubles for the lab benchmarks: a cluster that records what it is asked and answers from a script.
+"""Test doubles for the lab benchmarks: a cluster that records what it is asked and answers from a script,
+and a real local HTTP server for the in-cluster client scripts.
 
 Passed to the code under test through its constructor/argument (the `Cluster` protocol), never patched in.
 """
@@ -7,6 +8,11 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
+import subprocess
+import sys
+import threading
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 from typing import Any, Callable
 
@@ -33,6 +39,8 @@ class FakeCluster:
         self.on_list = on_list or (lambda *a: [])
         self.logs_read: list[tuple[str, str, str | None]] = []
         self.on_log: Callable[[str, str, str | None], str] = lambda *a: ""
+        self.pod_gets: list[tuple[str, str, int, str]] = []
+        self.on_pod_get: Callable[[str, str, int, str], str] = lambda *a: ""
 
     def create(self, obj: dict[str, Any]) -> dict[str, Any]:
         self.created.append(obj)
@@ -51,9 +59,28 @@ class FakeCluster:
     def service_get(self, namespace, service, port, path, params):
         return json.dumps({"status": "success", "data": {"resultType": "vector", "result": []}})
 
+    def pod_get(self, namespace, pod, port, path):
+        self.pod_gets.append((namespace, pod, port, path))
+        return self.on_pod_get(namespace, pod, port, path)
+
     def server_version(self):
         return {"gitVersion": "v1.35.7-gke.1219000"}
 
 
 def live_args(tmp_path: Path, **extra: Any) -> argparse.Namespace:
     return argparse.Namespace(stack=None, outputs=None, out=tmp_path, timeout=1.0, poll=0.01, **extra)
+
+
+def run_client_script(handler: type[BaseHTTPRequestHandler], script: str, env: dict[str, str], timeout_s: float = 60) -> str:
+    """Run one of benchmarks/labs/scripts/ as the cluster runs it, against a real local HTTP server
+    answering with `handler` (TARGET points at it); its stdout."""
+    from benchmarks.labs.objects import SCRIPTS
+
+    server = ThreadingHTTPServer(("127.0.0.1", 0), handler)
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    full = {**os.environ, "TARGET": f"http://127.0.0.1:{server.server_port}", **env}
+    try:
+        return subprocess.run([sys.executable, str(SCRIPTS / script)], env=full, capture_output=True, text=True,
+                              timeout=timeout_s, check=True).stdout
+    finally:
+        server.shutdown()

@@ -369,6 +369,11 @@ def assert_helm_values_exist(values: dict, chart_dir: str, commented_keys: Itera
         )
 
 
+def chart_defaults(chart_dir: str) -> dict:
+    """A chart's default values (e.g. to read which image or runtime a pinned chart installs)."""
+    return copy.deepcopy(_chart_defaults(chart_dir))
+
+
 @functools.cache
 def _chart_defaults(chart_dir: str) -> dict:
     """The chart's defaults, with subcharts grafted in under their name or alias."""

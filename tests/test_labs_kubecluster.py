@@ -66,6 +66,11 @@ class _Api(BaseHTTPRequestHandler):
         if "/services/down:" in p:  # the proxy's answer when no pod backs the Service
             return self._send(503, {"kind": "Status", "apiVersion": "v1", "status": "Failure", "reason": "ServiceUnavailable",
                                     "message": "no endpoints available for service \"down\"", "code": 503})
+        if "/pods/gone:" in p:  # the pod proxy's answer for a pod that no longer exists
+            return self._send(404, {"kind": "Status", "apiVersion": "v1", "status": "Failure", "reason": "NotFound",
+                                    "message": "pods \"gone\" not found", "code": 404})
+        if "/pods/" in p and "/proxy/" in p:
+            return self._send(200, 'nv_inference_request_success{model="cifar10",version="1"} 23\n', "text/plain")
         if "/proxy/" in p:
             return self._send(200, {"status": "success", "data": {"resultType": "vector", "result": []}})
         if method == "POST":
@@ -196,3 +201,14 @@ def test_the_stacks_kubeconfig_authenticates_through_the_exec_plugin(server, tmp
     _Api.auth.clear()
     cluster.list("v1", "Pod", "ns", "run=r1")
     assert _Api.auth == ["Bearer ya29.plugin"]
+
+
+def test_the_pod_proxy_reaches_one_pod_and_reports_a_missing_one(cluster):
+    _Api.calls.clear()
+    text = cluster.pod_get("models", "cifar10-predictor-00001-deployment-abc", 8002, "/metrics")
+    assert text == 'nv_inference_request_success{model="cifar10",version="1"} 23\n'
+    assert ("GET", "/api/v1/namespaces/models/pods/cifar10-predictor-00001-deployment-abc:8002/proxy/metrics", {}) in [
+        (m, p, q) for m, p, q, _ in _Api.calls
+    ]
+    with pytest.raises(ClusterError, match=r"GET /metrics on pod models/gone:8002 answered HTTP 404: .*not found"):
+        cluster.pod_get("models", "gone", 8002, "/metrics")

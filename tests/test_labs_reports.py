@@ -17,19 +17,20 @@ from benchmarks.labs.report import render_report, write_results
 from benchmarks.labs.result import SCHEMA_VERSION
 
 LABS = examples.LABS
+EXAMPLES = examples.available()
 REPO = Path(__file__).resolve().parents[1]
 
 
 def test_every_lab_has_a_fixture_and_is_on_the_command_line():
     from benchmarks.__main__ import LABS as CLI_LABS
 
-    assert examples.available() == list(LABS)
+    assert examples.available() == [*LABS, *examples.VARIANTS]
     assert all(CLI_LABS[lab] == f"benchmarks.labs.{lab}" for lab in LABS)
 
 
-@pytest.mark.parametrize("lab", LABS)
+@pytest.mark.parametrize("lab", EXAMPLES)
 def test_result_round_trip_report_and_plots(lab, tmp_path):
-    module = importlib.import_module(f"benchmarks.labs.{lab}")
+    module = importlib.import_module(f"benchmarks.labs.{examples.lab_of(lab)}")
     rec = load_recording(recording_path(lab))
     result = module.measure(rec, source="fixture")
     folder = write_results(tmp_path / lab, rec, result, module)
@@ -58,7 +59,7 @@ def _without_cost(folder: Path) -> tuple[dict, str]:
 
 # A snapshot, not a check of correctness: the figures themselves are checked against values read off
 # each fixture by hand in tests/test_labs_<lab>.py.
-@pytest.mark.parametrize("lab", LABS)
+@pytest.mark.parametrize("lab", EXAMPLES)
 def test_checked_in_example_matches_its_fixture(lab, tmp_path):
     fresh = examples.render_example(lab, tmp_path)
     assert _without_cost(fresh) == _without_cost(REPO / "examples" / lab), (
@@ -100,7 +101,7 @@ def test_every_in_cluster_script_compiles():
     from benchmarks.labs.objects import SCRIPTS
 
     scripts = sorted(SCRIPTS.glob("*.py"))
-    assert {p.name for p in scripts} == {"gpu_matmul.py", "http_client.py", "rendezvous.py", "trainer.py"}
+    assert {p.name for p in scripts} == {"gpu_matmul.py", "http_client.py", "ramp_client.py", "rendezvous.py", "trainer.py"}
     for path in scripts:
         compile(path.read_text(), str(path), "exec")
 

@@ -62,3 +62,48 @@ def xy_plot(series: dict[str, list[tuple[float, float]]], title: str, xlabel: st
     fig.tight_layout()
     fig.savefig(path, dpi=110)
     plt.close(fig)
+
+
+def ramp_plot(
+    rate_steps: list[tuple[float, float]],
+    achieved: list[tuple[float, float]],
+    replicas: dict[str, list[tuple[float, float]]],
+    latency: dict[str, list[tuple[float, float]]],
+    title: str,
+    path: Path,
+    marks: list[tuple[float, str]] = (),
+    latency_points: dict[str, list[tuple[float, float]]] | None = None,
+) -> None:
+    """Three panels on one time axis: offered and answered request rate, replica counts (step lines,
+    as the counts hold until they change), latency (log scale; `latency_points` as single markers).
+    `marks` are labelled vertical lines."""
+    fig, (ax_rate, ax_rep, ax_lat) = plt.subplots(3, 1, figsize=(9, 7.5), sharex=True)
+    xs = [t for t, _ in rate_steps]
+    ax_rate.step(xs, [r for _, r in rate_steps], where="post", color="#3182bd", label="offered (the ramp)")
+    if achieved:
+        ax_rate.plot([t for t, _ in achieved], [r for _, r in achieved], ".", color="#9ecae1", label="answered 200")
+    ax_rate.set_ylabel("requests/s")
+    colours = ["#e6550d", "#31a354", "#756bb1", "#636363"]
+    for (name, pts), colour in zip(replicas.items(), colours):
+        ax_rep.step([t for t, _ in pts], [v for _, v in pts], where="post", color=colour, label=name)
+    ax_rep.set_ylabel("replicas")
+    ax_rep.yaxis.get_major_locator().set_params(integer=True)
+    for (name, pts), colour in zip(latency.items(), colours):
+        ax_lat.plot([t for t, _ in pts], [v for _, v in pts], marker=".", color=colour, label=name)
+    for name, pts in (latency_points or {}).items():
+        ax_lat.plot([t for t, _ in pts], [v for _, v in pts], "*", markersize=11, color="#de2d26", label=name)
+    ax_lat.set_yscale("log")
+    ax_lat.set_ylabel("latency (ms)")
+    ax_lat.set_xlabel("seconds from the start of the ramp")
+    for ax in (ax_rate, ax_rep, ax_lat):
+        for t, label in marks:
+            ax.axvline(t, color="#bdbdbd", linestyle="--", linewidth=0.8)
+        ax.grid(alpha=0.3)
+        ax.legend(fontsize=8, loc="upper right")
+    for t, label in marks:
+        ax_rate.annotate(label, (t, 1.0), xycoords=("data", "axes fraction"), fontsize=7, rotation=90,
+                         va="top", ha="right", color="#636363")
+    ax_rate.set_title(title)
+    fig.tight_layout()
+    fig.savefig(path, dpi=110)
+    plt.close(fig)
