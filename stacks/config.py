@@ -14,7 +14,7 @@ from typing import Literal
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
-from facts.machines import G2_L4_COUNT
+from facts.machines import G2_L4_COUNT, SYSTEM_MACHINE_TYPES
 from stacks import cost_features, platform_features, serving_features
 
 LabName = Literal["dev", "g1", "g2", "g3", "g4", "g5", "g6", "g7", "g8"]
@@ -92,6 +92,13 @@ class LabConfig(Frozen):
             raise ValueError(f"{v!r} does not carry an L4; allowed: {', '.join(G2_L4_COUNT)}")
         return v
 
+    @field_validator("system_machine_type")
+    @classmethod
+    def _system_machine(cls, v: str) -> str:
+        if v not in SYSTEM_MACHINE_TYPES:
+            raise ValueError(f"{v!r} is not a system machine type the cost estimate prices; allowed: {', '.join(SYSTEM_MACHINE_TYPES)}")
+        return v
+
     @field_validator("subnet_cidr", "pods_cidr", "services_cidr")
     @classmethod
     def _cidr(cls, v: str) -> str:
@@ -154,7 +161,10 @@ class LabConfig(Frozen):
         )
         problems += serving_features.check(kserve=self.kserve, vllm=self.vllm, argo=self.argo, pool=pool)
         problems += cost_features.check(
-            cost_exporter=self.cost_exporter, observability_enabled=self.observability.enabled
+            cost_exporter=self.cost_exporter,
+            observability_enabled=self.observability.enabled,
+            region=self.region,
+            machine_types=(self.gpu_machine_type, self.system_machine_type),
         )
         if problems:
             raise ValueError("; ".join(problems))
