@@ -28,7 +28,8 @@ $(VENV)/.installed: requirements.txt | $(BIN)/python
 
 venv: $(VENV)/.installed ## create .venv with every pinned dependency
 
-test: venv ## run the whole test suite (no cloud, no network)
+test: venv ## run the whole test suite (no cloud; fetches the pinned upstream files once, see README)
+	$(BIN)/python -m tests.upstream fetch
 	$(BIN)/python -m pytest
 
 plan: venv ## offline plan of a stack: make plan STACK=g6
@@ -47,4 +48,4 @@ cost: venv ## actual cost from the billing export: make cost LAB=g6 SINCE=2026-1
 	$(BIN)/python -m ops.billing --table $(BILLING_TABLE) --lab $(LAB) --since $(SINCE) $(if $(UNTIL),--until $(UNTIL))
 
 clean:
-	rm -rf $(VENV) .pytest_cache
+	rm -rf $(VENV) .pytest_cache .cache

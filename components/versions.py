@@ -1,7 +1,7 @@
 """Every chart, manifest URL and image tag the platform deploys, pinned here and nowhere else.
 
-`upstream` names the folder of ../shared/upstream/ holding that version's CRDs and chart defaults,
-so tests check our values and custom resources against exactly what we deploy.
+`upstream` names the folder (<component>/<version>) of tests/upstream.lock.tsv holding that version's
+CRDs and chart defaults, so tests check our values and custom resources against exactly what we deploy.
 """
 
 from __future__ import annotations

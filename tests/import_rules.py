@@ -1,10 +1,11 @@
 """Which way the project's code may depend, read from its imports with `ast` (no import is executed).
 
     facts/        dated facts: imports nothing of the project
-    components/   Pulumi components: components, facts
-    stacks/       config model, lab catalogue, composition: stacks, components, facts
-    ops/          operator commands: ops, stacks, facts
-    benchmarks/   the measurement kit: benchmarks, stacks, ops, facts
+    podspec/      pod-spec building blocks (restricted security settings): imports nothing of the project
+    components/   Pulumi components: components, podspec, facts
+    stacks/       config model, lab catalogue, composition: stacks, components, podspec, facts
+    ops/          operator commands: ops, stacks, podspec, facts
+    benchmarks/   the measurement kit: benchmarks, stacks, ops, podspec, facts
 
 Code that runs alone in a pod is stricter: components/scripts/ (mounted as the components.scripts
 package), components/pipeline_steps/ and benchmarks/labs/scripts/ (each file runs by itself).
@@ -17,7 +18,7 @@ import ast
 from dataclasses import dataclass
 from pathlib import Path
 
-PACKAGES = ("facts", "components", "stacks", "ops", "benchmarks")
+PACKAGES = ("facts", "podspec", "components", "stacks", "ops", "benchmarks")
 
 
 @dataclass(frozen=True)
@@ -33,10 +34,13 @@ RULES = (
     Rule("components/pipeline_steps/", (), "each step's program runs alone in an Argo step container"),
     Rule("benchmarks/labs/scripts/", (), "each script runs alone in a benchmark pod"),
     Rule("facts/", ("facts",), "the dated facts sit under every layer"),
-    Rule("components/", ("components", "facts"), "a component takes its own args, never the lab catalogue or tools"),
-    Rule("stacks/", ("stacks", "components", "facts"), "the program never depends on the operator tools or the kit"),
-    Rule("ops/", ("ops", "stacks", "facts"), "the operator tools read stacks, never the components themselves"),
-    Rule("benchmarks/", ("benchmarks", "stacks", "ops", "facts"), "the kit learns the platform from stack outputs"),
+    # Layer 0 like facts/: the platform's pods and the kit's pods get their security settings from one
+    # helper, which therefore may depend on neither.
+    Rule("podspec/", ("podspec",), "the pod-spec building blocks sit under every layer"),
+    Rule("components/", ("components", "podspec", "facts"), "a component takes its own args, never the lab catalogue or tools"),
+    Rule("stacks/", ("stacks", "components", "podspec", "facts"), "the program never depends on the operator tools or the kit"),
+    Rule("ops/", ("ops", "stacks", "podspec", "facts"), "the operator tools read stacks, never the components themselves"),
+    Rule("benchmarks/", ("benchmarks", "stacks", "ops", "podspec", "facts"), "the kit learns the platform from stack outputs"),
     Rule("__main__.py", ("stacks",), "the Pulumi entry point only loads the config and runs the program"),
 )
 

@@ -9,6 +9,7 @@ import sys
 
 import pytest
 from conftest import STACKS
+from kube_fixtures import G2_L4 as PUBLISHED_G2_L4
 
 from components import argo, checkpoints
 from components.naming import resource_name
@@ -140,6 +141,21 @@ def test_kubernetes_provider_authenticates_through_the_gke_plugin(stack_runs):
     kubeconfig = run.outputs["kubeconfig"]
     assert "command: gke-gcloud-auth-plugin" in kubeconfig and "token" not in kubeconfig
     assert provider.inputs["deleteUnreachable"] in (True, "true")
+
+
+@pytest.mark.parametrize("machine, l4s", PUBLISHED_G2_L4.items())
+def test_every_g2_machine_type_asks_for_its_published_l4_count(machine, l4s):
+    run = run_stack("dev", overrides={"gke-ml-labs:gpu_machine_type": machine})
+    accel = run.one(NODE_POOL, "gpu-pool").inputs["nodeConfig"]["guestAccelerators"][0]
+    assert (accel["type"], accel["count"]) == ("nvidia-l4", l4s)
+    assert run.outputs["gpu_pool"]["machine_type"] == machine
+
+
+def test_only_g2_machine_types_are_accepted():
+    for machine in ("g2-standard-2", "g2-standard-64", "a2-highgpu-1g"):
+        with pytest.raises(ConfigError, match=f"'{machine}' does not carry an L4; allowed: "
+                                             + ", ".join(PUBLISHED_G2_L4)):
+            parse({"lab": "dev", "gpu_machine_type": machine}, stack="dev", project="p", region=None)
 
 
 def test_preview_leaves_cloud_computed_outputs_unknown(stack_runs):

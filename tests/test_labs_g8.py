@@ -30,7 +30,7 @@ def test_trainer_job_validates_and_checkpoints_only_when_asked(variant):
     assert env["CHECKPOINT"] == ("1" if g8.VARIANTS[variant] else "0")
     ckpt = outputs["benchmark"]["checkpoints"]
     assert env["BUCKET"] == ckpt["bucket"]
-    assert env["CHECKPOINT_EVERY"] == str(round(ckpt["interval_s"] / 2.0))
+    assert env["CHECKPOINT_EVERY"] == "10"  # the stack's 20 s interval at 2 s per step
     assert spec["serviceAccountName"] == ckpt["service_account"]
     assert job["spec"]["podFailurePolicy"]["rules"][0]["onPodConditions"] == [{"type": "DisruptionTarget"}]
     assert "step {step} t=" in cm["data"]["trainer.py"]  # the line parse_progress reads
@@ -59,9 +59,10 @@ def test_checkpointing_loses_fewer_steps(rec):
     result = g8.measure(rec)
     assert result.passed, result.checks
     v = {x.name: x for x in result.variants}
-    assert v["without-checkpoints"].resumed_at_step == 0
-    assert v["without-checkpoints"].steps_lost == v["without-checkpoints"].steps_before
-    assert v["with-checkpoints"].resumed_at_step == v["with-checkpoints"].last_checkpoint + 1
+    # From the trainers' logs: both ran steps 0-21 before the node went; with checkpoints the last one
+    # saved was step 21 and the new pod logged "resumed from step 21" then step 22; without, it restarted at 0.
+    got = {x.name: (x.steps_before, x.last_checkpoint, x.resumed_at_step, x.steps_lost) for x in result.variants}
+    assert got == {"with-checkpoints": (22, 21, 22, 0), "without-checkpoints": (22, None, 0, 22)}
     for x in result.variants:
         assert 0 < x.reschedule_s < x.resume_s
 

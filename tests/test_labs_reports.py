@@ -60,6 +60,8 @@ def _without_cost(folder: Path) -> tuple[dict, str]:
     return result, report
 
 
+# A snapshot, not a check of correctness: the figures themselves are checked against values read off
+# each fixture by hand in tests/test_labs_<lab>.py.
 @pytest.mark.parametrize("lab", LABS)
 def test_checked_in_example_matches_its_fixture(lab, tmp_path):
     fresh = examples.render_example(lab, tmp_path)

@@ -1,4 +1,4 @@
-"""One direction of dependency: facts <- components <- stacks <- ops <- benchmarks, checked on the
+"""One direction of dependency: facts, podspec <- components <- stacks <- ops <- benchmarks, checked on the
 source tree's imports (tests/import_rules.py), and no import circles anywhere in it."""
 
 from __future__ import annotations
@@ -34,7 +34,7 @@ def _tree(tmp_path: Path, files: dict[str, str]) -> Path:
         path = tmp_path / rel
         path.parent.mkdir(parents=True, exist_ok=True)
         path.write_text(text)
-    for package in ("facts", "components", "stacks", "ops", "benchmarks"):
+    for package in ("facts", "podspec", "components", "stacks", "ops", "benchmarks"):
         (tmp_path / package).mkdir(exist_ok=True)
         (tmp_path / package / "__init__.py").touch()
     return tmp_path
@@ -46,7 +46,7 @@ def _tree(tmp_path: Path, files: dict[str, str]) -> Path:
         (
             "components/kueue.py",
             "import pulumi\n\nfrom stacks.config import LabConfig\n",
-            "components/kueue.py:3: imports stacks.config; components/ may import components, facts",
+            "components/kueue.py:3: imports stacks.config; components/ may import components, podspec, facts",
         ),
         (
             "facts/prices.py",
@@ -57,13 +57,18 @@ def _tree(tmp_path: Path, files: dict[str, str]) -> Path:
             "stacks/program.py",
             "from typing import TYPE_CHECKING\nif TYPE_CHECKING:\n    from benchmarks.serving import catalogue\n",
             "stacks/program.py:3: imports benchmarks.serving.catalogue; "
-            "stacks/ may import stacks, components, facts",
+            "stacks/ may import stacks, components, podspec, facts",
         ),
         (
             "benchmarks/labs/objects.py",
             "from components.cluster import POOL_LABEL\n",
             "benchmarks/labs/objects.py:1: imports components.cluster; "
-            "benchmarks/ may import benchmarks, stacks, ops, facts",
+            "benchmarks/ may import benchmarks, stacks, ops, podspec, facts",
+        ),
+        (
+            "podspec/security.py",
+            "from components.naming import k8s_labels\n",
+            "podspec/security.py:1: imports components.naming; podspec/ may import podspec",
         ),
         (
             "components/scripts/idle_guard.py",
@@ -79,7 +84,7 @@ def _tree(tmp_path: Path, files: dict[str, str]) -> Path:
         ),
     ],
     ids=["component-reads-config", "lazy-import-in-facts", "type-checking-import", "kit-reads-component",
-         "pod-script-reaches-out", "relative-import"],
+         "pod-settings-read-a-component", "pod-script-reaches-out", "relative-import"],
 )
 def test_a_planted_bad_import_is_named_with_its_file_line_and_rule(tmp_path, rel, text, expected):
     targets = ["ops/status.py", "benchmarks/serving/__init__.py", "benchmarks/serving/catalogue.py",
@@ -95,6 +100,8 @@ def test_allowed_imports_pass_the_checker(tmp_path):
         {
             "facts/prices.py": "import json\n",
             "components/kueue.py": "from components import naming\nfrom facts.prices import table\n",
+            "podspec/security.py": "import copy\n",
+            "benchmarks/labs/objects.py": "from podspec.security import restricted\n",
             "components/naming.py": "",
             "components/scripts/idle_guard.py": "from components.scripts.kube_api import KubeApi\n",
             "stacks/program.py": "from components.kueue import Kueue\nfrom stacks import config\n",

@@ -77,6 +77,19 @@ def test_gpu_up_adds_one_gpu_node_per_max_node():
     assert one.per_hour_gpu_at_zero == pytest.approx(system + 0.10 * 50 / 730), "cluster fee is free tier"
 
 
+def test_the_estimate_scales_with_the_system_node_count():
+    # By hand: e2-standard-4 on-demand in us-central1 $0.13402/h (4 vCPU x $0.021811 + 16 GiB x
+    # $0.002923, Google's E2 unit prices) plus its 50 GB pd-balanced boot disk at $0.10/GiB-month
+    # over 730 h ($0.0068493/h): $0.1408693/h per system node. The GPU node, g2-standard-4 spot,
+    # $0.4240/h plus 100 GB of disk ($0.0136986/h).
+    system_node, gpu_node = 0.13402 + 0.0068493, 0.4240 + 0.0136986
+    one, two = est.estimate(lab()), est.estimate(lab(system_min_nodes=2, system_max_nodes=3))
+    assert one.per_hour_gpu_at_zero == pytest.approx(system_node, abs=1e-6)
+    assert two.per_hour_gpu_at_zero == pytest.approx(2 * system_node, abs=1e-6)
+    assert two.per_hour_gpu_up == pytest.approx(2 * system_node + gpu_node, abs=1e-6)
+    assert "| 2 x system node e2-standard-4 (on-demand) (incl. 50 GB boot disk) | $0.282 |" in est.markdown(two)
+
+
 def test_spot_region_and_min_nodes_change_the_estimate():
     spot, on_demand = est.estimate(lab()), est.estimate(lab(gpu_spot=False))
     assert on_demand.per_hour_gpu_up - spot.per_hour_gpu_up == pytest.approx((0.14679 + 0.56004) - (0.05874 + 0.2231))

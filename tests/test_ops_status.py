@@ -87,7 +87,8 @@ def test_nothing_up_exits_zero(capsys):
 
 def test_gpu_from_guest_accelerators_and_unpriced_machine(capsys):
     state = GoogleState(project=PROJECT, instances={
-        "europe-west4-a": [vm("n1-with-l4", "europe-west4-a", "n1-standard-8", NOW - timedelta(hours=1),
+        # A G2 machine with two L4s (the only kind that carries them), in a region ops/pricing.py lacks.
+        "europe-west4-a": [vm("gke-gml-g6-gpu-7c1e", "europe-west4-a", "g2-standard-24", NOW - timedelta(hours=1),
                               labels=OURS, spot=False, accelerators=2)],
     })
     code, out = run(state, capsys)

@@ -9,6 +9,7 @@ import re
 
 import pytest
 import schemas
+import upstream
 import yaml
 
 from components.dashboards import all_dashboards
@@ -112,7 +113,7 @@ def test_dcgm_exporter_runs_on_gpu_nodes_with_gke_drivers_and_every_dashboard_me
     # No GPU request and no NVIDIA runtime on GKE: only a privileged container sees /dev/nvidia*. Helm
     # merges our securityContext into the chart's, whose allowPrivilegeEscalation: false the API server
     # refuses next to privileged: true.
-    chart_values = yaml.safe_load((schemas.UPSTREAM / "dcgm-exporter" / "4.5.3-4.8.2" / "values.yaml").read_text())
+    chart_values = yaml.safe_load(upstream.path("dcgm-exporter/4.5.3-4.8.2/values.yaml").read_text())
     chart_default = chart_values["securityContext"]
     merged = {**chart_default, **v.get("securityContext", {})}
     assert merged["privileged"] is True and merged["allowPrivilegeEscalation"] is not False
