@@ -80,9 +80,9 @@ def test_gpu_up_adds_one_gpu_node_per_max_node():
 def test_the_estimate_scales_with_the_system_node_count():
     # By hand: e2-standard-4 on-demand in us-central1 $0.13402/h (4 vCPU x $0.021811 + 16 GiB x
     # $0.002923, Google's E2 unit prices) plus its 50 GB pd-balanced boot disk at $0.10/GiB-month
-    # over 730 h ($0.0068493/h): $0.1408693/h per system node. The GPU node, g2-standard-4 spot,
-    # $0.4240/h plus 100 GB of disk ($0.0136986/h).
-    system_node, gpu_node = 0.13402 + 0.0068493, 0.4240 + 0.0136986
+    # over 730 h ($0.0068493/h): $0.1408693/h per system node. The GPU node, g2-standard-4 spot, the
+    # catalogue's VM row $0.05874/h plus its L4x1 row $0.2231/h, plus 100 GB of disk ($0.0136986/h).
+    system_node, gpu_node = 0.13402 + 0.0068493, 0.05874 + 0.2231 + 0.0136986
     one, two = est.estimate(lab()), est.estimate(lab(system_min_nodes=2, system_max_nodes=3))
     assert one.per_hour_gpu_at_zero == pytest.approx(system_node, abs=1e-6)
     assert two.per_hour_gpu_at_zero == pytest.approx(2 * system_node, abs=1e-6)
