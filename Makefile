@@ -8,6 +8,16 @@ OUT ?= results
 
 .PHONY: venv test plan g6-sim preflight status cost clean
 
+# A target's required variables, checked before anything runs (no venv, no python): one line naming
+# those missing and an example.
+missing = $(strip $(foreach v,$(1),$(if $($(v)),,$(v))))
+COST_EXAMPLE := make cost LAB=g6 SINCE=2026-11-01 BILLING_TABLE=my-lab-project.billing.gcp_billing_export_v1_012345_6789AB_CDEF01
+ifneq ($(filter cost,$(MAKECMDGOALS)),)
+ifneq ($(call missing,BILLING_TABLE SINCE),)
+$(error make cost needs $(call missing,BILLING_TABLE SINCE): e.g. $(COST_EXAMPLE))
+endif
+endif
+
 $(BIN)/python:
 	$(PY) -m venv $(VENV)
 	$(BIN)/pip install -q --upgrade pip
@@ -34,7 +44,7 @@ preflight: venv ## before `pulumi up`: credentials, APIs, L4 quota, L4 zones: ma
 status: venv ## after `pulumi destroy`: exits non-zero while any GPU node of ours is up
 	$(BIN)/python -m ops.status
 
-cost: venv ## actual cost from the billing export: make cost LAB=g6 SINCE=2026-11-01 BILLING_TABLE=p.d.t
+cost: venv ## actual cost from the billing export: make cost LAB=g6 SINCE=2026-11-01 BILLING_TABLE=PROJECT_ID.DATASET.TABLE
 	$(BIN)/python -m ops.billing --table $(BILLING_TABLE) --lab $(LAB) --since $(SINCE) $(if $(UNTIL),--until $(UNTIL))
 
 clean:

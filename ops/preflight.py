@@ -15,13 +15,17 @@ from collections.abc import Callable
 
 from pydantic import BaseModel, ConfigDict
 
-from ops.gcp import LOGIN_HINT, ApiDisabled, CredentialsError, GcpClient, GcpError
+from ops.gcp import LOGIN_HINT, ApiDisabled, CredentialsError, GcpClient, GcpError, NetworkError
 from stacks.stackfile import OFFLINE_PROJECT, load_config
 from stacks import program
 from stacks.config import LabConfig
 from stacks.loader import ConfigError
 
 ACCELERATOR = "nvidia-l4"
+NETWORK_HINT = (
+    "nothing about the credentials or the project was checked: make sure this machine reaches "
+    "*.googleapis.com (DNS, a proxy in HTTPS_PROXY, a firewall or VPN), then run preflight again"
+)
 
 
 class CheckResult(BaseModel):
@@ -53,6 +57,11 @@ def check_credentials(client: GcpClient, cfg: LabConfig) -> CheckResult:
         project = client.get("cloudresourcemanager", f"projects/{cfg.project}")
     except CredentialsError as e:
         return CheckResult(name=name, ok=False, detail=str(e), hint=LOGIN_HINT)
+    except NetworkError as e:
+        return CheckResult(
+            name=name, ok=False, detail=f"the network is the problem: {e}",
+            hint=NETWORK_HINT,
+        )
     except GcpError as e:
         return CheckResult(
             name=name, ok=False, detail=f"token works but project {cfg.project!r} is not usable: {e}",

@@ -17,10 +17,13 @@ from typing import Any, Callable
 
 import yaml
 
-from stacks.cost_estimate import CostEstimate, markdown
+from facts.prices import PricingError
+from stacks.config import LabConfig
+from stacks.cost_estimate import estimate, markdown
 from stacks.loader import ConfigError
 from stacks.mockrun import MockRun, Recorded, run_stack
-from stacks.stackfile import REPO
+from stacks.output_folder import OutputFolderError, prepare
+from stacks.stackfile import REPO, load_config
 
 KUBERNETES = "kubernetes:"
 # Resources that are not Kubernetes objects themselves, though their type says kubernetes.
@@ -143,16 +146,23 @@ def _ints(value: Any) -> Any:
     return _num(value)
 
 
-def _table(run: MockRun) -> str:
+def _table(run: MockRun, cfg: LabConfig) -> str:
     body = rows(run)
     width = {k: max([len(k)] + [len(r[k]) for r in body]) for k in ("type", "name")}
     lines = [f"{'type':<{width['type']}}  {'name':<{width['name']}}  settings"]
     lines += [f"{r['type']:<{width['type']}}  {r['name']:<{width['name']}}  {r['settings']}" for r in body]
     mode = "preview (cloud outputs unknown)" if run.preview else "update"
     lines.append(f"\n{len(body)} resources for stack {run.stack} ({mode}).")
-    cost = run.outputs.get("cost_estimate")
-    lines.append("\n" + (markdown(CostEstimate.model_validate(cost)) if cost else "No price table for this region."))
+    lines.append("\n" + cost_section(cfg))
     return "\n".join(lines)
+
+
+def cost_section(cfg: LabConfig) -> str:
+    """The estimate, or one line saying which price is missing (the stack still deploys)."""
+    try:
+        return markdown(estimate(cfg))
+    except PricingError as e:
+        return f"No cost estimate: {e}."
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -166,12 +176,14 @@ def main(argv: list[str] | None = None) -> int:
     )
     args = parser.parse_args(argv)
     try:
+        cfg = load_config(args.stack, directory=args.dir)  # a wrong stack name or config fails before anything is written
+        if args.k8s_out:
+            prepare(args.k8s_out, "--k8s-out")
         run = run_stack(args.stack, preview=args.preview, directory=args.dir)
-    except (ConfigError, FileNotFoundError) as e:
+    except (ConfigError, FileNotFoundError, OutputFolderError) as e:
         print(e, file=sys.stderr)
         return 2
     if args.k8s_out:
-        args.k8s_out.mkdir(parents=True, exist_ok=True)
         objects = kubernetes_objects(run)
         for file_name, body in objects:
             (args.k8s_out / file_name).write_text(yaml.safe_dump(body, sort_keys=False))
@@ -185,7 +197,7 @@ def main(argv: list[str] | None = None) -> int:
         outputs = {k: v for k, v in run.outputs.items() if k != "kubeconfig"}
         print(json.dumps({"stack": run.stack, "preview": run.preview, "resources": resources, "outputs": outputs}, indent=2, default=str))
     else:
-        print(_table(run))
+        print(_table(run, cfg))
     return 0
 
 

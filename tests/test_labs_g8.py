@@ -9,6 +9,7 @@ import schemas
 from labs_fakes import FakeCluster, fixture_outputs, live_args, recording_path
 
 from benchmarks.labs import g8, live
+from benchmarks.labs import plotting as g8_plotting
 from benchmarks.labs.errors import LabError
 from benchmarks.labs.record import Recording, load_recording
 
@@ -86,3 +87,24 @@ def test_failure_while_waiting_for_steps_cleans_up(tmp_path):
     args = live_args(tmp_path, kill_after=5, steps=10, step_seconds=1.0, variants="with-checkpoints")
     assert live.run(g8, args, cluster=cluster, outputs=fixture_outputs("g8")) == 2
     assert [d[1] for d in cluster.deleted] == ["Job", "ConfigMap", "Pod"]
+
+
+def test_progress_plot_draws_each_pod_apart_and_marks_the_preemption(rec, tmp_path, monkeypatch):
+    result = g8.measure(rec)
+    for v in result.variants:
+        panel = g8._panel(v)
+        resumed = v.preempted_s + v.resume_s
+        before, after = panel.segments
+        # No line is drawn across the stall: the first pod's steps end before the new pod's begin.
+        assert max(t for t, _ in before) < resumed <= min(t for t, _ in after)
+        assert len(before) + len(after) == len(v.step_series)
+        assert panel.marks == [(v.preempted_s, "spot VM preempted")]
+        assert panel.spans[0][:2] == (v.preempted_s, resumed)
+        assert f"{v.steps_lost} steps lost" in panel.title
+    # Hand-read from the fixture: with-checkpoints preempted at 17:08:16.2, its first pod created 17:02:01.
+    assert result.variants[0].preempted_s == pytest.approx(375.2)
+    figures = []
+    monkeypatch.setattr(g8_plotting.plt, "close", figures.append)
+    assert g8.plots(result, tmp_path) == ["progress.png"] and (tmp_path / "progress.png").stat().st_size > 0
+    (fig,) = figures
+    assert [ax.get_title() for ax in fig.axes] == [g8._panel(v).title for v in result.variants], "one panel per variant"

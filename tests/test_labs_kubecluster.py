@@ -6,6 +6,8 @@ from __future__ import annotations
 
 import json
 import os
+import subprocess
+import sys
 import threading
 import time
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
@@ -14,6 +16,7 @@ from urllib.parse import parse_qs, urlsplit
 import pytest
 
 from benchmarks.cluster import ClusterError, KubeCluster
+from stacks.stackfile import REPO
 
 CORE = {"kind": "APIResourceList", "groupVersion": "v1", "resources": [
     {"name": "pods", "singularName": "pod", "namespaced": True, "kind": "Pod", "verbs": ["create", "delete", "deletecollection", "get", "list"]},
@@ -212,3 +215,60 @@ def test_the_pod_proxy_reaches_one_pod_and_reports_a_missing_one(cluster):
     ]
     with pytest.raises(ClusterError, match=r"GET /metrics on pod models/gone:8002 answered HTTP 404: .*not found"):
         cluster.pod_get("models", "gone", 8002, "/metrics")
+
+
+# What gke-gcloud-auth-plugin prints when gcloud has no active account (its log line wraps gcloud's).
+NO_ACCOUNT_STDERR = """\
+E1201 09:14:07.123456   40512 cred.go:145] print credential failed with error: Failed to retrieve access token:: failure while executing gcloud, with args [config config-helper --format=json]: exit status 1 (err: ERROR: (gcloud.config.config-helper) You do not currently have an active account selected.
+Please run:
+
+  $ gcloud auth login
+
+to obtain new credentials.
+
+If you have already logged in with a different account, run:
+
+  $ gcloud config set account ACCOUNT
+
+to select an already authenticated account to use.
+)
+"""
+
+
+@pytest.fixture
+def plugin_without_account(tmp_path, monkeypatch):
+    (tmp_path / "stderr.txt").write_text(NO_ACCOUNT_STDERR)
+    plugin = tmp_path / "gke-gcloud-auth-plugin"
+    plugin.write_text(f"#!/bin/sh\ncat {tmp_path / 'stderr.txt'} >&2\nexit 1\n")
+    plugin.chmod(0o755)
+    monkeypatch.setenv("PATH", f"{tmp_path}:{os.environ['PATH']}")
+    return plugin
+
+
+def test_an_auth_plugin_without_an_account_is_one_line_and_nothing_else(plugin_without_account, server, capfd):
+    from components.cluster import kubeconfig
+
+    text = kubeconfig("proj", "us-central1-a", "gml-g1", f"127.0.0.1:{server.server_port}", "TU9DSy1DQQ==")
+    with pytest.raises(ClusterError) as e:
+        KubeCluster.from_kubeconfig(text.replace("https://", "http://"))
+    message = str(e.value)
+    assert "\n" not in message
+    assert message.startswith("gke-gcloud-auth-plugin could not get a token (exit 1): ERROR: (gcloud.config.config-helper) "
+                              "You do not currently have an active account selected.")
+    assert "`gcloud auth login`" in message
+    assert capfd.readouterr() == ("", ""), "no library logging, no plugin output on the terminal"
+
+
+def test_the_lab_command_prints_that_one_line(plugin_without_account, server, tmp_path):
+    from components.cluster import kubeconfig
+    from labs_fakes import fixture_outputs
+
+    outputs = fixture_outputs("g1")
+    outputs["kubeconfig"] = kubeconfig("proj", "us-central1-a", "gml-g1", f"127.0.0.1:{server.server_port}", "TU9DSy1DQQ==")
+    saved = tmp_path / "outputs.json"
+    saved.write_text(json.dumps(outputs))
+    done = subprocess.run([sys.executable, "-m", "benchmarks", "g1", "--outputs", str(saved), "--out", str(tmp_path / "r")],
+                          cwd=REPO, capture_output=True, text=True, timeout=120)
+    assert done.returncode == 2 and done.stdout == ""
+    (line,) = done.stderr.splitlines()
+    assert line.startswith("g1: gke-gcloud-auth-plugin could not get a token (exit 1): ERROR: (gcloud.config.config-helper)")

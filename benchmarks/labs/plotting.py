@@ -2,12 +2,14 @@
 
 from __future__ import annotations
 
+from dataclasses import dataclass, field
 from pathlib import Path
 
 import matplotlib
 
 matplotlib.use("Agg")
 import matplotlib.pyplot as plt  # noqa: E402
+from matplotlib.ticker import MaxNLocator  # noqa: E402
 
 
 def timeline_plot(points: list[tuple[str, float]], title: str, path: Path) -> None:
@@ -47,12 +49,17 @@ def gantt_plot(rows: list[tuple[str, list[tuple[float, float, str]]]], title: st
     plt.close(fig)
 
 
-def xy_plot(series: dict[str, list[tuple[float, float]]], title: str, xlabel: str, ylabel: str, path: Path) -> None:
-    """One line with markers per named series."""
+def xy_plot(
+    series: dict[str, list[tuple[float, float]]], title: str, xlabel: str, ylabel: str, path: Path,
+    integer_x: bool = False,
+) -> None:
+    """One line with markers per named series; `integer_x` for counts (pods), which have no 1.5."""
     fig, ax = plt.subplots(figsize=(7, 4))
     for name, pts in series.items():
         pts = sorted(pts)
         ax.plot([p[0] for p in pts], [p[1] for p in pts], marker="o", label=name)
+    if integer_x:
+        ax.xaxis.set_major_locator(MaxNLocator(integer=True))
     ax.set_xlabel(xlabel)
     ax.set_ylabel(ylabel)
     ax.set_title(title)
@@ -104,6 +111,40 @@ def ramp_plot(
         ax_rate.annotate(label, (t, 1.0), xycoords=("data", "axes fraction"), fontsize=7, rotation=90,
                          va="top", ha="right", color="#636363")
     ax_rate.set_title(title)
+    fig.tight_layout()
+    fig.savefig(path, dpi=110)
+    plt.close(fig)
+
+
+@dataclass(frozen=True)
+class Panel:
+    """One panel of `panels_plot`: each segment is drawn as its own line (no line across a gap between
+    segments), each mark is a labelled vertical line, each span a shaded, labelled interval."""
+
+    title: str
+    segments: list[list[tuple[float, float]]]
+    marks: list[tuple[float, str]] = field(default_factory=list)
+    spans: list[tuple[float, float, str]] = field(default_factory=list)
+
+
+def panels_plot(panels: list[Panel], title: str, xlabel: str, ylabel: str, path: Path) -> None:
+    """Panels stacked on one shared time axis, one per variant."""
+    fig, axes = plt.subplots(len(panels), 1, figsize=(8, 2.6 * len(panels) + 0.8), sharex=True, squeeze=False)
+    for ax, panel in zip(axes[:, 0], panels):
+        for i, seg in enumerate(panel.segments):
+            ax.plot([p[0] for p in seg], [p[1] for p in seg], marker="o", markersize=3, color="#3182bd",
+                    label="steps logged (one line per pod)" if i == 0 else None)
+        for start, end, label in panel.spans:
+            ax.axvspan(start, end, color="#fdae6b", alpha=0.35, label=label)
+        for x, label in panel.marks:
+            ax.axvline(x, color="#de2d26", linestyle="--", linewidth=1.2, label=label)
+        ax.set_title(panel.title, fontsize=10)
+        ax.set_ylabel(ylabel)
+        ax.yaxis.set_major_locator(MaxNLocator(integer=True))
+        ax.grid(alpha=0.3)
+        ax.legend(loc="upper left", fontsize=8)
+    axes[-1, 0].set_xlabel(xlabel)
+    fig.suptitle(title)
     fig.tight_layout()
     fig.savefig(path, dpi=110)
     plt.close(fig)
