@@ -17,8 +17,8 @@ from components import versions
 from components.checkpoints import Checkpoints, CheckpointsArgs
 from components.gpu_pool import GPU_RESOURCE, GpuPlacement, GpuSharing
 from components.gpu_sharing import NO_GKE_DEVICE_PLUGIN_LABEL, GpuOperator, GpuOperatorArgs
-from components.kueue import Kueue, KueueArgs
-from components.kueue import BLOCK_ADMISSION, JOBSET_NAMESPACE, NAMESPACE as KUEUE_NAMESPACE
+from components.kueue import BLOCK_ADMISSION, JOBSET_NAMESPACE, Kueue, KueueArgs
+from components.kueue import NAMESPACE as KUEUE_NAMESPACE
 from components.observability import GRAFANA, PROMETHEUS, Observability, ObservabilityArgs, dashboard_ids
 from components.tenancy import PRIORITY_CLASSES, Tenancy, TenancyArgs, Tenant
 from components.training_operator import OPERATOR_NAMESPACE, TrainingOperator, TrainingOperatorArgs

@@ -7,6 +7,7 @@ and are mounted from a ConfigMap, so what runs in the cluster is readable (and t
 
 from __future__ import annotations
 
+import copy
 from pathlib import Path
 from typing import Any
 
@@ -41,14 +42,18 @@ def container(
     command: list[str],
     *,
     env: dict[str, str] | None = None,
+    field_env: dict[str, str] | None = None,
     limits: dict[str, str] | None = None,
     requests: dict[str, str] | None = None,
     with_scripts: bool = False,
     ports: list[int] | None = None,
 ) -> dict[str, Any]:
+    """`field_env`: variables from the pod's own fields (downward API), name -> fieldPath."""
     out: dict[str, Any] = {"name": name, "image": image, "command": command}
-    if env:
-        out["env"] = [{"name": k, "value": v} for k, v in env.items()]
+    variables = [{"name": k, "value": v} for k, v in (env or {}).items()]
+    variables += [{"name": k, "valueFrom": {"fieldRef": {"fieldPath": f}}} for k, f in (field_env or {}).items()]
+    if variables:
+        out["env"] = variables
     resources: dict[str, Any] = {}
     if requests:
         resources["requests"] = dict(requests)
@@ -89,6 +94,24 @@ def pod_spec(
     if service_account:
         spec["serviceAccountName"] = service_account
     return spec
+
+
+# The restricted Pod Security Standard, plus a read-only root filesystem, for pods that only run a
+# script: a fixed non-root user (the images run as root by default, which runAsNonRoot refuses).
+RESTRICTED_POD = {"runAsNonRoot": True, "runAsUser": 65534, "runAsGroup": 65534, "seccompProfile": {"type": "RuntimeDefault"}}
+RESTRICTED_CONTAINER = {"allowPrivilegeEscalation": False, "capabilities": {"drop": ["ALL"]}, "readOnlyRootFilesystem": True}
+
+
+def restricted(spec: dict[str, Any]) -> dict[str, Any]:
+    """`spec` (a pod spec) with the restricted settings on the pod and every container, in place."""
+    spec["securityContext"] = copy.deepcopy(RESTRICTED_POD)
+    for c in spec["containers"]:
+        c["securityContext"] = copy.deepcopy(RESTRICTED_CONTAINER)
+    return spec
+
+
+def namespace(name: str, labels: dict[str, str] | None = None) -> dict[str, Any]:
+    return {"apiVersion": "v1", "kind": "Namespace", "metadata": meta(name, None, labels)}
 
 
 def pod(name: str, namespace: str, spec: dict[str, Any], labels: dict[str, str] | None = None) -> dict[str, Any]:
