@@ -7,7 +7,6 @@ and are mounted from a ConfigMap, so what runs in the cluster is readable (and t
 
 from __future__ import annotations
 
-import copy
 from pathlib import Path
 from typing import Any
 
@@ -93,20 +92,6 @@ def pod_spec(
         spec["volumes"] = [{"name": "scripts", "configMap": {"name": scripts_config_map}}]
     if service_account:
         spec["serviceAccountName"] = service_account
-    return spec
-
-
-# The restricted Pod Security Standard, plus a read-only root filesystem, for pods that only run a
-# script: a fixed non-root user (the images run as root by default, which runAsNonRoot refuses).
-RESTRICTED_POD = {"runAsNonRoot": True, "runAsUser": 65534, "runAsGroup": 65534, "seccompProfile": {"type": "RuntimeDefault"}}
-RESTRICTED_CONTAINER = {"allowPrivilegeEscalation": False, "capabilities": {"drop": ["ALL"]}, "readOnlyRootFilesystem": True}
-
-
-def restricted(spec: dict[str, Any]) -> dict[str, Any]:
-    """`spec` (a pod spec) with the restricted settings on the pod and every container, in place."""
-    spec["securityContext"] = copy.deepcopy(RESTRICTED_POD)
-    for c in spec["containers"]:
-        c["securityContext"] = copy.deepcopy(RESTRICTED_CONTAINER)
     return spec
 
 

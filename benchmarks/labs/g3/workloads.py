@@ -21,6 +21,7 @@ from typing import Any, Literal
 from benchmarks.labs import images, objects
 from benchmarks.labs.errors import LabError
 from benchmarks.labs.stack import LabParams, gpu_placement, lab_params
+from podspec.security import restricted
 
 LAB = "g3"
 SECTION = "kueue"
@@ -142,7 +143,7 @@ def jobset(
         with_scripts=True,
         ports=[BARRIER_PORT],
     )
-    spec = objects.restricted(
+    spec = restricted(
         objects.pod_spec([container], node_selector=selector, tolerations=tolerations, scripts_config_map=config_map)
     )
     if gated:
