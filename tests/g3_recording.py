@@ -117,7 +117,6 @@ class RunPlan:
     polls: list[float]
     ended: float
     released: list[tuple[str, float]] = field(default_factory=list)  # (job-index, when): run B's gate lifts
-    cut: float | None = None
 
 
 def _kueue_run() -> RunPlan:
@@ -431,7 +430,7 @@ def _workload(spec: dict[str, Any], plan: JobPlan, cq: str, flavor: str, workers
         status["admission"] = {"clusterQueue": cq, "podSetAssignments": [{
             "name": g3w.REPLICATED_JOB, "count": workers, "flavors": {r: flavor for r in usage}, "resourceUsage": usage}]}  # fmt: skip
     changes = [plan.workload_created, reserved, plan.pods_ready, plan.finished] + [w[0] for w in plan.waits]
-    name = f"jobset-{plan.name}-{_hex('workload', plan.name, n=5)}"
+    name = _workload_name(plan)
     return {
         "apiVersion": g3w.WORKLOAD[0], "kind": g3w.WORKLOAD[1],
         "metadata": {"name": name, "namespace": spec["metadata"]["namespace"], "uid": "-",
@@ -445,6 +444,11 @@ def _workload(spec: dict[str, Any], plan: JobPlan, cq: str, flavor: str, workers
                 "podIndexLabel": g3w.INDEX_LABEL, "subGroupIndexLabel": "jobset.sigs.k8s.io/job-index", "subGroupCount": 1}}]},
         "status": status,
     }  # fmt: skip
+
+
+def _workload_name(plan: JobPlan) -> str:
+    """Kueue's name for a JobSet's Workload: `jobset-<name>-<5 characters of a hash>`."""
+    return f"jobset-{plan.name}-{_hex('workload', plan.name, n=5)}"
 
 
 def _log(plan: JobPlan, w: WorkerPlan, t: float, workers: int) -> str:
@@ -575,123 +579,56 @@ def _event(kind: str, api_version: str, namespace: str, name: str, reason: str, 
     }  # fmt: skip
 
 
+SCALE_UP = ("pod triggered scale-up: [{https://www.googleapis.com/compute/v1/projects/ml-labs-demo/zones/us-central1-a/"
+            "instanceGroups/gke-gml-g3-gpu-5f2c9a1e-grp 0->1 (max: 1)}]")  # fmt: skip
+NO_SCALE_UP = ("pod didn't trigger scale-up: 1 max node group size reached, 1 node(s) didn't match Pod's node "
+               "affinity/selector")  # fmt: skip
+
+
 def _events(runs: list[RunPlan], snapshots: list[dict[str, Any]]) -> list[dict[str, Any]]:
     """The events a user would look at: the scheduler's refusals, the autoscaler's (non-)scale-ups,
-    Kueue's admissions, the Job and JobSet controllers' failures."""
-    names = {(p["metadata"]["namespace"], p["metadata"]["labels"]["jobset.sigs.k8s.io/jobset-name"],
-              int(p["metadata"]["labels"][g3w.INDEX_LABEL])): p["metadata"]["name"]
-             for s in snapshots for p in s["objects"]["pods"]}  # fmt: skip
+    Kueue's admissions, the Job and JobSet controllers' ends."""
+    names = {
+        (p["metadata"]["namespace"], p["metadata"]["labels"][kf.JOBSET_NAME], int(p["metadata"]["labels"][g3w.INDEX_LABEL])):
+        p["metadata"]["name"]
+        for s in snapshots for p in s["objects"]["pods"]
+    }  # fmt: skip
     out = []
     for run in runs:
         ns = run.namespace
         for plan in run.jobs:
+            job = f"{plan.name}-{g3w.REPLICATED_JOB}-0"
+
+            def on(kind: str, api_version: str, name: str, reason: str, message: str, when: float, warning: bool = False):
+                out.append(_event(kind, api_version, ns, name, reason, message, when, warning))
+
             for w in plan.workers:
                 pod = names.get((ns, plan.name, w.index))
                 if pod is None:
                     continue
                 if w.unschedulable:
-                    out.append(
-                        _event("Pod", "v1", ns, pod, "FailedScheduling", w.unschedulable[1], w.unschedulable[0], True)
-                    )
-                    if w.unschedulable[1] == NO_NODE and w.index == 0 and plan is run.jobs[0]:
-                        out.append(
-                            _event(
-                                "Pod",
-                                "v1",
-                                ns,
-                                pod,
-                                "TriggeredScaleUp",
-                                "pod triggered scale-up: [{https://www.googleapis.com/compute/v1/projects/ml-labs-demo/zones/us-central1-a/instanceGroups/gke-gml-g3-gpu-5f2c9a1e-grp 0->1 (max: 1)}]",
-                                w.unschedulable[0] + 10,
-                            )
-                        )
-                    if w.unschedulable[1] == NO_GPU:
-                        out.append(
-                            _event(
-                                "Pod",
-                                "v1",
-                                ns,
-                                pod,
-                                "NotTriggerScaleUp",
-                                "pod didn't trigger scale-up: 1 max node group size reached, 1 node(s) didn't match Pod's node affinity/selector",
-                                w.unschedulable[0] + 10,
-                            )
-                        )
+                    since, why = w.unschedulable
+                    on("Pod", "v1", pod, "FailedScheduling", why, since, warning=True)
+                    if why == NO_NODE and w.index == 0 and plan is run.jobs[0]:
+                        on("Pod", "v1", pod, "TriggeredScaleUp", SCALE_UP, since + 10)
+                    if why == NO_GPU:
+                        on("Pod", "v1", pod, "NotTriggerScaleUp", NO_SCALE_UP, since + 10)
                 if w.placed is not None:
-                    out.append(
-                        _event(
-                            "Pod",
-                            "v1",
-                            ns,
-                            pod,
-                            "Scheduled",
-                            f"Successfully assigned {ns}/{pod} to {GPU_NODE}",
-                            w.placed,
-                        )
-                    )
+                    on("Pod", "v1", pod, "Scheduled", f"Successfully assigned {ns}/{pod} to {GPU_NODE}", w.placed)
             if plan.end and plan.end[0] == "Failed":
-                job = f"{plan.name}-{g3w.REPLICATED_JOB}-0"
-                out.append(
-                    _event(
-                        "Job",
-                        "batch/v1",
-                        ns,
-                        job,
-                        "BackoffLimitExceeded",
-                        "Job has reached the specified backoff limit",
-                        plan.end[1] - 0.3,
-                        True,
-                    )
-                )
-                out.append(
-                    _event(
-                        "JobSet",
-                        g3w.JOBSET[0],
-                        ns,
-                        plan.name,
-                        "FailedJobs",
-                        f"jobset failed due to one or more job failures (first failed job: {job})",
-                        plan.end[1],
-                        True,
-                    )
-                )
+                on("Job", "batch/v1", job, "BackoffLimitExceeded", "Job has reached the specified backoff limit",
+                   plan.end[1] - 0.3, warning=True)  # fmt: skip
+                on("JobSet", g3w.JOBSET[0], plan.name, "FailedJobs",
+                   f"jobset failed due to one or more job failures (first failed job: {job})", plan.end[1], warning=True)  # fmt: skip
             if plan.end and plan.end[0] == "Completed":
-                out.append(
-                    _event(
-                        "JobSet",
-                        g3w.JOBSET[0],
-                        ns,
-                        plan.name,
-                        "AllJobsCompleted",
-                        "jobset completed successfully",
-                        plan.end[1],
-                    )
-                )
+                on("JobSet", g3w.JOBSET[0], plan.name, "AllJobsCompleted", "jobset completed successfully", plan.end[1])
             if run.run == "kueue" and plan.resumed is not None:
-                wl = f"jobset-{plan.name}-{_hex('workload', plan.name, n=5)}"
-                queued = plan.resumed - 0.3 - plan.workload_created
-                out.append(
-                    _event(
-                        "Workload",
-                        g3w.WORKLOAD[0],
-                        ns,
-                        wl,
-                        "QuotaReserved",
-                        f"Quota reserved in ClusterQueue gpu-cluster-queue, wait time since queued was {queued:.0f}s",
-                        plan.resumed - 0.3,
-                    )
-                )
-                out.append(
-                    _event(
-                        "Workload",
-                        g3w.WORKLOAD[0],
-                        ns,
-                        wl,
-                        "Admitted",
-                        "Admitted by ClusterQueue gpu-cluster-queue, wait time since reservation was 0s",
-                        plan.resumed - 0.3,
-                    )
-                )
+                workload, reserved = _workload_name(plan), plan.resumed - 0.3
+                queued = reserved - plan.workload_created
+                on("Workload", g3w.WORKLOAD[0], workload, "QuotaReserved",
+                   f"Quota reserved in ClusterQueue gpu-cluster-queue, wait time since queued was {queued:.0f}s", reserved)  # fmt: skip
+                on("Workload", g3w.WORKLOAD[0], workload, "Admitted",
+                   "Admitted by ClusterQueue gpu-cluster-queue, wait time since reservation was 0s", reserved)  # fmt: skip
     return sorted(out, key=lambda e: e["firstTimestamp"])
 
 
@@ -709,8 +646,6 @@ def recording(scheduler_run: RunPlan | None = None) -> dict[str, Any]:
         if run.run == "default-scheduler":
             pods = {_key(plan, w): _pod_name(plan, w, run.namespace) for plan in run.jobs for w in plan.workers}
             info["released"] = [{"pod": pods[key], "at": at(when).isoformat()} for key, when in run.released]
-        if run.cut is not None:
-            info["cut_at"] = at(run.cut).isoformat()
         client_runs[run.run] = info
     raw = {
         "lab": "g3", "run_id": RUN_ID, "stack": "g3", "started_at": at(-2).isoformat(), "finished_at": at(runs[-1].ended + 1).isoformat(),

@@ -8,19 +8,19 @@ import copy
 from datetime import datetime, timedelta
 
 import g3_recording as fixture
+import kube_fixtures as kf
 import pytest
-from pod_security import findings
 import schemas
 import upstream
 import yaml
 from labs_fakes import FakeCluster, fixture_outputs, live_args, recording_path
+from pod_security import findings
 
 from benchmarks.labs import g3
 from benchmarks.labs.errors import LabError
 from benchmarks.labs.g3 import admission, workloads
 from benchmarks.labs.g3.workloads import Timing
 from benchmarks.labs.record import Recording, Snapshot, load_recording
-from tests import kube_fixtures as kf
 
 JOBSET_CRD = "jobset/v0.12.0/crds/jobset.x-k8s.io_jobsets.yaml"
 
