@@ -52,6 +52,8 @@ class Cluster(Protocol):
 
     def delete_labelled(self, api_version: str, kind: str, namespace: str | None, label_selector: str) -> None: ...
 
+    def patch(self, api_version: str, kind: str, namespace: str | None, name: str, patch: dict[str, Any]) -> dict[str, Any]: ...
+
     def pod_log(self, namespace: str, name: str, container: str | None = None) -> str: ...
 
     def service_get(self, namespace: str, service: str, port: int, path: str, params: dict[str, str]) -> str: ...
@@ -134,7 +136,25 @@ class KubeCluster:
         # Background propagation: a Job's pods go with it, and the call does not block on them.
         body = {"apiVersion": "v1", "kind": "DeleteOptions", "propagationPolicy": "Background"}
         ns = namespace if res.namespaced else None
-        self._dyn.delete(res, namespace=ns, label_selector=label_selector, body=body, _request_timeout=self._timeout)
+        if "deletecollection" in (res.verbs or []):
+            self._dyn.delete(res, namespace=ns, label_selector=label_selector, body=body, _request_timeout=self._timeout)
+            return
+        # Some kinds serve no collection delete (Namespaces): one by one, as kubectl does.
+        for obj in self.list(api_version, kind, ns, label_selector):
+            name = obj["metadata"]["name"]
+            self._dyn.delete(res, name=name, namespace=ns, body=body, _request_timeout=self._timeout)
+
+    def patch(self, api_version: str, kind: str, namespace: str | None, name: str, patch: dict[str, Any]) -> dict[str, Any]:
+        """A JSON merge patch (RFC 7386: null deletes a field) of one object."""
+        res = self._resource(api_version, kind)
+        ns = namespace if res.namespaced else None
+        try:
+            return self._dyn.patch(
+                res, body=patch, name=name, namespace=ns, content_type="application/merge-patch+json",
+                _request_timeout=self._timeout,
+            ).to_dict()
+        except Exception as e:
+            raise ClusterError(f"patching {kind} {ns}/{name} failed: {e}") from e
 
     def pod_log(self, namespace: str, name: str, container: str | None = None) -> str:
         """The pod's log; a pod with several containers (KServe's queue-proxy, Argo's wait) needs

@@ -11,7 +11,9 @@ What a hand-made fixture gets wrong, and this module makes right or refuses (`pr
 - a server version whose gitCommit is a commit hash, not a placeholder;
 - Kueue Workload conditions in the order and at the times Kueue sets them: QuotaReserved first;
   Admitted with it when the ClusterQueue has no admission checks, else when the last check turns
-  Ready; PodsReady and Finished after admission; no pod of a Job before its Workload is admitted.
+  Ready; PodsReady and Finished after admission; no pod of a Job or JobSet before its Workload is
+  admitted;
+- no node ever holding pods that request more nvidia.com/gpu than it allocates.
 
     python -m tests.kube_fixtures          # rewrite every lab fixture through `realistic`
 """
@@ -41,7 +43,7 @@ G2_L4 = {
 # (involved kind, reason) -> the component that emits that event, read from each controller's source:
 # kube-scheduler, kubelet, the node lifecycle and Job controllers of kube-controller-manager, the
 # cluster autoscaler, Kueue (pkg/constants: kueue-admission, kueue-job-controller), the Kubeflow
-# training operator and Argo's workflow controller.
+# training operator, JobSet (its recorder is named "jobset" in main.go) and Argo's workflow controller.
 EVENT_SOURCES = {
     **{("Pod", r): "default-scheduler" for r in ("Scheduled", "FailedScheduling", "Preempted")},
     **{("Pod", r): "cluster-autoscaler" for r in ("TriggeredScaleUp", "NotTriggerScaleUp", "ScaleDown")},
@@ -51,6 +53,7 @@ EVENT_SOURCES = {
                                               "Resumed", "BackoffLimitExceeded", "DeadlineExceeded")},
     **{("Job", r): "kueue-job-controller" for r in ("CreatedWorkload", "Started", "Stopped")},
     **{("Workload", r): "kueue-admission" for r in ("QuotaReserved", "Admitted", "Pending")},
+    **{("JobSet", r): "jobset" for r in ("AllJobsCompleted", "FailedJobs", "SuspendedJobs", "ResumeJobs")},
     **{("Node", r): "kubelet" for r in ("Starting", "NodeReady", "NodeNotReady", "Rebooted", "NodeHasSufficientMemory")},
     **{("Node", r): "node-controller" for r in ("RegisteredNode", "RemovingNode", "NodeNotReady")},
     **{("PyTorchJob", r): "pytorchjob-controller" for r in ("SuccessfulCreatePod", "SuccessfulCreateService",
@@ -61,6 +64,7 @@ EVENT_SOURCES = {
 # A node-controller NodeNotReady carries no host; the kubelet's own events do.
 _KUBELET_HOSTED = {"kubelet"}
 
+JOBSET_NAME, JOBSET_UID = "jobset.sigs.k8s.io/jobset-name", "jobset.sigs.k8s.io/jobset-uid"
 _NODE_NETWORK, _POD_NETWORK = "10.10.0", "10.20"  # the lab's subnet and pods range (stacks/config.py defaults)
 KUEUE_CONDITION_ORDER = ("QuotaReserved", "Admitted", "PodsReady", "Finished")
 
@@ -101,6 +105,7 @@ def kueue_conditions(
     quota_reserved: datetime | None,
     *,
     pending_since: datetime | None = None,
+    pending_reason: str = "Pending",
     pending_message: str = "",
     cluster_queue: str = "",
     checks: dict[str, datetime] | None = None,
@@ -110,10 +115,12 @@ def kueue_conditions(
     """(status.conditions, status.admissionChecks) of a Workload as Kueue v1beta2 writes them.
 
     Without admission checks Kueue sets Admitted in the same update as QuotaReserved; with checks,
-    Admitted follows once every check is Ready (`checks`: name -> when it turned Ready).
+    Admitted follows once every check is Ready (`checks`: name -> when it turned Ready). While it waits,
+    Kueue 0.19 (default feature gates) writes reason Pending when the quota is short and Waiting when
+    waitForPodsReady.blockAdmission holds it.
     """
     if quota_reserved is None:
-        waiting = {"type": "QuotaReserved", "status": "False", "reason": "Pending", "message": pending_message,
+        waiting = {"type": "QuotaReserved", "status": "False", "reason": pending_reason, "message": pending_message,
                    "lastTransitionTime": api_time(pending_since)}  # fmt: skip
         return [waiting], []
     checks = checks or {}
@@ -248,6 +255,20 @@ def _job_of_pod(pod: dict[str, Any]) -> str | None:
     return labels.get("batch.kubernetes.io/job-name") or labels.get("job-name")
 
 
+def _owner_of_pod(pod: dict[str, Any]) -> tuple[str, str] | None:
+    """(kind, name) of the object Kueue admits for this pod: its JobSet, else its Job."""
+    labels = pod["metadata"].get("labels") or {}
+    if JOBSET_NAME in labels:
+        return "JobSet", labels[JOBSET_NAME]
+    job = _job_of_pod(pod)
+    return ("Job", job) if job else None
+
+
+def _controller(obj: dict[str, Any]) -> tuple[str, str] | None:
+    ref = next((r for r in obj["metadata"].get("ownerReferences") or [] if r.get("controller")), None)
+    return (ref["kind"], ref["name"]) if ref else None
+
+
 def _fix_uids(obj: dict[str, Any]) -> None:
     meta = obj["metadata"]
     namespace = meta.get("namespace")
@@ -258,9 +279,15 @@ def _fix_uids(obj: dict[str, Any]) -> None:
     labels = meta.get("labels") or {}
     job = _job_of_pod(obj) if obj["kind"] == "Pod" else next(
         (r["name"] for r in meta.get("ownerReferences") or [] if r["kind"] == "Job"), None)  # fmt: skip
-    for key in ("controller-uid", "batch.kubernetes.io/controller-uid", "kueue.x-k8s.io/job-uid"):
+    for key in ("controller-uid", "batch.kubernetes.io/controller-uid"):
         if key in labels and job:
             labels[key] = uid("Job", namespace, job)
+    owner = _controller(obj)
+    if "kueue.x-k8s.io/job-uid" in labels and owner:  # a Workload names the job object it admits
+        labels["kueue.x-k8s.io/job-uid"] = uid(owner[0], namespace, owner[1])
+    for where in (labels, meta.get("annotations") or {}):
+        if JOBSET_UID in where and JOBSET_NAME in where:
+            where[JOBSET_UID] = uid("JobSet", namespace, where[JOBSET_NAME])
     selector = ((obj.get("spec") or {}).get("selector") or {}).get("matchLabels") or {}
     if obj["kind"] == "Job" and "batch.kubernetes.io/controller-uid" in selector:
         selector["batch.kubernetes.io/controller-uid"] = uid("Job", namespace, meta["name"])
@@ -268,6 +295,8 @@ def _fix_uids(obj: dict[str, Any]) -> None:
     for key in ("controller-uid", "batch.kubernetes.io/controller-uid"):
         if obj["kind"] == "Job" and key in template:
             template[key] = uid("Job", namespace, meta["name"])
+    if JOBSET_UID in template and JOBSET_NAME in template:
+        template[JOBSET_UID] = uid("JobSet", namespace, template[JOBSET_NAME])
 
 
 def _fix_event(event: dict[str, Any], pod_nodes: dict[tuple[str, str], str], seen: set[str]) -> None:
@@ -358,6 +387,7 @@ def problems(rec: dict[str, Any]) -> list[str]:
         if got != want and not (event["reason"] == "NodeNotReady" and got in ("kubelet", "node-controller")):
             found.append(f"{involved['kind']} {involved['name']} event {event['reason']} comes from {want}, not {got}")
     found.extend(_admission_problems(rec))
+    found.extend(_capacity_problems(rec))
     return found
 
 
@@ -376,20 +406,41 @@ def _gpu_problems(node: dict[str, Any]) -> Iterator[str]:
 
 
 def _admission_problems(rec: dict[str, Any]) -> Iterator[str]:
-    """No pod of a Kueue-managed Job exists before its Workload is admitted (the Job stays suspended)."""
-    admitted: dict[str, datetime] = {}
+    """No pod of a Kueue-managed Job or JobSet exists before its Workload is admitted (it stays suspended)."""
+    admitted: dict[tuple[str, str], datetime] = {}
     for obj in api_objects(rec):
         if obj["kind"] == "Workload" and (at := _true_at(obj, "Admitted")):
-            job = next((r["name"] for r in obj["metadata"].get("ownerReferences") or [] if r["kind"] == "Job"), None)
-            if job:
-                admitted[job] = min(at, admitted.get(job, at))
+            owner = _controller(obj)
+            if owner:
+                admitted[owner] = min(at, admitted.get(owner, at))
     reported = set()
     for obj in api_objects(rec):
-        if obj["kind"] == "Pod" and (job := _job_of_pod(obj)) in admitted:
+        if obj["kind"] == "Pod" and (owner := _owner_of_pod(obj)) in admitted:
             created = parse_time(obj["metadata"]["creationTimestamp"])
-            if created < admitted[job] and obj["metadata"]["name"] not in reported:
+            if created < admitted[owner] and obj["metadata"]["name"] not in reported:
                 reported.add(obj["metadata"]["name"])
-                yield f"pod {obj['metadata']['name']} created {api_time(created)}, before its Job was admitted"
+                yield f"pod {obj['metadata']['name']} created {api_time(created)}, before its {owner[0]} was admitted"
+
+
+def _gpu_request(pod: dict[str, Any]) -> int:
+    return sum(int(((c.get("resources") or {}).get("requests") or {}).get("nvidia.com/gpu") or 0)
+               for c in (pod.get("spec") or {}).get("containers") or [])  # fmt: skip
+
+
+def _capacity_problems(rec: dict[str, Any]) -> Iterator[str]:
+    """The scheduler never binds more GPU requests to a node than it allocates: per snapshot, the
+    pods on a node that have not ended request at most its allocatable nvidia.com/gpu."""
+    allocatable = {n["metadata"]["name"]: int(((n.get("status") or {}).get("allocatable") or {}).get("nvidia.com/gpu") or 0)
+                   for n in rec.get("nodes") or []}  # fmt: skip
+    for snap in rec.get("snapshots") or []:
+        held: dict[str, int] = {}
+        for pod in api_objects(snap["objects"]):
+            node = (pod.get("spec") or {}).get("nodeName") if pod["kind"] == "Pod" else None
+            if node and (pod.get("status") or {}).get("phase") not in ("Succeeded", "Failed"):
+                held[node] = held.get(node, 0) + _gpu_request(pod)
+        for node, n in held.items():
+            if node in allocatable and n > allocatable[node]:
+                yield f"snapshot {snap['at']}: pods on {node} request {n} nvidia.com/gpu, it allocates {allocatable[node]}"
 
 
 def recording_paths() -> list[Path]:

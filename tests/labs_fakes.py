@@ -30,13 +30,15 @@ def fixture_outputs(lab: str) -> dict[str, Any]:
 
 
 class FakeCluster:
-    """Records creates and deletes; `on_list(api_version, kind, namespace, selector)` answers lists
-    (and may raise, to play a failure mid-run)."""
+    """Records creates, patches and deletes; `on_list(api_version, kind, namespace, selector)` answers
+    lists (and may raise, to play a failure mid-run); `on_patch` sees each patch as it happens."""
 
     def __init__(self, on_list: Callable[[str, str, str | None, str | None], list[dict[str, Any]]] | None = None):
         self.created: list[dict[str, Any]] = []
         self.deleted: list[tuple[str, str, str | None, str]] = []
+        self.patched: list[tuple[str, str, str | None, str, dict[str, Any]]] = []
         self.on_list = on_list or (lambda *a: [])
+        self.on_patch: Callable[[str, str, str | None, str, dict[str, Any]], None] = lambda *a: None
         self.logs_read: list[tuple[str, str, str | None]] = []
         self.on_log: Callable[[str, str, str | None], str] = lambda *a: ""
         self.pod_gets: list[tuple[str, str, int, str]] = []
@@ -51,6 +53,11 @@ class FakeCluster:
 
     def delete_labelled(self, api_version, kind, namespace, label_selector):
         self.deleted.append((api_version, kind, namespace, label_selector))
+
+    def patch(self, api_version, kind, namespace, name, patch):
+        self.patched.append((api_version, kind, namespace, name, patch))
+        self.on_patch(api_version, kind, namespace, name, patch)
+        return {}
 
     def pod_log(self, namespace, name, container=None):
         self.logs_read.append((namespace, name, container))

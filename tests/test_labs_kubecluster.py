@@ -19,7 +19,9 @@ from benchmarks.cluster import ClusterError, KubeCluster
 from stacks.stackfile import REPO
 
 CORE = {"kind": "APIResourceList", "groupVersion": "v1", "resources": [
-    {"name": "pods", "singularName": "pod", "namespaced": True, "kind": "Pod", "verbs": ["create", "delete", "deletecollection", "get", "list"]},
+    {"name": "pods", "singularName": "pod", "namespaced": True, "kind": "Pod", "verbs": ["create", "delete", "deletecollection", "get", "list", "patch"]},
+    # As the API server lists it: no deletecollection for namespaces.
+    {"name": "namespaces", "singularName": "namespace", "namespaced": False, "kind": "Namespace", "verbs": ["create", "delete", "get", "list", "patch", "update", "watch"]},
     {"name": "pods/log", "singularName": "", "namespaced": True, "kind": "Pod", "verbs": ["get"]},
     {"name": "configmaps", "singularName": "configmap", "namespaced": True, "kind": "ConfigMap", "verbs": ["create", "deletecollection", "list"]},
     {"name": "nodes", "singularName": "node", "namespaced": False, "kind": "Node", "verbs": ["get", "list"]},
@@ -31,6 +33,7 @@ BATCH = {"kind": "APIResourceList", "groupVersion": "batch/v1", "resources": [
 class _Api(BaseHTTPRequestHandler):
     calls: list[tuple[str, str, dict, object]] = []
     auth: list[str | None] = []
+    content_types: list[str | None] = []
 
     def _send(self, code: int, body: object, ctype: str = "application/json") -> None:
         data = body.encode() if isinstance(body, str) else json.dumps(body).encode()
@@ -47,6 +50,7 @@ class _Api(BaseHTTPRequestHandler):
         body = json.loads(self.rfile.read(length)) if length else None
         _Api.calls.append((method, url.path, query, body))
         _Api.auth.append(self.headers.get("Authorization"))
+        _Api.content_types.append(self.headers.get("Content-Type"))
         p = url.path
         if p == "/version":
             return self._send(200, {"major": "1", "minor": "35", "gitVersion": "v1.35.7-gke.1219000"})
@@ -76,6 +80,8 @@ class _Api(BaseHTTPRequestHandler):
             return self._send(200, 'nv_inference_request_success{model="cifar10",version="1"} 23\n', "text/plain")
         if "/proxy/" in p:
             return self._send(200, {"status": "success", "data": {"resultType": "vector", "result": []}})
+        if method == "PATCH":
+            return self._send(200, {"apiVersion": "v1", "kind": "Pod", "metadata": {"name": p.rsplit("/", 1)[1]}})
         if method == "POST":
             if body["metadata"]["name"] == "exists":
                 return self._send(409, {"kind": "Status", "apiVersion": "v1", "status": "Failure", "reason": "AlreadyExists",
@@ -101,6 +107,9 @@ class _Api(BaseHTTPRequestHandler):
 
     def do_DELETE(self):
         self._route("DELETE")
+
+    def do_PATCH(self):
+        self._route("PATCH")
 
     def log_message(self, *args):
         pass
@@ -145,6 +154,20 @@ def test_create_list_delete_logs_proxy_on_the_wire(cluster):
     assert ("GET", "/api/v1/namespaces/monitoring/services/kps-prometheus:9090/proxy/api/v1/query", {"query": "up == 1"}) in calls
     delete_body = next(b for m, p, _, b in _Api.calls if m == "DELETE")
     assert delete_body["propagationPolicy"] == "Background"
+
+
+def test_a_merge_patch_and_a_kind_without_collection_delete_on_the_wire(cluster):
+    _Api.calls.clear()
+    _Api.content_types.clear()
+    cluster.patch("v1", "Pod", "ns", "p1", {"spec": {"schedulingGates": None}})
+    method, path, _, body = _Api.calls[-1]
+    assert (method, path, body) == ("PATCH", "/api/v1/namespaces/ns/pods/p1", {"spec": {"schedulingGates": None}})
+    assert _Api.content_types[-1] == "application/merge-patch+json"  # null deletes the field (RFC 7386)
+    _Api.calls.clear()
+    cluster.delete_labelled("v1", "Namespace", None, "run=r1")
+    calls = [(m, p, q) for m, p, q, _ in _Api.calls if p.startswith("/api/v1/namespaces")]
+    # The list answers one object (p1): it is deleted by name, never as a collection.
+    assert calls == [("GET", "/api/v1/namespaces", {"labelSelector": "run=r1"}), ("DELETE", "/api/v1/namespaces/p1", {})]
 
 
 def test_errors_name_the_object_and_the_kind(cluster):

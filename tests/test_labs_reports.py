@@ -105,7 +105,9 @@ def test_every_in_cluster_script_compiles():
     from benchmarks.labs.objects import SCRIPTS
 
     scripts = sorted(SCRIPTS.glob("*.py"))
-    assert {p.name for p in scripts} == {"gpu_matmul.py", "http_client.py", "ramp_client.py", "rendezvous.py", "trainer.py"}
+    assert {p.name for p in scripts} == {
+        "barrier.py", "gpu_matmul.py", "http_client.py", "ramp_client.py", "rendezvous.py", "trainer.py"
+    }  # fmt: skip
     for path in scripts:
         compile(path.read_text(), str(path), "exec")
 
