@@ -4,7 +4,6 @@ direct-scrape arithmetic on hand-worked cases."""
 
 from __future__ import annotations
 
-import asyncio
 import json
 import socket
 import subprocess
@@ -37,7 +36,8 @@ def _free_port() -> int:
 def sim_and_prometheus(tmp_path_factory):
     prometheus = binary("prometheus")
     tmp = tmp_path_factory.mktemp("prometheus")
-    with SimTarget(model=MODEL, gpu="l4", speedup=2.0, seed=1, gpu_memory_utilization=0.9).serving(8) as sim:
+    with SimTarget(model=MODEL, gpu="l4", speedup=2.0, seed=1, gpu_memory_utilization=0.9).serving(8) as server:
+        sim = server.base_url
         config = tmp / "prometheus.yml"
         config.write_text(
             "global:\n  scrape_interval: 1s\n  evaluation_interval: 1s\n"
@@ -74,7 +74,7 @@ def test_promql_reads_the_servers_view_of_a_load_window(sim_and_prometheus):
     sim, prom = sim_and_prometheus
     # Twice max-num-seqs in flight: the server must show a full batch and a queue.
     spec = LoadSpec(base_url=sim, model=MODEL, input_len=128, output_len=64, concurrency=16, requests=200, duration_s=4.0)
-    stats = summarize(asyncio.run(run_load(spec)), spec)
+    stats = summarize(run_load(spec), spec)
     assert stats.completed > 16 and stats.failed == 0
 
     m = PrometheusClient.over_http(prom).window_metrics(stats.window.start.timestamp(), stats.window.end.timestamp())

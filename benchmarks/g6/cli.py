@@ -38,7 +38,8 @@ from benchmarks.harness import (
     tool_version,
 )
 from benchmarks.harness.results import client_cpus
-from benchmarks.loadgen import LoadgenError, Slo, Timeouts
+from benchmarks.harness.server import http_server
+from benchmarks.loadgen import LoadgenError, LocalRunner, Slo, Timeouts
 from benchmarks.metrics import MetricsError
 from facts.catalogue import GPUS, MODELS, ServingError, get_gpu, get_model
 from benchmarks.serving.sizing import Sizing, size
@@ -196,7 +197,7 @@ def resolve_params(args: argparse.Namespace, outputs: dict[str, Any] | None) -> 
 def make_target(params: G6Params, health_timeout_s: float) -> tuple[G6Params, Target]:
     """The target for `params`; with --sim, an unset max-num-seqs is named as the simulator's default."""
     if params.target_kind == "stack":
-        return params, StackTarget(PulumiStack(params.stack or ""), params.target, health_timeout_s)
+        return params, StackTarget(PulumiStack(params.stack or ""), http_server(params.target), health_timeout_s)
     if params.target_kind == "url":
         return params, UrlTarget(params.target)
     if params.max_num_seqs == [None]:
@@ -237,8 +238,8 @@ def run(argv: list[str]) -> int:
         params, target = make_target(resolve_params(args, outputs), args.health_timeout)
         sizer = _sizer(params)
         progress = RunProgress(enabled=not args.quiet)
-        with progress.running():
-            outcome = run_sweep(params, target, sizer, progress)
+        with target.session(), progress.running():
+            outcome = run_sweep(params, target, LocalRunner(), sizer, progress)
     except (G6Error, HarnessError, LoadgenError, MetricsError, ServingError) as exc:
         print(f"g6: {exc}", file=sys.stderr)
         return 2
