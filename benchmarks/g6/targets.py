@@ -33,8 +33,8 @@ _REPO = Path(__file__).resolve().parents[2]
 
 
 class UrlTarget:
-    def __init__(self, base_url: str) -> None:
-        self.server = http_server(base_url)
+    def __init__(self, server: Server) -> None:
+        self.server = server
 
     @contextmanager
     def session(self) -> Iterator[None]:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import sys
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 
@@ -14,6 +15,7 @@ class RunProgress:
     number of counted requests done."""
 
     def __init__(self, enabled: bool = True) -> None:
+        self._enabled = enabled
         console = Console(stderr=True, quiet=not enabled)
         # A low refresh rate: the display costs CPU on the machine the load generator may share.
         self._progress = Progress(
@@ -29,6 +31,13 @@ class RunProgress:
     def running(self) -> Iterator[RunProgress]:
         with self._progress:
             yield self
+
+    def log(self, message: str) -> None:
+        """A line above the bars (on stderr, as the bars; shown even when the bars are not)."""
+        if self._enabled:
+            self._progress.console.print(message, markup=False, highlight=False)
+        else:
+            print(message, file=sys.stderr)
 
     def point(self, label: str, total: int) -> Callable[[int], None]:
         task = self._progress.add_task(label, total=total)

@@ -25,14 +25,14 @@ def meta(name: str, namespace: str | None, labels: dict[str, str] | None = None)
     return out
 
 
+def config_map(name: str, namespace: str, files: dict[str, str]) -> dict[str, Any]:
+    """A ConfigMap of files (key = file name), mounted at SCRIPT_MOUNT by `pod_spec`."""
+    return {"apiVersion": "v1", "kind": "ConfigMap", "metadata": meta(name, namespace), "data": dict(files)}
+
+
 def scripts_config_map(name: str, namespace: str, scripts: list[str]) -> dict[str, Any]:
     """A ConfigMap holding the named scripts from benchmarks/labs/scripts/ (key = file name)."""
-    return {
-        "apiVersion": "v1",
-        "kind": "ConfigMap",
-        "metadata": meta(name, namespace),
-        "data": {s: script_text(s) for s in scripts},
-    }
+    return config_map(name, namespace, {s: script_text(s) for s in scripts})
 
 
 def container(
@@ -99,6 +99,25 @@ def namespace(name: str, labels: dict[str, str] | None = None) -> dict[str, Any]
     return {"apiVersion": "v1", "kind": "Namespace", "metadata": meta(name, None, labels)}
 
 
+def restricted(spec: dict[str, Any]) -> dict[str, Any]:
+    """`spec` (a pod spec) made to meet the restricted Pod Security Standard, in place: a numeric
+    non-root user, no privilege escalation, no capabilities, the runtime's seccomp profile and a
+    read-only root filesystem (a container that writes needs an emptyDir there)."""
+    spec["securityContext"] = {
+        "runAsNonRoot": True,
+        "runAsUser": 65534,  # nobody: the image's own user may be root
+        "runAsGroup": 65534,
+        "seccompProfile": {"type": "RuntimeDefault"},
+    }
+    for c in spec["containers"]:
+        c["securityContext"] = {
+            "allowPrivilegeEscalation": False,
+            "capabilities": {"drop": ["ALL"]},
+            "readOnlyRootFilesystem": True,
+        }
+    return spec
+
+
 def pod(name: str, namespace: str, spec: dict[str, Any], labels: dict[str, str] | None = None) -> dict[str, Any]:
     return {"apiVersion": "v1", "kind": "Pod", "metadata": meta(name, namespace, labels), "spec": spec}
 
@@ -113,6 +132,7 @@ def job(
     backoff_limit: int = 0,
     suspend: bool | None = None,
     active_deadline_s: int | None = None,
+    ttl_after_finished_s: int | None = None,
 ) -> dict[str, Any]:
     """A batch Job running `spec` once (no retries unless asked: a retry would blur the timing)."""
     job_spec: dict[str, Any] = {
@@ -123,4 +143,6 @@ def job(
         job_spec["suspend"] = suspend
     if active_deadline_s is not None:
         job_spec["activeDeadlineSeconds"] = active_deadline_s
+    if ttl_after_finished_s is not None:
+        job_spec["ttlSecondsAfterFinished"] = ttl_after_finished_s
     return {"apiVersion": "batch/v1", "kind": "Job", "metadata": meta(name, namespace, labels), "spec": job_spec}

@@ -3,7 +3,7 @@
 One load generator, two places to run it: on a laptop `benchmarks.loadgen.runner` runs this file
 with `python -I`, and in the cluster a Job runs the same file from a ConfigMap in a plain Python
 image with nothing installed. Input: a JSON plan (`Plan`), from the file named by the first
-argument or from stdin. Output: lines on stdout that start with `gml-loadgen:` (`OutputReader`
+argument, the environment variable LOADGEN_PLAN, or stdin. Output: lines on stdout that start with `gml-loadgen:` (`OutputReader`
 reads them back), so they cannot be confused with anything else in a pod's log.
 
 How it keeps out of the numbers it measures:
@@ -22,6 +22,7 @@ from __future__ import annotations
 
 import asyncio
 import base64
+import gc
 import hashlib
 import json
 import multiprocessing
@@ -39,6 +40,7 @@ from multiprocessing.connection import wait as wait_connections
 from urllib.parse import urlsplit
 
 PREFIX = "gml-loadgen:"
+PLAN_ENV = "LOADGEN_PLAN"
 # Token ids away from the special-token range of common vocabularies (all are > 32k entries).
 TOKEN_ID_RANGE = (1000, 30000)
 # Wake this long before an open-loop send and yield until it is due: the event loop's timer sleeps
@@ -49,6 +51,7 @@ SPIN_S = 0.0015
 MAX_IDLE_S = 2.0
 WATCHDOG_S = 0.05
 PROGRESS_S = 0.25
+HEARTBEAT_S = 5.0  # a progress line at least this often, so a reader can tell a quiet run from a dead one
 DATA_LINE_CHARS = 8192  # container runtimes split log lines above 16 KiB
 
 _now = time.monotonic
@@ -467,6 +470,15 @@ class _Worker:
         self.server_hostname = url.hostname if self.ssl else None
 
     async def run(self) -> list[_Raw]:
+        """Run the share; the cyclic garbage collector is off meanwhile (a full collection over the
+        growing lists of reads would stall the loop for milliseconds, and the run makes no cycles)."""
+        gc.disable()
+        try:
+            return await self._run()
+        finally:
+            gc.enable()
+
+    async def _run(self) -> list[_Raw]:
         loop = asyncio.get_running_loop()
         self.all_done = loop.create_future()
         watchdog = loop.create_task(self._watchdog())
@@ -866,7 +878,7 @@ def run(plan: Plan, out: Out) -> int:
     t0.value = _now() + 0.05 + 0.01 * workers
     ready.set()
     items: list[list[object]] = []
-    waiting, shown = list(pipes), -1
+    waiting, shown, shown_at = list(pipes), -1, 0.0
     try:
         while waiting:
             for conn in wait_connections(waiting, timeout=PROGRESS_S):
@@ -876,8 +888,8 @@ def run(plan: Plan, out: Out) -> int:
                     out.error("a worker process died before sending its records")
                     return 1
                 waiting.remove(conn)
-            if completed.value != shown:
-                shown = completed.value
+            if completed.value != shown or _now() - shown_at >= HEARTBEAT_S:
+                shown, shown_at = completed.value, _now()
                 out.progress(shown, plan.requests)
     finally:
         for proc in procs:
@@ -892,9 +904,15 @@ def run(plan: Plan, out: Out) -> int:
 
 
 def main(argv: list[str]) -> int:
+    """The plan comes from the file named by the first argument, else from the environment variable
+    LOADGEN_PLAN (a Job's), else from stdin."""
     out = Out()
     try:
-        text = open(argv[0]).read() if argv else sys.stdin.read()
+        if argv:
+            with open(argv[0]) as f:
+                text = f.read()
+        else:
+            text = os.environ.get(PLAN_ENV) or sys.stdin.read()
         return run(Plan.from_json(text), out)
     except (OSError, PlanError) as exc:
         out.error(str(exc))

@@ -1,8 +1,10 @@
 """Run one load point: the load generator core in its own process, here or in the cluster.
 
 `PointRunner` is the whole interface: a LoadSpec in, a LoadRun (per-request records) out, with
-progress reported as counted requests complete. `LocalRunner` runs the core on this machine with
-`python -I` (no site-packages: exactly what a pod runs); benchmarks.g6.incluster runs it as a Job.
+progress reported as counted requests complete; used inside `with runner:` (a runner that creates
+things, the in-cluster one, deletes them on the way out). `LocalRunner` runs the core on this
+machine with `python -I -S` (the standard library only: what a pod runs); benchmarks.g6.incluster
+runs it as a Job.
 Both read the core's output with the same `OutputReader`.
 """
 
@@ -21,6 +23,10 @@ from benchmarks.loadgen.errors import LoadgenError
 from benchmarks.loadgen.spec import LoadSpec
 
 CORE_PATH = Path(core.__file__).resolve()
+# Isolated (-I: no PYTHON* variables, no user site), no site-packages at all (-S: a virtualenv's
+# interpreter would keep its own under -I alone), no bytecode written (-B: a pod's root filesystem is
+# read-only). The core needs the standard library only, here and in a pod.
+CORE_FLAGS = ("-I", "-S", "-B")
 
 Progress = Callable[[int], None]
 
@@ -28,6 +34,10 @@ Progress = Callable[[int], None]
 class PointRunner(Protocol):
     def run(self, spec: LoadSpec, on_progress: Progress | None = None) -> LoadRun:
         """Run one point; `on_progress(done)` as counted requests complete."""
+
+    def __enter__(self) -> PointRunner: ...
+
+    def __exit__(self, *exc: object) -> None: ...
 
 
 def read_output(reader: OutputReader, spec: LoadSpec, what: str) -> LoadRun:
@@ -49,10 +59,16 @@ class LocalRunner:
     def __init__(self, workers: int | None = None) -> None:
         self.workers = workers
 
+    def __enter__(self) -> LocalRunner:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        pass  # each point's processes end with the point
+
     def run(self, spec: LoadSpec, on_progress: Progress | None = None) -> LoadRun:
         # stderr joins stdout, as in a pod's log: the reader keeps what is not output for error messages.
         proc = subprocess.Popen(
-            [sys.executable, "-I", str(CORE_PATH)],
+            [sys.executable, *CORE_FLAGS, str(CORE_PATH)],
             stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
         )  # fmt: skip
         try:
