@@ -28,6 +28,7 @@ from benchmarks.loadgen.core import PLAN_ENV, OutputReader, Plan
 MODEL = "Qwen/Qwen2.5-0.5B-Instruct"
 RECORDED = json.loads((Path(__file__).parent / "data" / "g6" / "loadgen-pod.json").read_text())
 GPU_TAINT = "nvidia.com/gpu"
+SYSTEM = {"gke-ml-labs/pool": "system"}  # the g6 stack's system_pool.node_selector
 
 
 @pytest.fixture(scope="module")
@@ -71,7 +72,7 @@ def test_client_manifest_is_valid_kubernetes_on_the_system_pool(g6_outputs, tmp_
         pod = _pod(job)
         assert job["spec"]["template"]["metadata"]["labels"][RUN_LABEL] == "manifest"
         # Placement: the system pool, never the GPU node: no GPU request, no toleration of its taint.
-        assert pod["nodeSelector"] == {"gke-ml-labs/pool": "system"}
+        assert pod["nodeSelector"] == outputs["system_pool"]["node_selector"] == SYSTEM
         assert pod["nodeSelector"] != outputs["gpu_pool"]["node_selector"]
         assert not any(t.get("key") == GPU_TAINT or t.get("operator") == "Exists" for t in pod.get("tolerations", []))
         (c,) = pod["containers"]
@@ -242,7 +243,7 @@ def _deleted_kinds(kubelet: Kubelet, run_id: str) -> set[str]:
 def test_runner_creates_follows_collects_and_deletes(tmp_path, sim_url):
     kubelet = Kubelet(tmp_path)
     progress: dict[int, list[int]] = {1: [], 4: []}
-    with ClusterRunner(kubelet, "g6-12010914-ab12", "llm", cpus=2, poll_s=0.05, log=lambda m: None) as runner:
+    with ClusterRunner(kubelet, "g6-12010914-ab12", "llm", SYSTEM, cpus=2, poll_s=0.05, log=lambda m: None) as runner:
         runs = [runner.run(_spec(sim_url, concurrency=c), progress[c].append) for c in (1, 4)]
         assert not kubelet.deleted
     stats = [summarize(run, _spec(sim_url)) for run in runs]
@@ -262,7 +263,7 @@ def test_runner_creates_follows_collects_and_deletes(tmp_path, sim_url):
 def test_a_broken_log_stream_falls_back_to_the_whole_log(tmp_path, sim_url):
     kubelet = Kubelet(tmp_path, follow_breaks_after=1)
     seen: list[str] = []
-    with ClusterRunner(kubelet, "g6-12010914-cd34", "llm", poll_s=0.05, log=seen.append) as runner:
+    with ClusterRunner(kubelet, "g6-12010914-cd34", "llm", SYSTEM, poll_s=0.05, log=seen.append) as runner:
         run = runner.run(_spec(sim_url))
     assert len(run.records) == 12 and all(r.ok for r in run.records)
     assert any("broke" in m for m in seen)
@@ -271,7 +272,7 @@ def test_a_broken_log_stream_falls_back_to_the_whole_log(tmp_path, sim_url):
 def test_a_failing_load_generator_is_an_error_and_still_cleaned_up(tmp_path):
     kubelet = Kubelet(tmp_path)
     with pytest.raises(LoadgenError, match=r"exit code 2 .*cannot resolve vllm\.nowhere\.invalid"):
-        with ClusterRunner(kubelet, "g6-12010914-ef56", "llm", poll_s=0.05, log=lambda m: None) as runner:
+        with ClusterRunner(kubelet, "g6-12010914-ef56", "llm", SYSTEM, poll_s=0.05, log=lambda m: None) as runner:
             runner.run(_spec("http://vllm.nowhere.invalid:8000"))
     assert _deleted_kinds(kubelet, "g6-12010914-ef56") == {"Job", "ConfigMap", "Pod"}
 
@@ -283,7 +284,7 @@ def test_ctrl_c_while_following_deletes_everything(tmp_path, sim_url):
         raise KeyboardInterrupt
 
     with pytest.raises(KeyboardInterrupt):
-        with ClusterRunner(kubelet, "g6-12010914-0a0b", "llm", poll_s=0.05, log=lambda m: None) as runner:
+        with ClusterRunner(kubelet, "g6-12010914-0a0b", "llm", SYSTEM, poll_s=0.05, log=lambda m: None) as runner:
             runner.run(_spec(sim_url, requests=200), interrupt)
     assert _deleted_kinds(kubelet, "g6-12010914-0a0b") == {"Job", "ConfigMap", "Pod"}
     assert all(p.poll() is not None for p in kubelet.procs.values()), "the running client was stopped"
@@ -292,7 +293,7 @@ def test_ctrl_c_while_following_deletes_everything(tmp_path, sim_url):
 def test_a_pod_that_cannot_be_scheduled_says_why(tmp_path):
     kubelet = Kubelet(tmp_path, pending=True)
     with pytest.raises(WaitTimeout, match="Unschedulable: 0/2 nodes are available: 1 Insufficient cpu"):
-        with ClusterRunner(kubelet, "g6-12010914-1c1d", "llm", start_timeout_s=0.1, poll_s=0.02, log=lambda m: None) as runner:
+        with ClusterRunner(kubelet, "g6-12010914-1c1d", "llm", SYSTEM, start_timeout_s=0.1, poll_s=0.02, log=lambda m: None) as runner:
             runner.run(_spec("http://vllm.llm.svc.cluster.local:8000"))
     assert _deleted_kinds(kubelet, "g6-12010914-1c1d") == {"Job", "ConfigMap", "Pod"}
 

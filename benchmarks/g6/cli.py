@@ -14,7 +14,7 @@ import sys
 from collections.abc import Callable
 from datetime import UTC, datetime
 from pathlib import Path
-from typing import Any
+from typing import Any, NamedTuple
 
 import yaml
 from pydantic import ValidationError
@@ -45,9 +45,11 @@ from benchmarks.harness import (
 )
 from benchmarks.harness.results import client_cpus
 from benchmarks.harness.server import Server, http_server
+from benchmarks.labs.errors import LabError
 from benchmarks.labs.live import new_run_id
+from benchmarks.labs.stack import system_selector
 from benchmarks.loadgen import LoadgenError, LocalRunner, Slo, Timeouts
-from benchmarks.metrics import MetricsError
+from benchmarks.metrics import MetricsError, PrometheusClient
 from facts.catalogue import GPUS, MODELS, ServingError, get_gpu, get_model
 from benchmarks.serving.sizing import Sizing, size
 from stacks.cost_estimate import estimate_or_none, estimate_section, markdown
@@ -240,26 +242,36 @@ def write_client_manifest(folder: Path, outputs: dict[str, Any] | None, params: 
     specs = [spec for _ in params.max_num_seqs for spec in load_specs(params, ep.server_url())]
     folder.mkdir(parents=True, exist_ok=True)
     paths = []
-    for obj in manifests(ep.namespace, specs, cpus):
+    for obj in manifests(ep.namespace, system_selector(outputs), specs, cpus):
         path = folder / f"{obj['kind'].lower()}-{obj['metadata']['name']}.yaml"
         path.write_text(yaml.safe_dump(obj, sort_keys=False))
         paths.append(path)
     return paths
 
 
-def point_runner(
-    params: G6Params, outputs: dict[str, Any] | None, cpus: int, log: Callable[[str], None]
-) -> tuple[LocalRunner | ClusterRunner, Server | None]:
-    """Where the load generator runs, and how this process reads a stack's server: a Job per point
-    and the API server's service proxy when the client runs in the cluster; this machine and plain
-    HTTP otherwise. Nothing is created until the runner is entered."""
+class ClientSide(NamedTuple):
+    """Where the load generator runs and how this process reads the server and its Prometheus."""
+
+    runner: LocalRunner | ClusterRunner
+    server: Server | None  # None: plain HTTP at the target URL
+    prometheus: PrometheusClient | None
+
+
+def client_side(params: G6Params, outputs: dict[str, Any] | None, cpus: int, log: Callable[[str], None]) -> ClientSide:
+    """In the cluster (a Job per point; vLLM and Prometheus through the API server's service proxy)
+    when the run names a stack and no --target; this machine and plain HTTP otherwise. Nothing is
+    created until the runner is entered."""
     if params.client == "local" or outputs is None:
-        return LocalRunner(), None
+        return ClientSide(LocalRunner(), None, PrometheusClient.over_http(params.prometheus) if params.prometheus else None)
     ep = _vllm_endpoint(outputs)
     cluster = KubeCluster.from_kubeconfig(outputs.get("kubeconfig") or "")
     run_id = new_run_id(LAB)
     log(f"g6: run {run_id}; the load generator runs as Jobs in {ep.namespace}, labelled with it and deleted at the end")
-    return ClusterRunner(cluster, run_id, ep.namespace, cpus=cpus, log=log), proxy_server(cluster, ep)
+    runner = ClusterRunner(cluster, run_id, ep.namespace, system_selector(outputs), cpus=cpus, log=log)
+    prometheus = None
+    if params.prometheus is not None:
+        prometheus = PrometheusClient.through_service_proxy(cluster, section(outputs, "prometheus", PrometheusRef, LAB))
+    return ClientSide(runner, proxy_server(cluster, ep), prometheus)
 
 
 def cost_section(outputs: dict[str, Any] | None, params: G6Params, seconds: float) -> str | None:
@@ -292,14 +304,14 @@ def run(argv: list[str]) -> int:
                 print(path)
             return 0
         progress = RunProgress(enabled=not args.quiet)
-        runner, server = point_runner(params, outputs, args.client_cpus, progress.log)
-        params, target = make_target(params, args.health_timeout, server)
+        client = client_side(params, outputs, args.client_cpus, progress.log)
+        params, target = make_target(params, args.health_timeout, client.server)
         sizer = _sizer(params)
         # Exits run inner first: the runner deletes what it created in the cluster before a stack
         # target's `pulumi up` puts the server's config back (minutes).
-        with target.session(), runner, progress.running():
-            outcome = run_sweep(params, target, runner, sizer, progress)
-    except (G6Error, HarnessError, LoadgenError, MetricsError, ServingError, ClusterError) as exc:
+        with target.session(), client.runner, progress.running():
+            outcome = run_sweep(params, target, client.runner, client.prometheus, sizer, progress)
+    except (G6Error, HarnessError, LoadgenError, MetricsError, ServingError, ClusterError, LabError) as exc:
         print(f"g6: {exc}", file=sys.stderr)
         return 2
     except ValidationError as exc:

@@ -58,8 +58,11 @@ def config_map(name: str, namespace: str) -> dict[str, Any]:
     return objects.config_map(name, namespace, {CORE_FILE: CORE_PATH.read_text()})
 
 
-def job(name: str, namespace: str, spec: LoadSpec, scripts: str, cpus: int) -> dict[str, Any]:
-    """One load point as a Job on the system pool: the core with its plan in the environment."""
+def job(
+    name: str, namespace: str, node_selector: dict[str, str], spec: LoadSpec, scripts: str, cpus: int
+) -> dict[str, Any]:
+    """One load point as a Job on the system pool (`node_selector`, from the stack outputs): the core
+    with its plan in the environment."""
     memory = memory_mib(spec, cpus)
     client = objects.container(
         CONTAINER,
@@ -77,7 +80,7 @@ def job(name: str, namespace: str, spec: LoadSpec, scripts: str, cpus: int) -> d
     # multiprocessing's locks are POSIX semaphores in /dev/shm: the one place the core writes.
     client["volumeMounts"].append({"name": "shm", "mountPath": "/dev/shm"})
     pod = objects.restricted(
-        objects.pod_spec([client], node_selector=objects.SYSTEM_SELECTOR, scripts_config_map=scripts)
+        objects.pod_spec([client], node_selector=node_selector, scripts_config_map=scripts)
     )
     pod["volumes"].append({"name": "shm", "emptyDir": {"medium": "Memory", "sizeLimit": "16Mi"}})
     # The vLLM Service's environment variables would only add noise to the pod.
@@ -134,6 +137,7 @@ class ClusterRunner:
         cluster: Cluster,
         run_id: str,
         namespace: str,
+        node_selector: dict[str, str],
         *,
         cpus: int = DEFAULT_CPUS,
         start_timeout_s: float = 600.0,
@@ -143,6 +147,7 @@ class ClusterRunner:
         self.cluster = cluster
         self.run_id = run_id
         self.namespace = namespace
+        self.node_selector = node_selector
         self.cpus = cpus
         self.start_timeout_s = start_timeout_s
         self.poll_s = poll_s
@@ -166,7 +171,7 @@ class ClusterRunner:
     def run(self, spec: LoadSpec, on_progress: Progress | None = None) -> LoadRun:
         self._points += 1
         name = job_name(self.run_id, self._points)
-        self.scope.create(job(name, self.namespace, spec, config_map_name(self.run_id), self.cpus))
+        self.scope.create(job(name, self.namespace, self.node_selector, spec, config_map_name(self.run_id), self.cpus))
         pod = self._started(name)
         pod_name = pod["metadata"]["name"]
         reader = OutputReader(on_progress)
@@ -224,9 +229,11 @@ class ClusterRunner:
         return self._machine_types[node]
 
 
-def manifests(namespace: str, specs: list[LoadSpec], cpus: int, run_id: str = "manifest") -> list[dict[str, Any]]:
+def manifests(
+    namespace: str, node_selector: dict[str, str], specs: list[LoadSpec], cpus: int, run_id: str = "manifest"
+) -> list[dict[str, Any]]:
     """Every object a run with these points creates, labelled as the runner labels them."""
     cm = config_map_name(run_id)
     objs = [config_map(cm, namespace)]
-    objs += [job(job_name(run_id, k), namespace, spec, cm, cpus) for k, spec in enumerate(specs, 1)]
+    objs += [job(job_name(run_id, k), namespace, node_selector, spec, cm, cpus) for k, spec in enumerate(specs, 1)]
     return [with_labels(obj, run_labels(run_id, LAB)) for obj in objs]

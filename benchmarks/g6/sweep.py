@@ -78,14 +78,15 @@ def run_sweep(
     params: G6Params,
     target: Target,
     runner: PointRunner,
+    prom: PrometheusClient | None,
     sizing: Callable[[int | None], Sizing | None],
     progress: RunProgress,
 ) -> SweepOutcome:
     """All points of the grid, the errors met on the way and what the server said it was.
 
-    The caller holds `target.session()` around it (and whatever the runner needs to clean up).
+    `prom` (the stack's Prometheus, if any) adds the GPU series. The caller holds `target.session()`
+    and the runner's context around it.
     """
-    prom = PrometheusClient.over_http(params.prometheus) if params.prometheus else None
     points: list[G6Point] = []
     errors: list[str] = []
     versions: dict[str, str] = {}
