@@ -10,8 +10,9 @@ How it keeps out of the numbers it measures:
 - latencies count from each request's scheduled send time (no coordinated omission); the lag
   between the scheduled and the actual send is measured for every request;
 - one event loop per worker process, the schedule split between them;
-- every read is stamped as it returns from the socket (`asyncio.BufferedProtocol.buffer_updated`:
-  `recv_into` a buffer reused for every read, no 256 KiB allocation per read);
+- every read is stamped by the kernel as the data arrives (SO_TIMESTAMPNS on Linux, read with
+  recvmsg into one reused buffer), so a read's time does not depend on when this process ran;
+  elsewhere, as the read returns;
 - nothing is parsed on the hot path beyond HTTP framing: the raw reads and their stamps are kept
   and the server-sent events are decoded after the run;
 - HTTP/1.1 keep-alive connections, one per concurrent request, to an address resolved once (so
@@ -30,7 +31,7 @@ import os
 import random
 import resource
 import socket
-import ssl
+import struct
 import sys
 import time
 import zlib
@@ -55,6 +56,19 @@ HEARTBEAT_S = 5.0  # a progress line at least this often, so a reader can tell a
 DATA_LINE_CHARS = 8192  # container runtimes split log lines above 16 KiB
 
 _now = time.monotonic
+# The kernel's receive timestamp of every read (Linux: SO_TIMESTAMPNS, CLOCK_REALTIME as a
+# timespec): a read's time then does not depend on when this process got to run after it.
+SO_TIMESTAMPNS = 35 if sys.platform == "linux" else None
+_TIMESPEC = struct.Struct("@ll")
+ANC_SIZE = socket.CMSG_SPACE(_TIMESPEC.size) if SO_TIMESTAMPNS is not None else 0
+
+
+def _clocks() -> tuple[float, float]:
+    """(monotonic, wall) read at one instant: read again if the process was descheduled between."""
+    while True:
+        before, mono, after = time.time(), _now(), time.time()
+        if after - before < 2e-5:
+            return mono, (before + after) / 2
 
 
 class PlanError(ValueError):
@@ -90,8 +104,10 @@ class Plan:
             raise PlanError(f"plan: {exc}") from None
         if (plan.concurrency is None) == (plan.rate is None):
             raise PlanError("plan: give exactly one of concurrency and rate")
-        if urlsplit(plan.base_url).scheme not in ("http", "https"):
-            raise PlanError(f"plan: base_url {plan.base_url!r} is not an http(s) URL")
+        if urlsplit(plan.base_url).scheme != "http":
+            # vLLM's OpenAI server speaks plain HTTP, in the cluster as on a laptop; TLS would add
+            # CPU to every read and hide the kernel's receive timestamps.
+            raise PlanError(f"plan: base_url {plan.base_url!r} is not an http:// URL (the load generator speaks plain HTTP)")
         return plan
 
     def to_json(self) -> str:
@@ -190,16 +206,15 @@ def poisson_offsets(rate: float, count: int, seed: int) -> list[float]:
     return out
 
 
-def resolve(plan: Plan) -> tuple[str, int]:
+def resolve(plan: Plan) -> tuple[int, tuple]:
     """The address to connect to: the first of the host's addresses that accepts a connection.
 
     Resolving once and probing in order keeps a `localhost` that resolves to ::1 first (while the
     server listens on 127.0.0.1) from costing a failed connect on every new connection.
     """
     url = urlsplit(plan.base_url)
-    port = url.port or (443 if url.scheme == "https" else 80)
     try:
-        infos = socket.getaddrinfo(url.hostname, port, type=socket.SOCK_STREAM)
+        infos = socket.getaddrinfo(url.hostname, url.port or 80, type=socket.SOCK_STREAM)
     except OSError as exc:
         raise PlanError(f"cannot resolve {url.hostname}: {exc}") from None
     for family, kind, proto, _, sockaddr in infos:
@@ -207,10 +222,10 @@ def resolve(plan: Plan) -> tuple[str, int]:
             probe.settimeout(plan.connect_s)
             try:
                 probe.connect(sockaddr)
-                return sockaddr[0], port
+                return family, sockaddr
             except OSError:
                 continue
-    return infos[0][4][0], port  # nothing listens: every request will count as a connect error
+    return infos[0][0], infos[0][4]  # nothing listens: every request will count as a connect error
 
 
 # -- HTTP/1.1 framing, the only parsing on the hot path ---------------------------------------------
@@ -324,42 +339,61 @@ class _Raw:
         self.error: str | None = None
 
 
-class _Connection(asyncio.BufferedProtocol):
-    """One keep-alive connection carrying one request at a time."""
+class _Connection:
+    """One keep-alive connection carrying one request at a time: a non-blocking socket read on the
+    loop's selector with recvmsg, so each read comes with the kernel's receive timestamp."""
 
-    def __init__(self, worker: _Worker) -> None:
+    def __init__(self, worker: _Worker, sock: socket.socket) -> None:
         self.worker = worker
-        self.transport: asyncio.Transport | None = None
+        self.sock = sock
+        self.fd = sock.fileno()
         self.raw: _Raw | None = None
         self.head = b""
         self.frame: _Chunked | _Length | _UntilClose | None = None
         self.keep_alive = True
         self.closed = False
         self.idle_since = 0.0
-
-    def connection_made(self, transport: asyncio.BaseTransport) -> None:
-        self.transport = transport  # type: ignore[assignment]
+        worker.loop.add_reader(self.fd, self._readable)
 
     def send(self, raw: _Raw, request: bytes) -> None:
         self.raw, self.head, self.frame = raw, b"", None
         self.worker.in_flight.add(self)
-        assert self.transport is not None
-        # Stamped before the write: a write hands the whole request to the kernel at once, and a
-        # process descheduled right after it must not seem to have sent late.
+        # Stamped before the send: it hands the whole request to the kernel at once, and a process
+        # descheduled right after it must not seem to have sent late.
         raw.sent = _now()
-        self.transport.write(request)
+        try:
+            sent = self.sock.send(request)
+        except (BlockingIOError, InterruptedError):
+            sent = 0
+        except OSError:  # the server closed this keep-alive connection as we reused it
+            self.fail("truncated_stream")
+            return
+        if sent < len(request):  # a full socket buffer: rare for a request of a few KiB
+            self.worker.loop.create_task(self._send_rest(request[sent:]))
 
-    def get_buffer(self, sizehint: int) -> memoryview:
-        return self.worker.buffer
+    async def _send_rest(self, rest: bytes) -> None:
+        try:
+            await self.worker.loop.sock_sendall(self.sock, rest)
+        except OSError:
+            self.fail("truncated_stream")
 
-    def buffer_updated(self, nbytes: int) -> None:
-        now = _now()
-        data = self.worker.buffer[:nbytes].tobytes()
+    def _readable(self) -> None:
+        worker = self.worker
+        try:
+            nbytes, ancdata, _, _ = self.sock.recvmsg_into(worker.buffers, ANC_SIZE)
+        except (BlockingIOError, InterruptedError):
+            return
+        except OSError:
+            self._lost()
+            return
+        if not nbytes:
+            self._lost()
+            return
+        now, seen = worker.stamp(ancdata)
+        data = worker.buffer[:nbytes].tobytes()
         raw = self.raw
         if raw is None:  # bytes nobody asked for: this connection can no longer be trusted
-            self.closed = True
-            assert self.transport is not None
-            self.transport.abort()
+            self.close()
             return
         raw.reads.append(data)
         raw.stamps.append(now)
@@ -383,20 +417,21 @@ class _Connection(asyncio.BufferedProtocol):
             self.fail("bad_http_framing")
             return
         if done:
-            self.finish(now)
+            self.finish(now, seen)
 
-    def finish(self, now: float) -> None:
+    def finish(self, end: float, seen: float) -> None:
+        """The response ended at `end` (its last bytes' arrival); this process saw it at `seen`."""
         raw = self.raw
         assert raw is not None
-        raw.end = now
+        raw.end = end
         if raw.status != 200:
             raw.error = f"http_{raw.status}"
         self.raw = None
         self.worker.in_flight.discard(self)
         if not self.keep_alive:
             self.close()
-        self.idle_since = now
-        self.worker.finished(raw, self)
+        self.idle_since = seen
+        self.worker.finished(raw, self, seen)
 
     def fail(self, error: str) -> None:
         """End the request in flight with `error` and drop the connection."""
@@ -408,20 +443,24 @@ class _Connection(asyncio.BufferedProtocol):
         raw.error = error
         self.raw = None
         self.worker.in_flight.discard(self)
-        self.worker.finished(raw, None)
+        self.worker.finished(raw, None, raw.end)
 
     def close(self) -> None:
-        self.closed = True
-        if self.transport is not None:
-            self.transport.abort()
+        if not self.closed:
+            self.closed = True
+            self.worker.loop.remove_reader(self.fd)
+            self.sock.close()
 
-    def connection_lost(self, exc: Exception | None) -> None:
-        self.closed = True
-        if self.raw is not None:
-            if isinstance(self.frame, _UntilClose):
-                self.finish(_now())
-            else:
-                self.fail("truncated_stream")
+    def _lost(self) -> None:
+        """The server closed the connection (or reset it)."""
+        if self.raw is not None and isinstance(self.frame, _UntilClose):
+            now = _now()
+            self.finish(now, now)
+            return
+        if self.raw is None:
+            self.close()
+        else:
+            self.fail("truncated_stream")
 
     def usable(self, now: float) -> bool:
         return not self.closed and now - self.idle_since < MAX_IDLE_S
@@ -431,7 +470,7 @@ class _Worker:
     """Runs its share of one point on the running event loop.
 
     Closed loop: `slots` request slots, each sending its next request from the read that ended the
-    previous one (scheduled at that read's stamp); `claim` hands out request indices. Open loop:
+    previous one (scheduled when this process made that read); `claim` hands out request indices. Open loop:
     `arrivals` lists (index, offset from t0) and each is sent at t0 + offset on a free connection.
     """
 
@@ -439,7 +478,7 @@ class _Worker:
         self,
         plan: Plan,
         requests: list[bytes],
-        address: tuple[str, int],
+        address: tuple[int, tuple],
         t0: float,
         *,
         slots: int = 0,
@@ -461,13 +500,12 @@ class _Worker:
         # Every connection reads into this one buffer: the loop runs one read at a time, and each
         # read is copied out (as bytes of its own length) before the next.
         self.buffer = memoryview(bytearray(1 << 18))
+        self.buffers = [self.buffer]
+        self.loop: asyncio.AbstractEventLoop = None  # type: ignore[assignment]  # set by run()
         self.done: list[_Raw] = []
         self.pending = 0  # requests issued and not yet finished
         self.active = 0  # slots still sending, or 1 while open-loop arrivals remain
         self.all_done: asyncio.Future[None] | None = None
-        url = urlsplit(plan.base_url)
-        self.ssl = ssl.create_default_context() if url.scheme == "https" else None
-        self.server_hostname = url.hostname if self.ssl else None
 
     async def run(self) -> list[_Raw]:
         """Run the share; the cyclic garbage collector is off meanwhile (a full collection over the
@@ -479,7 +517,7 @@ class _Worker:
             gc.enable()
 
     async def _run(self) -> list[_Raw]:
-        loop = asyncio.get_running_loop()
+        loop = self.loop = asyncio.get_running_loop()
         self.all_done = loop.create_future()
         watchdog = loop.create_task(self._watchdog())
         await _sleep_until(self.t0)
@@ -531,33 +569,52 @@ class _Worker:
             asyncio.get_running_loop().create_task(self._connect_and_send(raw))
 
     async def _connect_and_send(self, raw: _Raw) -> None:
-        loop = asyncio.get_running_loop()
-        host, port = self.address
+        family, sockaddr = self.address
+        sock = socket.socket(family, socket.SOCK_STREAM)
+        sock.setblocking(False)
+        sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+        if SO_TIMESTAMPNS is not None:
+            sock.setsockopt(socket.SOL_SOCKET, SO_TIMESTAMPNS, 1)
         error = None
         try:
             async with asyncio.timeout(self.plan.connect_s):
-                _, conn = await loop.create_connection(
-                    lambda: _Connection(self), host, port, ssl=self.ssl, server_hostname=self.server_hostname
-                )
+                await self.loop.sock_connect(sock, sockaddr)
         except TimeoutError:
             error = "timeout_connect"
         except OSError:
             error = "connect_error"
         if error is not None:
+            sock.close()
             raw.sent = raw.end = _now()  # never reached the socket: its lag is the time spent trying
             raw.error = error
-            self.finished(raw, None)
+            self.finished(raw, None, raw.end)
             return
-        conn.send(raw, self.requests[raw.i])
+        _Connection(self, sock).send(raw, self.requests[raw.i])
 
-    def finished(self, raw: _Raw, conn: _Connection | None) -> None:
-        """A request ended (`conn` is its connection if still usable); the closed loop sends the next."""
+    @staticmethod
+    def stamp(ancdata: list[tuple[int, int, bytes]]) -> tuple[float, float]:
+        """(when the data arrived, when this process read it) on the monotonic clock. The arrival is
+        the kernel's receive time (of the last segment the read consumed) where it says so."""
+        seen, wall = _clocks()
+        for _, kind, data in ancdata:
+            if kind == SO_TIMESTAMPNS and len(data) == _TIMESPEC.size:
+                sec, nsec = _TIMESPEC.unpack(data)
+                # The data's age on the wall clock (the kernel's clock), taken now: a wall clock
+                # stepped during the run cannot skew it, unless it stepped in this very instant.
+                age = wall - (sec + nsec * 1e-9)
+                if 0.0 <= age < 1.0:
+                    return seen - age, seen
+        return seen, seen
+
+    def finished(self, raw: _Raw, conn: _Connection | None, seen: float) -> None:
+        """A request ended (`conn` is its connection if still usable) and this process saw it at
+        `seen`: the closed loop's next request is scheduled then, and sent at once."""
         self.pending -= 1
         self.done.append(raw)
         if self.on_done is not None:
             self.on_done(raw)
         if self.arrivals is None:
-            self._next(conn, raw.end)
+            self._next(conn, seen)
         else:
             if conn is not None and not conn.closed:
                 self.idle.append(conn)
@@ -860,7 +917,8 @@ def run(plan: Plan, out: Out) -> int:
     cpus = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count()
     out.start({
         "host": socket.gethostname(), "node": os.environ.get("NODE_NAME"), "cpus": cpus, "workers": workers,
-        "python": sys.version.split()[0], "address": f"{address[0]}:{address[1]}", "total": plan.total,
+        "python": sys.version.split()[0], "address": f"{address[1][0]}:{address[1][1]}", "total": plan.total,
+        "kernel_stamps": SO_TIMESTAMPNS is not None,
     })  # fmt: skip
     # fork where it is safe and cheap (Linux; this process has no threads); spawn elsewhere (macOS).
     ctx = multiprocessing.get_context("fork" if sys.platform == "linux" else "spawn")
