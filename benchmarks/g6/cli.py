@@ -73,6 +73,12 @@ def _floats(text: str) -> list[float]:
         raise argparse.ArgumentTypeError(f"expected comma-separated numbers, got {text!r}") from None
 
 
+def _cpus(text: str) -> int:
+    if not text.isdigit() or int(text) < 1:
+        raise argparse.ArgumentTypeError(f"expected a whole number of CPUs, at least 1, got {text!r}")
+    return int(text)
+
+
 def parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(
         prog="python -m benchmarks g6",
@@ -91,7 +97,7 @@ def parser() -> argparse.ArgumentParser:
     client = p.add_argument_group("the in-cluster client (with --stack or --outputs and no --target)")
     client.add_argument("--client-manifest", type=Path, metavar="DIR",
                         help="write the ConfigMap and the Jobs the run would create as YAML into DIR, and stop")  # fmt: skip
-    client.add_argument("--client-cpus", type=int, default=DEFAULT_CPUS,
+    client.add_argument("--client-cpus", type=_cpus, default=DEFAULT_CPUS,
                         help=f"CPUs the load generator Job requests: one worker process each (default {DEFAULT_CPUS}, "
                         "which leaves the controllers room on the e2-standard-4 system node; no CPU limit)")  # fmt: skip
     p.add_argument("--model", help="served model name (default: from the stack outputs)")
@@ -261,16 +267,19 @@ def client_side(params: G6Params, outputs: dict[str, Any] | None, cpus: int, log
     """In the cluster (a Job per point; vLLM and Prometheus through the API server's service proxy)
     when the run names a stack and no --target; this machine and plain HTTP otherwise. Nothing is
     created until the runner is entered."""
+    over_http = PrometheusClient.over_http(params.prometheus) if params.prometheus else None
     if params.client == "local" or outputs is None:
-        return ClientSide(LocalRunner(), None, PrometheusClient.over_http(params.prometheus) if params.prometheus else None)
+        return ClientSide(LocalRunner(), None, over_http)
     ep = _vllm_endpoint(outputs)
     cluster = KubeCluster.from_kubeconfig(outputs.get("kubeconfig") or "")
     run_id = new_run_id(LAB)
     log(f"g6: run {run_id}; the load generator runs as Jobs in {ep.namespace}, labelled with it and deleted at the end")
     runner = ClusterRunner(cluster, run_id, ep.namespace, system_selector(outputs), cpus=cpus, log=log)
-    prometheus = None
-    if params.prometheus is not None:
-        prometheus = PrometheusClient.through_service_proxy(cluster, section(outputs, "prometheus", PrometheusRef, LAB))
+    # The stack's own Prometheus through the API server; a --prometheus URL of the user's, as given.
+    ref = section(outputs, "prometheus", PrometheusRef, LAB) if "prometheus" in outputs else None
+    prometheus = over_http
+    if ref is not None and params.prometheus == ref.in_cluster_url():
+        prometheus = PrometheusClient.through_service_proxy(cluster, ref)
     return ClientSide(runner, proxy_server(cluster, ep), prometheus)
 
 
