@@ -23,6 +23,7 @@ from benchmarks.labs import images, objects
 from benchmarks.loadgen import LoadgenError, LoadRun, LoadSpec
 from benchmarks.loadgen.core import PLAN_ENV, OutputReader
 from benchmarks.loadgen.runner import CORE_FLAGS, CORE_PATH, Progress, placed, read_output
+from podspec.security import Scratch, restricted
 
 CORE_FILE = "loadgen.py"
 CONTAINER = "loadgen"
@@ -34,6 +35,7 @@ DEFAULT_CPUS = 2
 # died before its cleanup ran.
 TTL_AFTER_FINISHED_S = 900
 INSTANCE_TYPE = "node.kubernetes.io/instance-type"
+SHM = Scratch("shm", "/dev/shm", "16Mi", medium="Memory")
 
 
 def memory_mib(spec: LoadSpec, workers: int) -> int:
@@ -77,12 +79,11 @@ def job(
     )
     # Where the client ran goes into its records: the node's name from the downward API.
     client["env"].append({"name": "NODE_NAME", "valueFrom": {"fieldRef": {"fieldPath": "spec.nodeName"}}})
-    # multiprocessing's locks are POSIX semaphores in /dev/shm: the one place the core writes.
-    client["volumeMounts"].append({"name": "shm", "mountPath": "/dev/shm"})
-    pod = objects.restricted(
-        objects.pod_spec([client], node_selector=node_selector, scripts_config_map=scripts)
+    # The restricted Pod Security Standard with a read-only root: the one place the core writes is
+    # /dev/shm (multiprocessing's locks are POSIX semaphores there).
+    pod = restricted(
+        objects.pod_spec([client], node_selector=node_selector, scripts_config_map=scripts), scratch=(SHM,), home=None
     )
-    pod["volumes"].append({"name": "shm", "emptyDir": {"medium": "Memory", "sizeLimit": "16Mi"}})
     # The vLLM Service's environment variables would only add noise to the pod.
     pod["enableServiceLinks"] = False
     return objects.job(name, namespace, pod, ttl_after_finished_s=TTL_AFTER_FINISHED_S)
@@ -230,7 +231,7 @@ class ClusterRunner:
 
 
 def manifests(
-    namespace: str, node_selector: dict[str, str], specs: list[LoadSpec], cpus: int, run_id: str = "manifest"
+    namespace: str, node_selector: dict[str, str], specs: list[LoadSpec], cpus: int, run_id: str = f"{LAB}-manifest"
 ) -> list[dict[str, Any]]:
     """Every object a run with these points creates, labelled as the runner labels them."""
     cm = config_map_name(run_id)

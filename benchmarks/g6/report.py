@@ -21,7 +21,10 @@ def _client(r: G6Result) -> str:
     places = list(dict.fromkeys(p.client for p in r.points if p.client is not None))
     if not places:
         return f"{r.meta.client_host_cpus} CPUs"
-    workers = ", ".join(sorted({f"{c.workers} worker process(es) on Python {c.python}" for c in places}))
+    counts = sorted({c.workers for c in places})
+    span = f"{counts[0]}" if len(counts) == 1 else f"{counts[0]}-{counts[-1]}"
+    pythons = ", ".join(sorted({c.python for c in places}))
+    workers = f"{span} worker process(es) (one per CPU, at most one per concurrent request) on Python {pythons}"
     if places[0].where == "in-cluster":
         nodes = ", ".join(dict.fromkeys(f"`{c.node}` ({c.machine_type or 'machine type unknown'})" for c in places))
         return (f"in the cluster, a Job per point next to the server, on node {nodes}, {workers} "

@@ -99,25 +99,6 @@ def namespace(name: str, labels: dict[str, str] | None = None) -> dict[str, Any]
     return {"apiVersion": "v1", "kind": "Namespace", "metadata": meta(name, None, labels)}
 
 
-def restricted(spec: dict[str, Any]) -> dict[str, Any]:
-    """`spec` (a pod spec) made to meet the restricted Pod Security Standard, in place: a numeric
-    non-root user, no privilege escalation, no capabilities, the runtime's seccomp profile and a
-    read-only root filesystem (a container that writes needs an emptyDir there)."""
-    spec["securityContext"] = {
-        "runAsNonRoot": True,
-        "runAsUser": 65534,  # nobody: the image's own user may be root
-        "runAsGroup": 65534,
-        "seccompProfile": {"type": "RuntimeDefault"},
-    }
-    for c in spec["containers"]:
-        c["securityContext"] = {
-            "allowPrivilegeEscalation": False,
-            "capabilities": {"drop": ["ALL"]},
-            "readOnlyRootFilesystem": True,
-        }
-    return spec
-
-
 def pod(name: str, namespace: str, spec: dict[str, Any], labels: dict[str, str] | None = None) -> dict[str, Any]:
     return {"apiVersion": "v1", "kind": "Pod", "metadata": meta(name, namespace, labels), "spec": spec}
 
