@@ -186,7 +186,8 @@ class KubeCluster:
             raise ClusterError(f"following the log of pod {namespace}/{name} failed: {brief(e)}") from e
         tail = b""
         try:
-            for chunk in resp.stream(65536):
+            # read1: whatever has arrived, without waiting for a full buffer (a quiet log stays open).
+            while chunk := resp.read1(65536):
                 lines = (tail + chunk).split(b"\n")
                 tail = lines.pop()
                 for line in lines:
