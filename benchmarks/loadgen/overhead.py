@@ -146,7 +146,8 @@ SHOWN = ("client_cpu_s", "ttft_gap_ms", "itl_mean_gap_ms", "itl_p50_gap_ms", "it
 
 def _spread(runs: list[dict[str, float]], key: str) -> str:
     values = [r[key] for r in runs]
-    return f"{statistics.median(values):+.2f} [{min(values):+.2f}..{max(values):+.2f}]"
+    f = "{:+.2f}" if "gap" in key else "{:.2f}"  # a gap is signed: the client's figure minus the server's
+    return f"{f.format(statistics.median(values))} [{f.format(min(values))}..{f.format(max(values))}]"
 
 
 def main(argv: list[str] | None = None) -> int:
