@@ -119,9 +119,11 @@ class Plan:
 
     def worker_count(self) -> int:
         """One per CPU this process may use, never more than there is work to split."""
-        cpus = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count() or 1
-        wanted = self.workers or cpus
-        return max(1, min(wanted, self.concurrency or self.total))
+        return max(1, min(self.workers or usable_cpus(), self.concurrency or self.total))
+
+
+def usable_cpus() -> int:
+    return len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count() or 1
 
 
 @dataclass(slots=True)
@@ -914,9 +916,8 @@ def run(plan: Plan, out: Out) -> int:
     address = resolve(plan)
     requests = build_requests(plan)
     workers = plan.worker_count()
-    cpus = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count()
     out.start({
-        "host": socket.gethostname(), "node": os.environ.get("NODE_NAME"), "cpus": cpus, "workers": workers,
+        "host": socket.gethostname(), "node": os.environ.get("NODE_NAME"), "cpus": usable_cpus(), "workers": workers,
         "python": sys.version.split()[0], "address": f"{address[1][0]}:{address[1][1]}", "total": plan.total,
         "kernel_stamps": SO_TIMESTAMPNS is not None,
     })  # fmt: skip

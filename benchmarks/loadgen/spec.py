@@ -58,6 +58,11 @@ class LoadSpec(BaseModel):
 
     @model_validator(mode="after")
     def _one_arrival_process(self) -> LoadSpec:
+        if not self.base_url.startswith("http://"):
+            raise LoadgenError(
+                f"load spec: {self.base_url} is not an http:// URL; the load generator speaks plain HTTP, "
+                "as vLLM's OpenAI server does"
+            )
         if (self.concurrency is None) == (self.rate is None):
             raise LoadgenError(
                 f"load spec for {self.base_url}: give exactly one of concurrency (closed loop) "
