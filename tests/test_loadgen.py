@@ -334,7 +334,8 @@ def test_latency_counts_from_the_scheduled_send_time_when_the_client_stalls():
 @pytest.mark.skipif(core.SO_TIMESTAMPNS is None, reason="kernel receive timestamps are read on Linux only")
 def test_a_read_is_timed_when_the_kernel_received_it_not_when_the_client_got_to_it():
     """A client descheduled for 30 ms still times the data when it arrived (SO_TIMESTAMPNS)."""
-    with socket.create_server(("127.0.0.1", 0)) as listener:
+    with core.timestamping_on(), socket.create_server(("127.0.0.1", 0)) as listener:
+        time.sleep(0.05)  # the kernel turns timestamping on a moment after it is first asked for
         client = socket.create_connection(listener.getsockname())
         server, _ = listener.accept()
         with client, server:

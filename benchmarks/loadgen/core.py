@@ -63,6 +63,17 @@ _TIMESPEC = struct.Struct("@ll")
 ANC_SIZE = socket.CMSG_SPACE(_TIMESPEC.size) if SO_TIMESTAMPNS is not None else 0
 
 
+def timestamping_on() -> socket.socket | None:
+    """A socket that asks for receive timestamps, held open for the run. The kernel switches its
+    timestamping on a moment after the first socket asks (deferred work) and off after the last one
+    closes: held from before t0, it is on for the first request's reads too."""
+    if SO_TIMESTAMPNS is None:
+        return None
+    sock = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
+    sock.setsockopt(socket.SOL_SOCKET, SO_TIMESTAMPNS, 1)
+    return sock
+
+
 def _clocks() -> tuple[float, float]:
     """(monotonic, wall) read at one instant: read again if the process was descheduled between."""
     while True:
@@ -513,10 +524,13 @@ class _Worker:
         """Run the share; the cyclic garbage collector is off meanwhile (a full collection over the
         growing lists of reads would stall the loop for milliseconds, and the run makes no cycles)."""
         gc.disable()
+        keeper = timestamping_on()
         try:
             return await self._run()
         finally:
             gc.enable()
+            if keeper is not None:
+                keeper.close()
 
     async def _run(self) -> list[_Raw]:
         loop = self.loop = asyncio.get_running_loop()
