@@ -25,14 +25,14 @@ def meta(name: str, namespace: str | None, labels: dict[str, str] | None = None)
     return out
 
 
+def config_map(name: str, namespace: str, files: dict[str, str]) -> dict[str, Any]:
+    """A ConfigMap of files (key = file name), mounted at SCRIPT_MOUNT by `pod_spec`."""
+    return {"apiVersion": "v1", "kind": "ConfigMap", "metadata": meta(name, namespace), "data": dict(files)}
+
+
 def scripts_config_map(name: str, namespace: str, scripts: list[str]) -> dict[str, Any]:
     """A ConfigMap holding the named scripts from benchmarks/labs/scripts/ (key = file name)."""
-    return {
-        "apiVersion": "v1",
-        "kind": "ConfigMap",
-        "metadata": meta(name, namespace),
-        "data": {s: script_text(s) for s in scripts},
-    }
+    return config_map(name, namespace, {s: script_text(s) for s in scripts})
 
 
 def container(
@@ -113,6 +113,7 @@ def job(
     backoff_limit: int = 0,
     suspend: bool | None = None,
     active_deadline_s: int | None = None,
+    ttl_after_finished_s: int | None = None,
 ) -> dict[str, Any]:
     """A batch Job running `spec` once (no retries unless asked: a retry would blur the timing)."""
     job_spec: dict[str, Any] = {
@@ -123,4 +124,6 @@ def job(
         job_spec["suspend"] = suspend
     if active_deadline_s is not None:
         job_spec["activeDeadlineSeconds"] = active_deadline_s
+    if ttl_after_finished_s is not None:
+        job_spec["ttlSecondsAfterFinished"] = ttl_after_finished_s
     return {"apiVersion": "batch/v1", "kind": "Job", "metadata": meta(name, namespace, labels), "spec": job_spec}
