@@ -13,7 +13,7 @@ import httpx
 import pytest
 from aiohttp import web
 
-from benchmarks.g6.targets import SimTarget
+from benchmarks.g6.targets import ServerSettings, SimTarget
 from benchmarks.loadgen import LoadSpec, Slo, Timeouts, run_load, summarize
 from benchmarks.loadgen.stats import summarize_ms
 from benchmarks.loadgen.timers import poisson_offsets
@@ -24,8 +24,8 @@ MODEL = "Qwen/Qwen2.5-0.5B-Instruct"
 @pytest.fixture(scope="module")
 def sim_url():
     """The simulator in its own process at real-time speed, so its timings dwarf client noise."""
-    target = SimTarget(model=MODEL, gpu="l4", speedup=1.0, seed=1, gpu_memory_utilization=0.9)
-    with target.serving(32) as url:
+    target = SimTarget(gpu="l4", speedup=1.0, seed=1, base=ServerSettings(model=MODEL))
+    with target.serving(ServerSettings(max_num_seqs=32)) as url:
         yield url
 
 

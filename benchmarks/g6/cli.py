@@ -1,4 +1,8 @@
-"""`python -m benchmarks g6`: sweep max-num-seqs x concurrency against vLLM, the simulator or a stack.
+"""`python -m benchmarks g6`: vLLM serving measured against the simulator, a server or a stack.
+
+Experiments (--experiment): `sweep` (default) max-num-seqs x concurrency, TTFT against throughput;
+`kv` how many sequences of each context length fit in the KV cache, and what paging buys;
+`quant` what quantized variants (--variants) buy in memory and throughput and cost in quality.
 
 Against a real stack the client should run inside the cluster (a Job or a pod next to vLLM).
 For a quick look from a laptop, `kubectl port-forward -n NS svc/vllm 8000` and pass
@@ -10,20 +14,27 @@ from __future__ import annotations
 
 import argparse
 import sys
-from collections.abc import Callable
 from datetime import UTC, datetime
+from functools import partial
 from pathlib import Path
 from typing import Any
 
 from pydantic import ValidationError
 
+from benchmarks.g6.analysis import predict
 from benchmarks.g6.config import LAB, G6Outputs, G6Params
 from benchmarks.g6.errors import G6Error
+from benchmarks.g6.experiments.kv import DEFAULT_CONTEXT_LENS, KvParams, kv_result, run_kv
+from benchmarks.g6.experiments.kv import DEFAULT_GPU_MEMORY_UTILIZATION as KV_GPU_MEMORY_UTILIZATION
+from benchmarks.g6.experiments.kv_report import render_kv_plots, render_kv_report
+from benchmarks.g6.experiments.quant import CHECKPOINTS, DEFAULT_CONCURRENCY, DEFAULT_VARIANTS, QuantParams, quant_result, run_quant
+from benchmarks.g6.experiments.quant_report import render_quant_plots, render_quant_report
 from benchmarks.g6.plots import render_plots
+from benchmarks.g6.price import GpuPrice
 from benchmarks.g6.report import render_report
 from benchmarks.g6.result import G6Result
 from benchmarks.g6.sweep import Target, run_sweep
-from benchmarks.g6.targets import SimTarget, StackTarget, UrlTarget
+from benchmarks.g6.targets import ServerSettings, SimTarget, StackTarget, UrlTarget
 from benchmarks.harness import (
     HarnessError,
     PrometheusRef,
@@ -40,13 +51,16 @@ from benchmarks.harness import (
 from benchmarks.harness.results import client_cpus
 from benchmarks.loadgen import LoadgenError, Slo, Timeouts
 from benchmarks.metrics import MetricsError
-from facts.catalogue import GPUS, MODELS, ServingError, get_gpu, get_model
-from benchmarks.serving.sizing import Sizing, size
-from stacks.cost_estimate import estimate_or_none, estimate_section, markdown
+from facts.catalogue import GPUS, ServingError
+from stacks.cost_estimate import CostEstimate, estimate_or_none, estimate_section, markdown
 from stacks.stackfile import load_config
 
 SIM_SPEEDUP = 4.0  # default time compression of --sim: the README's sweep then runs in about a minute
 SIM_SCRAPE_S = 0.5
+EXPERIMENTS = ("sweep", "kv", "quant")
+# Counted requests per point: the sweep's grid, and the quant experiment's two points per variant. A
+# kv probe is one wave of as many requests as its concurrency.
+DEFAULT_REQUESTS = {"sweep": 64, "quant": 32}
 
 
 def _ints(text: str) -> list[int]:
@@ -63,6 +77,14 @@ def _floats(text: str) -> list[float]:
         raise argparse.ArgumentTypeError(f"expected comma-separated numbers, got {text!r}") from None
 
 
+def _variants(text: str) -> list[str]:
+    names = [x.strip() for x in text.split(",") if x.strip()]
+    unknown = [n for n in names if n not in CHECKPOINTS]
+    if unknown or not names:
+        raise argparse.ArgumentTypeError(f"unknown variant(s) {unknown or text!r}; allowed: {', '.join(CHECKPOINTS)}")
+    return names
+
+
 def parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(
         prog="python -m benchmarks g6",
@@ -70,22 +92,27 @@ def parser() -> argparse.ArgumentParser:
         formatter_class=argparse.RawDescriptionHelpFormatter,
         epilog="offline: python -m benchmarks g6 --sim --model Qwen/Qwen2.5-1.5B-Instruct --max-num-seqs 8,32 "
         "--concurrency 1,8,32 --requests 64 --out results\n"
-        "real stack (client in-cluster): python -m benchmarks g6 --stack g6 --out results",
+        "        python -m benchmarks g6 --sim --experiment kv --model Qwen/Qwen2.5-1.5B-Instruct --out results\n"
+        "        python -m benchmarks g6 --sim --experiment quant --variants bf16,fp8,awq --out results\n"
+        "real stack (client in-cluster): python -m benchmarks g6 --stack g6 [--experiment kv|quant] --out results",
     )
     src = p.add_argument_group("target (one of --sim, --target, --stack, --outputs; --target may override a stack's endpoint)")
     src.add_argument("--sim", action="store_true", help="start the simulated vLLM backend for each max-num-seqs value")
     src.add_argument("--target", help="base URL of an OpenAI-compatible server, e.g. http://127.0.0.1:8000")
     src.add_argument("--stack", help="Pulumi stack: endpoint, model and server parameters from its outputs; "
-                     "max-num-seqs is changed through `pulumi config set` + `pulumi up` and restored after")  # fmt: skip
+                     "server settings (max-num-seqs, a variant's model and quantization, the kv experiment's "
+                     "memory) change through `pulumi config set` + `pulumi up` and are restored after")  # fmt: skip
     src.add_argument("--outputs", type=Path, help="stack outputs saved as JSON (`pulumi stack output --json --show-secrets`)")
     p.add_argument("--model", help="served model name (default: from the stack outputs)")
     p.add_argument("--api", choices=["completions", "chat"], default="completions")
-    p.add_argument("--concurrency", type=_ints, help="closed-loop concurrency values (default 1,8,32)")
+    p.add_argument("--concurrency", type=_ints,
+                   help="closed-loop concurrency values (sweep: default 1,8,32; quant: 1,64; kv: fixed waves "
+                   "at every length instead of the search around the prediction)")  # fmt: skip
     p.add_argument("--rate", type=_floats, help="open-loop Poisson request rates per second, instead of --concurrency")
     p.add_argument("--max-num-seqs", type=_ints, help="server batch sizes to sweep (needs --sim or --stack for more than one)")
     p.add_argument("--input-len", type=int, default=256, help="prompt tokens per request")
     p.add_argument("--output-len", type=int, default=128, help="output tokens per request (ignore_eos)")
-    p.add_argument("--requests", type=int, default=64, help="counted requests per point, after the warm-up")
+    p.add_argument("--requests", type=int, help="counted requests per point, after the warm-up (sweep 64, quant 32)")
     p.add_argument("--warmup", type=int, help="uncounted requests first (default: one per worker / one second)")
     p.add_argument("--duration", type=float, help="stop sending after this many seconds per point")
     p.add_argument("--seed", type=int, default=0)
@@ -95,6 +122,7 @@ def parser() -> argparse.ArgumentParser:
     p.add_argument("--slo-ttft-ms", type=float)
     p.add_argument("--slo-tpot-ms", type=float)
     p.add_argument("--slo-e2e-ms", type=float)
+    p.add_argument("--slo-itl-ms", type=float, help="ITL p99 limit for the cheapest point within SLOs")
     p.add_argument("--max-client-lag-ms", type=float, default=1.0, help="lag p99 above which a point is client-bound")
     p.add_argument("--timeout-connect", type=float, default=5.0)
     p.add_argument("--timeout-first-token", type=float, default=120.0)
@@ -103,35 +131,21 @@ def parser() -> argparse.ArgumentParser:
     sim = p.add_argument_group("simulator and sizing")
     sim.add_argument("--gpu", help=f"GPU of the server ({', '.join(GPUS)}); default l4 for --sim, else from the outputs")
     sim.add_argument("--speedup", type=float, help=f"--sim only: divide simulated time by this (default {SIM_SPEEDUP:g})")
-    sim.add_argument("--gpu-memory-utilization", type=float)
+    sim.add_argument("--gpu-memory-utilization", type=float,
+                     help=f"the server's (kv: default {KV_GPU_MEMORY_UTILIZATION:g}, applied to the server)")  # fmt: skip
     sim.add_argument("--max-model-len", type=int)
     sim.add_argument("--quantization", choices=["fp8", "awq", "gptq"])
-    p.add_argument("--out", type=Path, default=Path("results"), help="results go to OUT/g6-<UTC time>/")
+    exp = p.add_argument_group("experiments")
+    exp.add_argument("--experiment", choices=EXPERIMENTS, default="sweep")
+    exp.add_argument("--context-len", type=_ints, help="kv: tokens per sequence, half prompt and half output "
+                     f"(default {','.join(map(str, DEFAULT_CONTEXT_LENS))}, at most max-model-len)")  # fmt: skip
+    exp.add_argument("--variants", type=_variants, help=f"quant: comma-separated, the first is the baseline "
+                     f"(default {','.join(DEFAULT_VARIANTS)}; allowed: {', '.join(CHECKPOINTS)})")  # fmt: skip
+    exp.add_argument("--quality-prompts", type=int, default=16, help="quant: prompts of the quality score")
+    exp.add_argument("--quality-tokens", type=int, default=64, help="quant: greedy continuation tokens per prompt")
+    p.add_argument("--out", type=Path, default=Path("results"), help="results go to OUT/g6[-kv|-quant]-<UTC time>/")
     p.add_argument("--quiet", action="store_true", help="no progress display")
     return p
-
-
-def _sizer(params: G6Params) -> Callable[[int | None], Sizing | None]:
-    """max_num_seqs -> Sizing as vLLM would compute it, or None outside the catalogue."""
-    if params.model not in MODELS or params.gpu not in GPUS:
-        return lambda mns: None
-
-    def sizing(mns: int | None) -> Sizing | None:
-        model = get_model(params.model)
-        try:
-            return size(
-                model,
-                get_gpu(params.gpu or "l4"),
-                max_model_len=params.max_model_len,
-                gpu_memory_utilization=params.gpu_memory_utilization,
-                dtype=model.torch_dtype,
-                quantization=params.quantization,
-                max_num_seqs=mns,
-            )
-        except ServingError:
-            return None
-
-    return sizing
 
 
 def _check_sources(args: argparse.Namespace) -> None:
@@ -141,6 +155,12 @@ def _check_sources(args: argparse.Namespace) -> None:
         raise G6Error("say what to measure: --sim, --target URL, --stack STACK or --outputs FILE")
     if args.rate and args.concurrency:
         raise G6Error("give either --concurrency (closed loop) or --rate (open-loop Poisson), not both")
+    if args.experiment != "sweep" and (args.rate or (args.max_num_seqs and len(args.max_num_seqs) > 1)):
+        raise G6Error(f"--experiment {args.experiment} runs closed-loop points on one server: drop --rate and "
+                      "give at most one --max-num-seqs")  # fmt: skip
+    if args.experiment != "sweep" and args.max_num_seqs and not args.sim:
+        raise G6Error(f"--max-num-seqs with --experiment {args.experiment} sets the simulator's; a stack or server "
+                      "runs its own (set vllm.max_num_seqs in the stack to change it)")  # fmt: skip
 
 
 def read_stack_outputs(args: argparse.Namespace) -> dict[str, Any] | None:
@@ -160,21 +180,35 @@ def resolve_params(args: argparse.Namespace, outputs: dict[str, Any] | None) -> 
             # A client without a URL override runs in-cluster: the stack's Prometheus is reachable too.
             if prometheus is None and "prometheus" in outputs:
                 prometheus = section(outputs, "prometheus", PrometheusRef, LAB).in_cluster_url()
+    if args.sim:
+        # --sim stands in for the g6 stack as Pulumi.g6.yaml configures vLLM (flags still win).
+        vllm = load_config(LAB).vllm
+        bench = bench.model_copy(update={"model": vllm.model, "max_model_len": vllm.max_model_len,
+                                         "gpu_memory_utilization": vllm.gpu_memory_utilization})  # fmt: skip
     if not (args.model or bench.model):
-        raise G6Error("--model is required without --stack/--outputs")
+        raise G6Error("--model is required with --target (or give --stack/--outputs)")
+    experiment = args.experiment
+    # The kv experiment runs the server at its own memory setting (applied to the server).
+    utilization = args.gpu_memory_utilization or (
+        KV_GPU_MEMORY_UTILIZATION if experiment == "kv" else bench.gpu_memory_utilization or 0.9
+    )
+    max_model_len = args.max_model_len or bench.max_model_len
+    concurrency = {"sweep": bench.sweep.concurrency or [1, 8, 32], "quant": list(DEFAULT_CONCURRENCY), "kv": []}
+    sweep_grid = experiment == "sweep" and args.stack and bench.sweep.max_num_seqs
     return G6Params(
+        experiment=experiment,
         target_kind="sim" if args.sim else "stack" if args.stack else "url",
         target="sim" if args.sim else base_url,
         stack=args.stack,
         model=args.model or bench.model,
         api=args.api,
-        concurrency=[] if args.rate else args.concurrency or bench.sweep.concurrency or [1, 8, 32],
+        concurrency=[] if args.rate else args.concurrency or concurrency[experiment],
         rate=args.rate or [],
         # Only a stack can change the server between points; saved outputs describe the one running.
-        max_num_seqs=args.max_num_seqs or (args.stack and bench.sweep.max_num_seqs) or [bench.max_num_seqs],
+        max_num_seqs=args.max_num_seqs or sweep_grid or [bench.max_num_seqs],
         input_len=args.input_len,
         output_len=args.output_len,
-        requests=args.requests,
+        requests=args.requests or DEFAULT_REQUESTS.get(experiment, 1),
         duration_s=args.duration,
         warmup=args.warmup,
         seed=args.seed,
@@ -182,12 +216,13 @@ def resolve_params(args: argparse.Namespace, outputs: dict[str, Any] | None) -> 
             connect_s=args.timeout_connect, first_token_s=args.timeout_first_token, total_s=args.timeout_total
         ),
         slo=Slo(ttft_ms=args.slo_ttft_ms, tpot_ms=args.slo_tpot_ms, e2e_ms=args.slo_e2e_ms),
+        slo_itl_ms=args.slo_itl_ms,
         max_client_lag_ms=args.max_client_lag_ms,
         prometheus=prometheus,
         scrape_interval_s=args.scrape_interval or (SIM_SCRAPE_S if args.sim else 1.0),
         gpu=args.gpu or bench.gpu or ("l4" if args.sim else None),
-        gpu_memory_utilization=args.gpu_memory_utilization or bench.gpu_memory_utilization or 0.9,
-        max_model_len=args.max_model_len or bench.max_model_len,
+        gpu_memory_utilization=utilization,
+        max_model_len=max_model_len,
         quantization=args.quantization or bench.quantization,
         speedup=args.speedup or (SIM_SPEEDUP if args.sim else 1.0),
     )
@@ -200,14 +235,26 @@ def make_target(params: G6Params, health_timeout_s: float) -> tuple[G6Params, Ta
     if params.target_kind == "url":
         return params, UrlTarget(params.target)
     if params.max_num_seqs == [None]:
-        default = _sizer(params)(None)
+        default = predict(params, None)
         params = params.model_copy(update={"max_num_seqs": [default.max_num_seqs if default else None]})
-    target = SimTarget(
-        model=params.model, gpu=params.gpu or "l4", speedup=params.speedup, seed=params.seed,
-        gpu_memory_utilization=params.gpu_memory_utilization, max_model_len=params.max_model_len,
-        quantization=params.quantization,
-    )  # fmt: skip
-    return params, target
+    single = params.max_num_seqs[0] if len(params.max_num_seqs) == 1 else None
+    server = {"model": params.model, "gpu_memory_utilization": params.gpu_memory_utilization,
+              "max_model_len": params.max_model_len, "quantization": params.quantization, "max_num_seqs": single}  # fmt: skip
+    base = ServerSettings(**{name: value for name, value in server.items() if value is not None})
+    return params, SimTarget(gpu=params.gpu or "l4", speedup=params.speedup, seed=params.seed, base=base)
+
+
+def gpu_price(outputs: dict[str, Any] | None, params: G6Params) -> GpuPrice | None:
+    """The GPU node's price the stack's cost estimate uses; for the simulator, Pulumi.g6.yaml's."""
+    if outputs is not None:
+        saved = outputs.get("cost_estimate")
+        if not isinstance(saved, dict):
+            return None
+        return GpuPrice.from_estimate(CostEstimate.model_validate(saved), "from the stack's outputs")
+    if params.target_kind != "sim":
+        return None
+    est = estimate_or_none(load_config(LAB))
+    return None if est is None else GpuPrice.from_estimate(est, "as Pulumi.g6.yaml configures the g6 stack")
 
 
 def cost_section(outputs: dict[str, Any] | None, params: G6Params, seconds: float) -> str | None:
@@ -222,10 +269,25 @@ def cost_section(outputs: dict[str, Any] | None, params: G6Params, seconds: floa
         return None
     gpu_hours = seconds * params.speedup / 3600
     return markdown(est) + (
-        f"\nThis sweep ran {seconds / 60:.1f} min against the simulator at x{params.speedup:g}; on the real "
+        f"\nThis run took {seconds / 60:.1f} min against the simulator at x{params.speedup:g}; on the real "
         f"L4 it would keep the GPU node up about {gpu_hours * 60:.0f} min: about "
         f"${gpu_hours * est.per_hour_gpu_up:.2f} at the rate above (plus the time the pool takes to scale "
         "up and back to zero).\n"
+    )
+
+
+def _meta(params: G6Params, argv: list[str], started: datetime, versions: dict[str, str], errors: list[str]) -> RunMeta:
+    return RunMeta(
+        lab=LAB,
+        target=params.target,
+        model=params.model,
+        started_at=started,
+        finished_at=datetime.now(UTC),
+        client_host_cpus=client_cpus(),
+        tool_version=tool_version(),
+        command=["python", "-m", "benchmarks", LAB, *argv],
+        server_versions=versions,
+        errors=errors,
     )
 
 
@@ -235,37 +297,49 @@ def run(argv: list[str]) -> int:
     try:
         outputs = read_stack_outputs(args)
         params, target = make_target(resolve_params(args, outputs), args.health_timeout)
-        sizer = _sizer(params)
+        price = gpu_price(outputs, params)
         progress = RunProgress(enabled=not args.quiet)
+        kv = KvParams(context_lens=args.context_len or list(DEFAULT_CONTEXT_LENS), concurrency=params.concurrency)
+        quant = QuantParams(variants=args.variants or list(DEFAULT_VARIANTS), quality_prompts=args.quality_prompts,
+                            quality_tokens=args.quality_tokens)  # fmt: skip
         with progress.running():
-            outcome = run_sweep(params, target, sizer, progress)
+            if params.experiment == "kv":
+                outcome = run_kv(params, kv, target, progress, price)
+            elif params.experiment == "quant":
+                outcome = run_quant(params, quant, target, progress, price)
+            else:
+                outcome = run_sweep(params, target, partial(predict, params), progress, price)
     except (G6Error, HarnessError, LoadgenError, MetricsError, ServingError) as exc:
         print(f"g6: {exc}", file=sys.stderr)
         return 2
     except ValidationError as exc:
         print(f"g6: invalid parameters: {exc}", file=sys.stderr)
         return 2
-    result = G6Result(
-        meta=RunMeta(
-            lab=LAB,
-            target=params.target,
-            model=params.model,
-            started_at=started,
-            finished_at=datetime.now(UTC),
-            client_host_cpus=client_cpus(),
-            tool_version=tool_version(),
-            command=["python", "-m", "benchmarks", LAB, *argv],
-            server_versions=outcome.server_versions,
-            errors=outcome.errors,
-        ),
-        params=params,
-        sizing=[s for mns in params.max_num_seqs if (s := sizer(mns)) is not None],
-        points=outcome.points,
-        cost=cost_section(outputs, params, (datetime.now(UTC) - started).total_seconds()),
-    )
-    folder = new_run_folder(args.out, LAB, started)
+    meta = _meta(params, argv, started, outcome.server_versions, outcome.errors)
+    cost = cost_section(outputs, params, (datetime.now(UTC) - started).total_seconds())
+    if params.experiment == "kv":
+        result = kv_result(meta, params, kv, outcome, price, cost)
+        folder = new_run_folder(args.out, f"{LAB}-kv", started)
+        render_kv_plots(result, folder)
+        report, ok = render_kv_report(result), all(p.point.completed for p in result.probes)
+    elif params.experiment == "quant":
+        result = quant_result(meta, params, quant, outcome, price, cost)
+        folder = new_run_folder(args.out, f"{LAB}-quant", started)
+        render_quant_plots(result, folder)
+        report, ok = render_quant_report(result), all(v.error is None for v in result.variants)
+    else:
+        result = G6Result(
+            meta=meta,
+            params=params,
+            sizing=[s for mns in params.max_num_seqs if (s := predict(params, mns)) is not None],
+            points=outcome.points,
+            cost=cost,
+            gpu_price=price,
+        )
+        folder = new_run_folder(args.out, LAB, started)
+        render_plots(result, folder)
+        report, ok = render_report(result), all(p.completed for p in outcome.points)
     save_result(result, folder)
-    render_plots(result, folder)
-    (folder / "report.md").write_text(render_report(result))
+    (folder / "report.md").write_text(report)
     print(folder)
-    return 0 if all(p.completed for p in outcome.points) else 1
+    return 0 if ok else 1

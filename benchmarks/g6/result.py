@@ -7,6 +7,7 @@ from typing import Literal
 from pydantic import BaseModel, ConfigDict
 
 from benchmarks.g6.config import G6Params
+from benchmarks.g6.price import GpuPrice
 from benchmarks.harness import RunMeta
 from benchmarks.loadgen import PointStats
 from benchmarks.metrics import ServerMetrics
@@ -29,6 +30,8 @@ class G6Point(PointStats):
     observed_batch: float | None
     roofline_tokens_per_s: float | None
     roofline_share: float | None
+    # The GPU node's list price over this point's output tokens (price.py); None without a price.
+    usd_per_million_output_tokens: float | None = None
 
 
 class G6Result(BaseModel):
@@ -40,6 +43,7 @@ class G6Result(BaseModel):
     sizing: list[Sizing] = []
     points: list[G6Point]
     cost: str | None = None  # Markdown cost section (stacks.cost_estimate), stored so the report stays pure
+    gpu_price: GpuPrice | None = None
 
     def sizing_for(self, max_num_seqs: int | None) -> Sizing | None:
         matches = [s for s in self.sizing if max_num_seqs is None or s.max_num_seqs == max_num_seqs]

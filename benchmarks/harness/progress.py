@@ -29,6 +29,10 @@ class RunProgress:
         with self._progress:
             yield self
 
+    def note(self, message: str) -> None:
+        """A line above the bars: what the run is doing between points (a `pulumi up`, a phase)."""
+        self._progress.console.print(message)
+
     def point(self, label: str, total: int) -> Callable[[object], None]:
         task = self._progress.add_task(label, total=total)
         return lambda _record: self._progress.advance(task)
