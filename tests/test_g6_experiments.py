@@ -206,7 +206,7 @@ def test_a_variant_whose_up_fails_is_reported_and_the_stack_restored(tmp_path, m
     ]
     result = load_result(QuantResult, _only_folder(tmp_path / "out"))
     by = {v.variant: v for v in result.variants}
-    assert "did not start" in by["awq"].error and "update failed" in by["awq"].error
+    assert "did not run" in by["awq"].error and "update failed" in by["awq"].error
     assert by["bf16"].error is None and by["fp8"].error is None and by["fp8"].points
 
 

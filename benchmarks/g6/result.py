@@ -48,3 +48,15 @@ class G6Result(BaseModel):
     def sizing_for(self, max_num_seqs: int | None) -> Sizing | None:
         matches = [s for s in self.sizing if max_num_seqs is None or s.max_num_seqs == max_num_seqs]
         return matches[0] if matches else None
+
+
+class ExperimentResult(BaseModel):
+    """What the result.json of every g6 experiment (kv, quant) holds besides its own figures."""
+
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+    schema_version: Literal[1] = SCHEMA_VERSION
+    meta: RunMeta
+    params: G6Params
+    gpu_price: GpuPrice | None = None
+    cost: str | None = None  # Markdown cost section (ops.estimate), stored so the report stays pure

@@ -27,7 +27,7 @@ from benchmarks.g6.analysis import predict
 from benchmarks.g6.config import G6Params
 from benchmarks.g6.errors import G6Error
 from benchmarks.g6.price import GpuPrice
-from benchmarks.g6.result import G6Point
+from benchmarks.g6.result import ExperimentResult, G6Point
 from benchmarks.g6.sweep import PointContext, Target, load_spec, measure_point, prometheus
 from benchmarks.g6.targets import ServerSettings
 from benchmarks.harness import RunMeta, RunProgress
@@ -35,7 +35,6 @@ from benchmarks.harness.server import server_versions
 from benchmarks.metrics import KvCacheConfig, MetricsError, read_cache_config
 from benchmarks.serving.sizing import Sizing
 
-SCHEMA_VERSION = 1
 # A KV pool of about 85k tokens for Qwen2.5-1.5B on an L4 (0.3 x 22 GiB - 2.9 GiB weights - 1.4 GiB
 # activations), so the cache binds at 20-85 sequences of 1-4k tokens: concurrencies a 2-core client
 # drives, waves of seconds. A real L4 at 0.9 holds 580k tokens: the same lesson at 7x the batch.
@@ -115,28 +114,32 @@ class KvLength(BaseModel):
     paged_bytes_for_measured: int | None = Field(description="the blocks the measured batch really holds")
 
 
-class KvResult(BaseModel):
-    model_config = ConfigDict(frozen=True, extra="forbid")
-
-    schema_version: Literal[1] = SCHEMA_VERSION
-    meta: RunMeta
-    params: G6Params
+class KvResult(ExperimentResult):
     kv: KvParams
     max_num_seqs: int | None
     sizing: Sizing | None
     cache: KvCacheConfig | None = Field(description="what vLLM reported of its KV cache")
     probes: list[KvProbe]
     lengths: list[KvLength]
-    gpu_price: GpuPrice | None = None
-    cost: str | None = None
 
     @property
     def block_size(self) -> int:
-        return self.cache.block_size if self.cache else self.sizing.block_size if self.sizing else 16
+        return pool(self.cache, self.sizing)[0]
 
     @property
-    def kv_cache_tokens(self) -> int | None:
-        return self.cache.kv_cache_tokens if self.cache else self.sizing.kv_cache_tokens if self.sizing else None
+    def kv_cache_tokens(self) -> int:
+        block, blocks = pool(self.cache, self.sizing)
+        return block * blocks
+
+
+def pool(cache: KvCacheConfig | None, sizing: Sizing | None) -> tuple[int, int]:
+    """(block size, blocks) of the KV cache: vLLM's own figures where it said, else the sizing's."""
+    if cache is not None:
+        return cache.block_size, cache.num_gpu_blocks
+    if sizing is not None:
+        return sizing.block_size, sizing.num_gpu_blocks
+    raise G6Error("neither vLLM (no vllm:cache_config_info) nor the sizing (model or GPU not in the catalogue) "
+                  "says how many KV blocks there are: nothing to predict the batch from")  # fmt: skip
 
 
 def blocks_per_sequence(context_len: int, block_size: int) -> int:
@@ -165,11 +168,12 @@ def next_concurrency(fit: int | None, over: int | None, predicted: int, cap: int
 
 
 def _answer(
-    context_len: int, probes: list[KvProbe], predicted: int, sizing: Sizing | None, result_cache: KvCacheConfig | None,
+    context_len: int, probes: list[KvProbe], predicted: int, sizing: Sizing | None, cache: KvCacheConfig | None,
     max_num_seqs: int | None, kv: KvParams, max_model_len: int,
 ) -> KvLength:  # fmt: skip
-    block = result_cache.block_size if result_cache else sizing.block_size if sizing else 16
-    kv_tokens = result_cache.kv_cache_tokens if result_cache else sizing.kv_cache_tokens if sizing else 0
+    """The length's answer from its probes: what fitted, what preempted, and the paging comparison."""
+    block, blocks = pool(cache, sizing)
+    kv_tokens = block * blocks
     held = [p.held for p in probes if p.fits and p.held is not None]
     measured = max(held) if held else None
     preempted = [p.concurrency for p in probes if p.fits is False]
@@ -230,13 +234,7 @@ def run_kv(params: G6Params, kv: KvParams, target: Target, progress: RunProgress
             cache = read_cache_config(base_url)
         except MetricsError as exc:
             cache, errors = None, [f"vLLM's KV cache configuration: {exc}"]
-        if cache is None and sizing is None:
-            raise G6Error(
-                f"neither the server (no vllm:cache_config_info) nor the sizing (model {params.model} on "
-                f"{params.gpu}) says how many KV blocks there are: nothing to predict the batch from"
-            )
-        blocks = cache.num_gpu_blocks if cache else sizing.num_gpu_blocks  # type: ignore[union-attr]
-        block = cache.block_size if cache else sizing.block_size  # type: ignore[union-attr]
+        block, blocks = pool(cache, sizing)
         progress.note(f"KV cache: {blocks:,} blocks of {block} tokens ({'vLLM' if cache else 'sizing'})")
         # More sequences than max-num-seqs only wait: the search never offers them.
         cap = kv.max_concurrency if mns is None else min(kv.max_concurrency, mns)

@@ -85,7 +85,7 @@ def _answer(r: KvResult) -> str:
     lines = [""]
     if r.sizing is not None:
         gpu = r.sizing.gpu_total_memory_bytes
-        tokens = r.kv_cache_tokens or 0
+        tokens = r.kv_cache_tokens
         pool = tokens * r.sizing.kv_bytes_per_token
         lines.append(
             f"The weights take {r.sizing.weight_bytes / GIB:.2f} GiB ({r.sizing.weight_bytes / gpu:.0%} of the GPU's "
@@ -103,9 +103,8 @@ def _answer(r: KvResult) -> str:
         )
     for x in r.lengths:
         if x.preemption_from is not None:
-            against = ("" if x.measured_max_batch is None else
-                       f", so the measurement is {(x.measured_max_batch - x.predicted_max_batch) / x.predicted_max_batch:+.0%} "
-                       "of the prediction")  # fmt: skip
+            off = None if x.measured_max_batch is None else x.measured_max_batch / x.predicted_max_batch - 1
+            against = "" if off is None else f" (the measurement {off:+.0%} off it)"
             lines.append(
                 f"- {x.context_len:,} tokens: {x.measured_max_batch} sequences ran without a preemption; a wave of "
                 f"{x.preemption_from} preempted (vLLM freed the newest sequences' blocks so the others could grow, "
@@ -126,7 +125,7 @@ def _paging(r: KvResult) -> str:
         gain = None if not x.measured_max_batch or not contiguous else f"{x.measured_max_batch / contiguous:.1f}x"
         rows.append([x.context_len, x.blocks_per_sequence, waste, x.measured_max_batch, _gib(x.paged_bytes_for_measured),
                      _gib(x.contiguous_bytes_for_measured), x.contiguous_max_batch, gain])  # fmt: skip
-    pool = None if r.kv_cache_tokens is None or r.sizing is None else r.kv_cache_tokens * r.sizing.kv_bytes_per_token
+    pool = None if r.sizing is None else r.kv_cache_tokens * r.sizing.kv_bytes_per_token
     return (
         "## PagedAttention: what paging buys\n\n"
         f"vLLM keeps each sequence's KV in blocks of {block} tokens, allocated as the sequence grows and freed when "
@@ -209,7 +208,7 @@ def max_batch_plot(r: KvResult, path: Path) -> None:
         gpu = s.gpu_total_memory_bytes / GIB
         weights = s.weight_bytes / GIB
         reserve = (s.activation_peak_bytes + s.non_torch_bytes) / GIB
-        pool = (r.kv_cache_tokens or 0) * s.kv_bytes_per_token / GIB
+        pool = r.kv_cache_tokens * s.kv_bytes_per_token / GIB
         held = [(x.paged_bytes_for_measured or 0) / GIB for x in r.lengths]
         x = list(range(len(lens)))
         mem.bar(x, [weights] * len(x), color="#756bb1", label=f"weights: {weights:.2f} GiB, {weights / gpu:.0%} at every length")

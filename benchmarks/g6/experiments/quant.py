@@ -25,7 +25,7 @@ from benchmarks.g6.errors import G6Error
 from benchmarks.g6.experiments.prompts import select
 from benchmarks.g6.experiments.quality import QualityClient, QualityError, QualityScore, Reference, reference, score_variant
 from benchmarks.g6.price import GpuPrice
-from benchmarks.g6.result import G6Point
+from benchmarks.g6.result import ExperimentResult, G6Point
 from benchmarks.g6.sweep import PointContext, Target, load_spec, measure_point, prometheus
 from benchmarks.g6.targets import ServerSettings
 from benchmarks.harness import HarnessError, RunMeta, RunProgress
@@ -34,7 +34,6 @@ from benchmarks.metrics import KvCacheConfig, MetricsError, read_cache_config
 from facts.catalogue import MODELS, ServingError, get_model
 from benchmarks.serving.sizing import Sizing
 
-SCHEMA_VERSION = 1
 VariantName = Literal["bf16", "fp8", "awq", "gptq-int8", "gptq-int4"]
 # The checkpoint suffix the publisher gives each quantized variant; None: the model itself.
 CHECKPOINTS: dict[str, str | None] = {"bf16": None, "fp8": None, "awq": "AWQ", "gptq-int8": "GPTQ-Int8", "gptq-int4": "GPTQ-Int4"}
@@ -82,17 +81,10 @@ class VariantResult(BaseModel):
     quality_note: str = ""
 
 
-class QuantResult(BaseModel):
-    model_config = ConfigDict(frozen=True, extra="forbid")
-
-    schema_version: Literal[1] = SCHEMA_VERSION
-    meta: RunMeta
-    params: G6Params
+class QuantResult(ExperimentResult):
     quant: QuantParams
     variants: list[VariantResult]
     reference: Reference | None = Field(None, description="the baseline's continuations and their scores")
-    gpu_price: GpuPrice | None = None
-    cost: str | None = None
 
 
 class QuantOutcome(BaseModel):
@@ -124,7 +116,13 @@ def _quality(params: G6Params, quant: QuantParams, base_url: str, served: str, r
         client.close()
 
 
-def run_quant(params: G6Params, quant: QuantParams, target: Target, progress: RunProgress, price: GpuPrice | None) -> QuantOutcome:
+def _setting_text(settings: ServerSettings) -> str:
+    return f"{settings.model}" + (f" --quantization {settings.quantization}" if settings.quantization else "")
+
+
+def run_quant(
+    params: G6Params, quant: QuantParams, target: Target, progress: RunProgress, price: GpuPrice | None
+) -> QuantOutcome:
     """Every variant in turn on one target; the target's original settings are restored at the end."""
     mns = params.max_num_seqs[0]
     prom = prometheus(params)
@@ -149,8 +147,8 @@ def run_quant(params: G6Params, quant: QuantParams, target: Target, progress: Ru
                                                  error=f"not started: the sizing says {exc}"))  # fmt: skip
                     continue
                 sizing = None
-            failed = VariantResult(variant=variant, model=served, quantization=settings.quantization, sizing=sizing)
-            progress.note(f"variant {variant}: {served}" + (f" --quantization {settings.quantization}" if settings.quantization else ""))
+            planned = VariantResult(variant=variant, model=served, quantization=settings.quantization, sizing=sizing)
+            progress.note(f"variant {variant}: {_setting_text(settings)}")
             try:
                 with target.serving(settings) as base_url:
                     versions = versions or server_versions(base_url)
@@ -169,9 +167,11 @@ def run_quant(params: G6Params, quant: QuantParams, target: Target, progress: Ru
                         errors += point_errors
                     ref, score, note = _quality(params, quant, base_url, served, ref, baseline=index == 0)
             except (G6Error, HarnessError) as exc:
-                results.append(failed.model_copy(update={"error": f"did not start: {exc}"}))
+                # A server that does not come up (a failed `pulumi up`, a simulator that exits).
+                results.append(planned.model_copy(update={"error": f"did not run: {exc}"}))
                 continue
-            results.append(failed.model_copy(update={"cache": cache, "points": points, "quality": score, "quality_note": note}))
+            results.append(planned.model_copy(update={"cache": cache, "points": points, "quality": score,
+                                                      "quality_note": note}))  # fmt: skip
     return QuantOutcome(variants=results, reference=ref, errors=errors, server_versions=versions)
 
 

@@ -9,7 +9,7 @@ import matplotlib
 matplotlib.use("Agg")
 import matplotlib.pyplot as plt  # noqa: E402  (the backend must be chosen first)
 
-from benchmarks.g6.experiments.quant import CHECKPOINTS, QuantResult, VariantResult  # noqa: E402
+from benchmarks.g6.experiments.quant import QuantResult, VariantResult  # noqa: E402
 from benchmarks.g6.report import context_lines, cost_sections, errors_section, latency_pair, price_cell, target_text  # noqa: E402
 from benchmarks.g6.result import G6Point  # noqa: E402
 from benchmarks.harness.markdown import num, table  # noqa: E402
@@ -174,21 +174,30 @@ def tradeoffs_plot(r: QuantResult, path: Path) -> None:
     x = list(range(len(names)))
     low, high = _levels(r)
     fig, (mem, speed, quality) = plt.subplots(1, 3, figsize=(13, 4.4))
-    weights = [v.sizing.weight_bytes / GIB if v.sizing and v.error is None else 0 for v in r.variants]
-    mem.bar(x, weights, color="#756bb1", label="weights GiB (predicted)")
-    mem.set_ylabel("weights (GiB)")
-    tokens = mem.twinx()
-    tokens.plot(x, [(v.cache.kv_cache_tokens if v.cache else float("nan")) / 1000 for v in r.variants], "o",
-                color="#fd8d3c", markersize=9, label="KV tokens (vLLM), thousands")  # fmt: skip
-    tokens.plot(x, [(v.sizing.kv_cache_tokens if v.sizing and v.error is None else float("nan")) / 1000
-                    for v in r.variants], "_", color="#636363", markersize=16, mew=2, label="KV tokens predicted")  # fmt: skip
-    tokens.set_ylabel("KV cache (thousand tokens)")
-    mem.set_title("memory: weights shrink, the KV cache grows")
-    mem.legend(handles=mem.get_legend_handles_labels()[0] + tokens.get_legend_handles_labels()[0], fontsize=7, loc="lower left")
+    # vLLM's budget, stacked: the weights, the KV cache sized from what they leave, the reserve for
+    # activations; the KV cache in vLLM's own tokens where it said, else the sizing's.
+    weights, kv, reserve, labels = [], [], [], []
+    for v in r.variants:
+        s = v.sizing if v.error is None else None
+        tokens = v.cache.kv_cache_tokens if v.cache else s.kv_cache_tokens if s else 0
+        weights.append(s.weight_bytes / GIB if s else 0)
+        kv.append(tokens * s.kv_bytes_per_token / GIB if s else 0)
+        reserve.append((s.activation_peak_bytes + s.non_torch_bytes) / GIB if s else 0)
+        labels.append(f"{tokens / 1000:,.0f}k tokens" if s else "")
+    mem.bar(x, weights, color="#756bb1", label="weights")
+    mem.bar(x, kv, bottom=weights, color="#fd8d3c", label="KV cache (vLLM's tokens where it said)")
+    mem.bar(x, reserve, bottom=[a + b for a, b in zip(weights, kv)], color="#bdbdbd", label="activations, CUDA")
+    for i, (w, k, label) in enumerate(zip(weights, kv, labels)):
+        mem.text(i, w + k / 2, label, ha="center", va="center", fontsize=8)
+    mem.set_ylabel("GiB of vLLM's memory budget")
+    mem.set_ylim(0, 1.3 * max((a + b + c for a, b, c in zip(weights, kv, reserve)), default=1.0))
+    mem.set_title("memory: the weights freed become KV cache")
+    mem.legend(fontsize=7, loc="upper center", ncol=2)
     width = 0.38
     for offset, level, colour in ((-width / 2, low, "#9ecae1"), (width / 2, high, "#3182bd")):
         values = [(_at(v, level).output_tokens_per_s / r.params.speedup if _at(v, level) else 0) for v in r.variants]
-        speed.bar([i + offset for i in x], values, width, color=colour, label=f"c={level}")
+        bars = speed.bar([i + offset for i in x], values, width, color=colour, label=f"c={level}")
+        speed.bar_label(bars, [f"{value:,.0f}" if value else "" for value in values], fontsize=7)
     speed.set_ylabel("output tokens/s on the GPU")
     speed.set_title("throughput")
     speed.legend(fontsize=8)
@@ -206,14 +215,15 @@ def tradeoffs_plot(r: QuantResult, path: Path) -> None:
         quality.legend(handles=quality.get_legend_handles_labels()[0] + agree.get_legend_handles_labels()[0],
                        fontsize=7, loc="lower left")  # fmt: skip
     else:
-        note = r.variants[0].quality_note if r.variants else ""
-        quality.text(0.5, 0.5, "quality\n" + (note.replace(": ", ":\n", 1) or "not measured"), ha="center",
-                     va="center", transform=quality.transAxes, fontsize=9, wrap=True)  # fmt: skip
+        note = next((v.quality_note for v in r.variants if v.quality_note), "not measured")
+        quality.text(0.5, 0.5, note.replace(": ", ":\n", 1), ha="center", va="center", transform=quality.transAxes,
+                     fontsize=10, wrap=True)  # fmt: skip
+        quality.set_yticks([])
     quality.set_title("quality against the baseline")
     for ax in (mem, speed, quality):
         ax.set_xticks(x, [n + ("\n(failed)" if v.error else "") for n, v in zip(names, r.variants)])
         ax.grid(True, axis="y", alpha=0.3)
-    fig.suptitle(f"{r.params.model}: what each variant buys and costs ({', '.join(CHECKPOINTS)} possible)", fontsize=10)
+    fig.suptitle(f"{r.params.model}: what each variant buys and costs", fontsize=10)
     fig.tight_layout()
     fig.savefig(path, dpi=110)
     plt.close(fig)
