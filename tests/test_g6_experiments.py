@@ -16,6 +16,8 @@ from benchmarks.g6.experiments.kv_report import render_kv_report
 from benchmarks.g6.experiments.quant import QuantResult
 from benchmarks.g6.experiments.quant_report import PLOTS as QUANT_PLOTS
 from benchmarks.g6.experiments.quant_report import render_quant_report
+from benchmarks.g6.report import render_report
+from benchmarks.g6.result import G6Result
 from benchmarks.g6.targets import ServerSettings, SimTarget, StackTarget
 from benchmarks.harness import PulumiStack, load_result
 from benchmarks.metrics import cache_config
@@ -244,6 +246,8 @@ def test_cache_config_is_read_from_vllms_info_gauge():
         (["--sim", "--experiment", "kv", "--rate", "2"], "--experiment kv runs closed-loop points"),
         (["--sim", "--experiment", "quant", "--max-num-seqs", "8,16"], "give at most one --max-num-seqs"),
         (["--sim", "--experiment", "kv", "--context-len", "8192"], "exceed max-model-len 4096"),
+        (["--target", "http://127.0.0.1:9", "--model", QWEN_15, "--experiment", "quant", "--variants", "bf16,awq"],
+         "measures the one variant that server runs"),
     ],
 )
 def test_experiment_options_that_cannot_work_exit_2_with_a_reason(argv, message, capsys, tmp_path):
@@ -257,3 +261,16 @@ def test_an_unknown_variant_is_refused_by_name(capsys):
         main(["--sim", "--experiment", "quant", "--variants", "bf16,int3"])
     assert exc.value.code == 2
     assert "unknown variant(s) ['int3']" in capsys.readouterr().err
+
+
+@pytest.mark.parametrize(
+    "folder, model, render",
+    [("g6-kv-sim", KvResult, render_kv_report), ("g6-quant-sim", QuantResult, render_quant_report),
+     ("g6-sim", G6Result, render_report)],
+)  # fmt: skip
+def test_the_committed_examples_are_todays_reports_of_their_results(folder, model, render):
+    """examples/ shows what a run writes today: its result.json loads and its report is rendered from it."""
+    example = Path(__file__).resolve().parents[1] / "examples" / folder
+    result = load_result(model, example)
+    assert (example / "report.md").read_text() == render(result), f"examples/{folder} is stale: rerun its command"
+    assert result.meta.command[:4] == ["python", "-m", "benchmarks", "g6"] and "--sim" in result.meta.command

@@ -30,9 +30,9 @@ from benchmarks.g6.experiments.kv_report import render_kv_plots, render_kv_repor
 from benchmarks.g6.experiments.quant import CHECKPOINTS, DEFAULT_CONCURRENCY, DEFAULT_VARIANTS, QuantParams, quant_result, run_quant
 from benchmarks.g6.experiments.quant_report import render_quant_plots, render_quant_report
 from benchmarks.g6.plots import render_plots
-from benchmarks.g6.price import GpuPrice
+from benchmarks.g6.price import gpu_price
 from benchmarks.g6.report import render_report
-from benchmarks.g6.result import G6Result
+from benchmarks.g6.result import G6Result, GpuPrice
 from benchmarks.g6.sweep import Target, run_sweep
 from benchmarks.g6.targets import ServerSettings, SimTarget, StackTarget, UrlTarget
 from benchmarks.harness import (
@@ -158,6 +158,9 @@ def _check_sources(args: argparse.Namespace) -> None:
     if args.experiment != "sweep" and (args.rate or (args.max_num_seqs and len(args.max_num_seqs) > 1)):
         raise G6Error(f"--experiment {args.experiment} runs closed-loop points on one server: drop --rate and "
                       "give at most one --max-num-seqs")  # fmt: skip
+    if args.experiment == "quant" and not (args.sim or args.stack) and args.variants and len(args.variants) > 1:
+        raise G6Error("--experiment quant with --target/--outputs measures the one variant that server runs: "
+                      "give one --variants value, or --stack/--sim to switch between variants")  # fmt: skip
     if args.experiment != "sweep" and args.max_num_seqs and not args.sim:
         raise G6Error(f"--max-num-seqs with --experiment {args.experiment} sets the simulator's; a stack or server "
                       "runs its own (set vllm.max_num_seqs in the stack to change it)")  # fmt: skip
@@ -188,9 +191,10 @@ def resolve_params(args: argparse.Namespace, outputs: dict[str, Any] | None) -> 
     if not (args.model or bench.model):
         raise G6Error("--model is required with --target (or give --stack/--outputs)")
     experiment = args.experiment
-    # The kv experiment runs the server at its own memory setting (applied to the server).
+    # The kv experiment runs a server it can change (the simulator, a stack) at its own memory setting.
+    changeable = args.sim or args.stack
     utilization = args.gpu_memory_utilization or (
-        KV_GPU_MEMORY_UTILIZATION if experiment == "kv" else bench.gpu_memory_utilization or 0.9
+        KV_GPU_MEMORY_UTILIZATION if experiment == "kv" and changeable else bench.gpu_memory_utilization or 0.9
     )
     max_model_len = args.max_model_len or bench.max_model_len
     concurrency = {"sweep": bench.sweep.concurrency or [1, 8, 32], "quant": list(DEFAULT_CONCURRENCY), "kv": []}
@@ -244,17 +248,17 @@ def make_target(params: G6Params, health_timeout_s: float) -> tuple[G6Params, Ta
     return params, SimTarget(gpu=params.gpu or "l4", speedup=params.speedup, seed=params.seed, base=base)
 
 
-def gpu_price(outputs: dict[str, Any] | None, params: G6Params) -> GpuPrice | None:
+def stack_gpu_price(outputs: dict[str, Any] | None, params: G6Params) -> GpuPrice | None:
     """The GPU node's price the stack's cost estimate uses; for the simulator, Pulumi.g6.yaml's."""
     if outputs is not None:
         saved = outputs.get("cost_estimate")
         if not isinstance(saved, dict):
             return None
-        return GpuPrice.from_estimate(CostEstimate.model_validate(saved), "from the stack's outputs")
+        return gpu_price(CostEstimate.model_validate(saved), "from the stack's outputs")
     if params.target_kind != "sim":
         return None
     est = estimate_or_none(load_config(LAB))
-    return None if est is None else GpuPrice.from_estimate(est, "as Pulumi.g6.yaml configures the g6 stack")
+    return None if est is None else gpu_price(est, "as Pulumi.g6.yaml configures the g6 stack")
 
 
 def cost_section(outputs: dict[str, Any] | None, params: G6Params, seconds: float) -> str | None:
@@ -297,7 +301,7 @@ def run(argv: list[str]) -> int:
     try:
         outputs = read_stack_outputs(args)
         params, target = make_target(resolve_params(args, outputs), args.health_timeout)
-        price = gpu_price(outputs, params)
+        price = stack_gpu_price(outputs, params)
         progress = RunProgress(enabled=not args.quiet)
         kv = KvParams(context_lens=args.context_len or list(DEFAULT_CONTEXT_LENS), concurrency=params.concurrency)
         quant = QuantParams(variants=args.variants or list(DEFAULT_VARIANTS), quality_prompts=args.quality_prompts,

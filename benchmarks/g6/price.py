@@ -11,46 +11,24 @@ throughput the real GPU would have (the simulator's divided by its speedup).
 from __future__ import annotations
 
 from collections.abc import Sequence
-from typing import TYPE_CHECKING
 
-from pydantic import BaseModel, ConfigDict
-
+from benchmarks.g6.config import G6Params
+from benchmarks.g6.result import G6Point, GpuPrice
 from stacks.cost_estimate import CostEstimate
-
-if TYPE_CHECKING:
-    from benchmarks.g6.config import G6Params
-    from benchmarks.g6.result import G6Point
 
 SECONDS_PER_HOUR = 3600
 TOKENS_PER_PRICE = 1_000_000
 
 
-class GpuPrice(BaseModel):
-    """One GPU node's list price per hour, and where it comes from."""
-
-    model_config = ConfigDict(frozen=True, extra="forbid")
-
-    usd_per_hour: float
-    node: str
-    region: str
-    price_date: str
-    source: str
-
-    @classmethod
-    def from_estimate(cls, est: CostEstimate, source: str) -> GpuPrice:
-        return cls(
-            usd_per_hour=est.gpu_node.unit_per_hour,
-            node=est.gpu_node.item,
-            region=est.region,
-            price_date=est.price_date,
-            source=source,
-        )
-
-    def describe(self) -> str:
-        return (
-            f"${self.usd_per_hour:.3f}/h for one {self.node} in {self.region} (list prices of "
-            f"{self.price_date}, {self.source})"
-        )
+def gpu_price(est: CostEstimate, source: str) -> GpuPrice:
+    """The GPU node's price from the stack's cost estimate (machine and boot disk, spot or on-demand)."""
+    return GpuPrice(
+        usd_per_hour=est.gpu_node.unit_per_hour,
+        node=est.gpu_node.item,
+        region=est.region,
+        price_date=est.price_date,
+        source=source,
+    )
 
 
 def usd_per_million_output_tokens(price: GpuPrice | None, output_tokens_per_s: float, speedup: float) -> float | None:

@@ -7,7 +7,6 @@ from typing import Literal
 from pydantic import BaseModel, ConfigDict
 
 from benchmarks.g6.config import G6Params
-from benchmarks.g6.price import GpuPrice
 from benchmarks.harness import RunMeta
 from benchmarks.loadgen import PointStats
 from benchmarks.metrics import ServerMetrics
@@ -16,6 +15,24 @@ from benchmarks.serving.sizing import Sizing
 SCHEMA_VERSION = 1
 
 Bound = Literal["kv-cache", "max-num-seqs", "memory-bandwidth", "compute", "unknown"]
+
+
+class GpuPrice(BaseModel):
+    """One GPU node's list price per hour (machine and boot disk), and where it comes from."""
+
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+    usd_per_hour: float
+    node: str
+    region: str
+    price_date: str
+    source: str
+
+    def describe(self) -> str:
+        return (
+            f"${self.usd_per_hour:.3f}/h for one {self.node} in {self.region} (list prices of "
+            f"{self.price_date}, {self.source})"
+        )
 
 
 class G6Point(PointStats):
@@ -59,4 +76,4 @@ class ExperimentResult(BaseModel):
     meta: RunMeta
     params: G6Params
     gpu_price: GpuPrice | None = None
-    cost: str | None = None  # Markdown cost section (ops.estimate), stored so the report stays pure
+    cost: str | None = None  # Markdown cost section (stacks.cost_estimate), stored so the report stays pure

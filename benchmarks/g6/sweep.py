@@ -12,8 +12,8 @@ from typing import Any, NamedTuple, Protocol
 
 from benchmarks.g6.analysis import analyse
 from benchmarks.g6.config import G6Params
-from benchmarks.g6.price import GpuPrice, usd_per_million_output_tokens
-from benchmarks.g6.result import G6Point
+from benchmarks.g6.price import usd_per_million_output_tokens
+from benchmarks.g6.result import G6Point, GpuPrice
 from benchmarks.g6.targets import ServerSettings
 from benchmarks.harness import RunProgress
 from benchmarks.harness.server import server_versions

@@ -26,8 +26,7 @@ from pydantic import BaseModel, ConfigDict, Field
 from benchmarks.g6.analysis import predict
 from benchmarks.g6.config import G6Params
 from benchmarks.g6.errors import G6Error
-from benchmarks.g6.price import GpuPrice
-from benchmarks.g6.result import ExperimentResult, G6Point
+from benchmarks.g6.result import ExperimentResult, G6Point, GpuPrice
 from benchmarks.g6.sweep import PointContext, Target, load_spec, measure_point, prometheus
 from benchmarks.g6.targets import ServerSettings
 from benchmarks.harness import RunMeta, RunProgress

@@ -26,7 +26,7 @@ def _header(r: KvResult) -> str:
     cache = r.cache
     vllm = (
         f"{cache.num_gpu_blocks:,} blocks of {cache.block_size} tokens = {cache.kv_cache_tokens:,} tokens "
-        "(`vllm:cache_config_info`)"
+        f"(`vllm:cache_config_info`, at gpu-memory-utilization {cache.gpu_memory_utilization})"
         if cache
         else "not reported (no `vllm:cache_config_info`): the predictions below use the sizing's blocks"
     )
@@ -104,11 +104,11 @@ def _answer(r: KvResult) -> str:
     for x in r.lengths:
         if x.preemption_from is not None:
             off = None if x.measured_max_batch is None else x.measured_max_batch / x.predicted_max_batch - 1
-            against = "" if off is None else f" (the measurement {off:+.0%} off it)"
+            against = f"predicted {x.predicted_max_batch}" + ("" if off is None else f": {off:+.0%}")
             lines.append(
-                f"- {x.context_len:,} tokens: {x.measured_max_batch} sequences ran without a preemption; a wave of "
-                f"{x.preemption_from} preempted (vLLM freed the newest sequences' blocks so the others could grow, "
-                f"and recomputed them later). Predicted {x.predicted_max_batch}{against}."
+                f"- {x.context_len:,} tokens: {x.measured_max_batch} sequences ran without a preemption ({against}); "
+                f"a wave of {x.preemption_from} preempted (vLLM freed the newest sequences' blocks so the others "
+                "could grow, and recomputed them later)."
             )
         elif x.binding in ("max-num-seqs", "concurrency cap"):
             lines.append(f"- {x.context_len:,} tokens: {x.binding} bound first, at {x.measured_max_batch} sequences.")

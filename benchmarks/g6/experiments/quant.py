@@ -24,8 +24,7 @@ from benchmarks.g6.config import G6Params
 from benchmarks.g6.errors import G6Error
 from benchmarks.g6.experiments.prompts import select
 from benchmarks.g6.experiments.quality import QualityClient, QualityError, QualityScore, Reference, reference, score_variant
-from benchmarks.g6.price import GpuPrice
-from benchmarks.g6.result import ExperimentResult, G6Point
+from benchmarks.g6.result import ExperimentResult, G6Point, GpuPrice
 from benchmarks.g6.sweep import PointContext, Target, load_spec, measure_point, prometheus
 from benchmarks.g6.targets import ServerSettings
 from benchmarks.harness import HarnessError, RunMeta, RunProgress
