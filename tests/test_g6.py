@@ -54,9 +54,10 @@ def test_sim_sweep_leaves_result_report_and_plots(tmp_path):
     assert (folder / "report.md").read_text() == render_report(result)
     for name in PLOTS:
         assert (folder / name).read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
-    # Priced as Pulumi.g6.yaml runs the GPU node: g2-standard-4 spot in us-central1 ($0.4240/h) with its
-    # 100 GB pd-balanced boot disk ($0.10 per GiB-month over 730 h), at the GPU's throughput (x2 slower).
-    per_hour = 0.4240 + 100 * 0.10 / 730
+    # Priced as Pulumi.g6.yaml runs the GPU node: g2-standard-4 spot in us-central1, which the price
+    # catalogue lists as its VM part ($0.05874/h) plus one L4 ($0.2231/h), with its 100 GB pd-balanced
+    # boot disk ($0.10 per GiB-month over 730 h), at the GPU's throughput (x2 slower than the simulator).
+    per_hour = 0.05874 + 0.2231 + 100 * 0.10 / 730
     assert result.gpu_price.usd_per_hour == pytest.approx(per_hour)
     for p in result.points:
         assert p.usd_per_million_output_tokens == pytest.approx(per_hour / (p.output_tokens_per_s / 2 * 3600) * 1e6)
