@@ -381,6 +381,7 @@ def _meta(params: G6Params, argv: list[str], started: datetime, versions: dict[s
 
 
 EXIT_CODES = {"Ctrl-C": 130, "SIGTERM": 143}  # 128 + the signal's number, as shells report them
+ERRORS = (G6Error, HarnessError, LoadgenError, MetricsError, ServingError, ClusterError, LabError, OutputFolderError)
 
 
 def run(argv: list[str]) -> int:
@@ -437,12 +438,12 @@ def _run(args: argparse.Namespace, argv: list[str], started: datetime) -> int:
         failure = str(exc)
     except (KeyboardInterrupt, Interrupted) as exc:  # outside a point: entering the runner, say
         outcome.interrupted = "SIGTERM" if isinstance(exc, Interrupted) else "Ctrl-C"
-    if not outcome.measured:
-        stop = f"interrupted ({outcome.interrupted}) before any point was measured" if outcome.interrupted else ""
-        for line in (stop, failure):
-            if line:
-                print(f"g6: {line}", file=sys.stderr)
-        return 2 if failure else EXIT_CODES.get(outcome.interrupted or "", 0)
+    if not outcome.measured and (failure or outcome.interrupted):  # nothing to report but why it stopped
+        if outcome.interrupted:
+            print(f"g6: interrupted ({outcome.interrupted}) before any point was measured", file=sys.stderr)
+        if failure:
+            print(f"g6: {failure}", file=sys.stderr)
+        return 2 if failure else EXIT_CODES[outcome.interrupted or "Ctrl-C"]
     if failure:
         outcome.errors.append(f"the run stopped: {failure}")
     if outcome.interrupted:
@@ -459,9 +460,6 @@ def _run(args: argparse.Namespace, argv: list[str], started: datetime) -> int:
         return EXIT_CODES[outcome.interrupted]
     print(folder)
     return 0 if ok else 1
-
-
-ERRORS = (G6Error, HarnessError, LoadgenError, MetricsError, ServingError, ClusterError, LabError, OutputFolderError)
 
 
 def write_results(
