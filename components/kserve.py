@@ -17,11 +17,14 @@ from components.gpu_pool import GpuPlacement
 from components.helm_release import HelmRelease, HelmReleaseArgs
 from components.namespaces import namespace
 from components.naming import StackId, k8s_labels
+from podspec.security import restricted
 
 NAMESPACE = "kserve"
 API_VERSION = "serving.kserve.io/v1beta1"
 # Small CPU requests: two revisions of the example run side by side on the system pool during a canary.
 CPU_PREDICTOR_RESOURCES = {"requests": {"cpu": "100m", "memory": "256Mi"}, "limits": {"cpu": "1", "memory": "1Gi"}}
+# The user KServe's model-server and storage-initializer images run as (python/*.Dockerfile: USER 1000).
+KSERVE_UID = 1000
 
 
 @dataclass(frozen=True)
@@ -85,12 +88,17 @@ class KServe(pulumi.ComponentResource):
                 namespace=cert_manager.NAMESPACE,
                 values=cert_manager.values(),
                 labels=labels,
+                # Every pod of the chart (controller, webhook, cainjector, startupapicheck) runs non-root
+                # with RuntimeDefault seccomp, no escalation and no capability by its defaults: restricted.
+                pod_security="restricted",
             ),
             opts=child(),
         )
         self.crds = HelmRelease(
             f"{name}-crd",
-            HelmReleaseArgs(chart=versions.KSERVE_CRD, namespace=NAMESPACE, labels=labels),
+            # The namespace's one pod is kserve-resources' controller, restricted by that chart's own
+            # securityContext and containerSecurityContext (values.yaml, files/kserve/resources.yaml).
+            HelmReleaseArgs(chart=versions.KSERVE_CRD, namespace=NAMESPACE, labels=labels, pod_security="restricted"),
             opts=child(),
         )
         # The chart holds the webhook Certificate and Issuer (cert-manager CRs) and the controller.
@@ -116,9 +124,11 @@ class KServe(pulumi.ComponentResource):
             # After the controller (which waits for Knative): destroy then deletes the namespace while
             # KServe and Knative still run to clear the finalizers of what the InferenceService spawned
             # (Knative Routes, Ingresses), so it cannot hang in Terminating.
+            # Restricted: the predictor pod is (predictor()), as are the containers Knative (queue-proxy)
+            # and KServe (storage-initializer) add to it, under the pod-level settings it carries.
             self.models_namespace = k8s_objects.create(
                 f"{name}-models-ns",
-                namespace(args.stack_id, ks.namespace, "inference-service"),
+                namespace(args.stack_id, ks.namespace, "inference-service", "restricted"),
                 child(self.controller),
             )
             # After the webhooks (controller release) and the runtime that serves its model format.
@@ -130,17 +140,27 @@ class KServe(pulumi.ComponentResource):
         self.register_outputs({"namespace": NAMESPACE})
 
 
+def predictor(spec: dict[str, Any]) -> dict[str, Any]:
+    """A predictor (a pod spec whose serving container is `model`) that meets restricted, as KSERVE_UID
+    with /tmp on an emptyDir. Its pod-level settings also cover the storage-initializer KServe injects
+    (which sets no seccomp profile itself); Knative accepts them with kubernetes.podspec-securitycontext
+    (components.knative)."""
+    pod = restricted({**{k: v for k, v in spec.items() if k != "model"}, "containers": [spec["model"]]}, user=KSERVE_UID)
+    (model,) = pod.pop("containers")
+    return {**pod, "model": model}
+
+
 def inference_service(stack_id: StackId, ks: InferenceServiceArgs, placement: GpuPlacement) -> dict[str, Any]:
     """The g5 InferenceService: scale to zero, and a canary when a canary traffic share is set."""
     resources: dict[str, Any] = {k: dict(v) for k, v in CPU_PREDICTOR_RESOURCES.items()}
-    predictor: dict[str, Any] = {"minReplicas": ks.min_replicas, "maxReplicas": ks.max_replicas}
+    spec: dict[str, Any] = {"minReplicas": ks.min_replicas, "maxReplicas": ks.max_replicas}
     if ks.canary_traffic_percent is not None:
-        predictor["canaryTrafficPercent"] = ks.canary_traffic_percent
+        spec["canaryTrafficPercent"] = ks.canary_traffic_percent
     if ks.gpu:
         resources["limits"].update(placement.limits(1))
-        predictor["nodeSelector"] = placement.node_selector
-        predictor["tolerations"] = placement.tolerations
-    predictor["model"] = {
+        spec["nodeSelector"] = placement.node_selector
+        spec["tolerations"] = placement.tolerations
+    spec["model"] = {
         "modelFormat": {"name": ks.model_format},
         "storageUri": ks.storage_uri,
         "resources": resources,
@@ -155,7 +175,7 @@ def inference_service(stack_id: StackId, ks: InferenceServiceArgs, placement: Gp
             # Explicit, so the example never silently falls back to a cluster default.
             "annotations": {"serving.kserve.io/deploymentMode": "Knative"},
         },
-        "spec": {"predictor": predictor},
+        "spec": {"predictor": predictor(spec)},
     }
 
 

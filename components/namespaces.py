@@ -1,5 +1,5 @@
-"""Namespace-level objects several platform components need: the namespace itself and GKE's
-critical-pod quota.
+"""Namespace-level objects several platform components need: the namespace itself (with its Pod
+Security Admission labels) and GKE's critical-pod quota.
 
 GKE admits pods with the `system-node-critical` / `system-cluster-critical` PriorityClasses outside
 kube-system only in a namespace holding a ResourceQuota scoped to those classes (Google's and NVIDIA's
@@ -10,16 +10,34 @@ Operator's DaemonSets use `system-node-critical` so they are the last to be evic
 from __future__ import annotations
 
 from components.naming import StackId, k8s_labels
+from components.versions import POD_SECURITY_VERSION
+from podspec.security import PodSecurityLevel
 
 CRITICAL_PRIORITY_CLASSES = ["system-node-critical", "system-cluster-critical"]
+PSA_PREFIX = "pod-security.kubernetes.io"
+NAMESPACE_NAME_LABEL = "kubernetes.io/metadata.name"  # set by Kubernetes on every namespace
 
 
-def namespace(stack_id: StackId, name: str, component: str, extra_labels: dict[str, str] | None = None) -> dict:
-    return {
-        "apiVersion": "v1",
-        "kind": "Namespace",
-        "metadata": {"name": name, "labels": {**k8s_labels(stack_id, component), **(extra_labels or {})}},
-    }
+def pod_security_labels(enforce: PodSecurityLevel) -> dict[str, str]:
+    """Pod Security Admission: refuse pods below `enforce`; warn the client and write an audit entry for
+    any pod below restricted, so how far a namespace is from restricted stays visible."""
+    labels = {}
+    for mode, level in (("enforce", enforce), ("warn", "restricted"), ("audit", "restricted")):
+        labels[f"{PSA_PREFIX}/{mode}"] = level
+        labels[f"{PSA_PREFIX}/{mode}-version"] = POD_SECURITY_VERSION
+    return labels
+
+
+def namespace(
+    stack_id: StackId,
+    name: str,
+    component: str,
+    pod_security: PodSecurityLevel,
+    extra_labels: dict[str, str] | None = None,
+) -> dict:
+    """A namespace that enforces `pod_security`: the strictest level every pod we put there meets."""
+    labels = {**k8s_labels(stack_id, component), **pod_security_labels(pod_security), **(extra_labels or {})}
+    return {"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": name, "labels": labels}}
 
 
 def critical_pods_quota(stack_id: StackId, ns: str, component: str) -> dict:

@@ -21,6 +21,16 @@ class Chart:
         return self.repo.startswith("oci://")
 
 
+# The Pod Security Standards' version our namespaces' Pod Security Admission labels name (the
+# `*-version` labels): the definitions tests/pod_security.py checks our pods against. Pinned, not
+# `latest`, so a control-plane upgrade cannot tighten what a running lab's namespaces enforce (an API
+# server newer than 1.33 still applies v1.33's definitions to these namespaces).
+POD_SECURITY_VERSION = "v1.33"
+
+# Images are pinned by tag, not by digest (checkov CKV_K8S_43), here and in benchmarks/labs/images.py:
+# no registry can be reached from where this program is built and tested, so a digest written here
+# could not be verified, and a wrong one would fail every pull. Pods pull IfNotPresent
+# (podspec.security.IMAGE_PULL_POLICY), so a node keeps running the image it pulled first.
 
 # --- Platform components of labs g1-g4 and g8 (brief D) ---
 KUBE_PROMETHEUS_STACK = Chart(

@@ -109,6 +109,7 @@ def kueue_args(cfg: LabConfig, placement: GpuPlacement, prometheus: pulumi.Resou
         quota_cpu=q.quota_cpu,
         quota_memory_gib=q.quota_memory_gib,
         pods_ready_timeout_min=q.pods_ready_timeout_min,
+        block_admission=q.block_admission,
         prometheus=prometheus,
     )
 
@@ -126,6 +127,7 @@ def queue_summary(cfg: LabConfig) -> dict[str, Any]:
         "job": {"gpus": q.job_gpus, "cpu": q.job_cpu, "memory_gib": q.job_memory_gib},
         "expected_admitted": min(q.jobs, q.quota_gpus // q.job_gpus),
         "pods_ready_timeout_min": q.pods_ready_timeout_min,
+        "block_admission": q.block_admission,
         "queue_label": "kueue.x-k8s.io/queue-name",
     }
 

@@ -76,6 +76,11 @@ class Kueue(_Feature):
     # Above the time a GPU node takes from zero to allocatable GPUs (up to ~15 min, FACTS.md), or
     # Kueue would evict every first job while its node is still booting.
     pods_ready_timeout_min: int = Field(20, ge=5, le=120, description="waitForPodsReady timeout in minutes")
+    # Off: with it on, Kueue admits nothing else until the last admitted job's pods are Ready, which on
+    # a GPU pool at zero takes minutes, so waits would come from blockAdmission, not from the quota.
+    block_admission: bool = Field(
+        False, description="waitForPodsReady.blockAdmission: admit one job at a time until its pods are Ready"
+    )
 
 
 class TrainingOperator(_Feature):

@@ -48,6 +48,7 @@ class Params(LabParams):
     quota: Demand
     jobs: int
     job: Demand
+    block_admission: bool | None = None  # None: a stack from before the setting was exported
 
 
 class JobTimes(Frozen):
@@ -65,6 +66,7 @@ class JobTimes(Frozen):
 class G3Result(LabResult):
     quota_gpus: int
     job_gpus: int
+    block_admission: bool | None = None  # Kueue's waitForPodsReady.blockAdmission during the run
     jobs: list[JobTimes]
     max_admitted_at_once: int
     pods_without_admission: list[str]
@@ -235,6 +237,7 @@ def measure(rec: Recording, source: str = "live") -> G3Result:
         **common_fields(rec, source, checks),
         quota_gpus=p.quota.gpus,
         job_gpus=p.job.gpus,
+        block_admission=p.block_admission,
         jobs=times,
         max_admitted_at_once=max_at_once,
         pods_without_admission=half_placed,
@@ -290,6 +293,8 @@ def report_body(result: G3Result) -> str:
             f"ClusterQueue quota: {result.quota_gpus} GPUs; each job asks {result.job_gpus}. Times are seconds "
             "after the first submission, from the Workloads' condition lastTransitionTime.",
             "",
+            _block_admission_line(result.block_admission),
+            "",
             "| job | workload | submitted | quota reserved | admitted | finished | waited (s) | flavour |",
             "|---|---|---|---|---|---|---|---|",
             *(
@@ -305,6 +310,15 @@ def report_body(result: G3Result) -> str:
             *(f"> {j.job}: {j.waiting_message}" for j in result.jobs if j.waiting_message),
         ]
     )
+
+
+def _block_admission_line(on: bool | None) -> str:
+    if on is None:
+        return "Kueue waitForPodsReady.blockAdmission: not recorded by this stack; a wait may be for quota or for it."
+    if on:
+        return ("Kueue waitForPodsReady.blockAdmission: **on**: a job also waits until the jobs admitted before it "
+                "have all their pods Ready, so a wait is not necessarily for quota.")
+    return "Kueue waitForPodsReady.blockAdmission: off: Kueue admits up to the quota at once; the waits below are for quota."
 
 
 def plots(result: G3Result, folder: Path) -> list[str]:

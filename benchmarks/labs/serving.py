@@ -56,9 +56,10 @@ def client_job(
         "COUNT": str(count),
         "TIMEOUT_S": "1200",
     }
+    # No CPU limit: the client times each response (podspec.security.WAIVERS).
     spec = objects.pod_spec(
         [objects.container("client", images.PYTHON, ["python", f"{objects.SCRIPT_MOUNT}/http_client.py"], env=env,
-                           requests={"cpu": "100m", "memory": "64Mi"}, with_scripts=True)],
+                           requests={"cpu": "100m", "memory": "64Mi"}, limits={"memory": "256Mi"}, with_scripts=True)],
         node_selector=node_selector,
         scripts_config_map=cm["metadata"]["name"],
     )
