@@ -4,12 +4,13 @@
 privilege escalation, every capability dropped, the runtime's default seccomp profile; plus what we
 ask beyond the standard: a read-only root filesystem with an emptyDir wherever the process writes
 (`Scratch`), no service-account token unless the pod calls the Kubernetes API, and an explicit pull
-policy. Specs that are not plain pod specs (an InferenceService predictor, an Argo step) take the
-pieces: `pod_security_context`, `hardened_container`, `Scratch.volume`.
+policy; each workload sets its own CPU limit. Specs that are not plain pod specs (an InferenceService
+predictor, an Argo step) take the pieces: `pod_security_context`, `hardened_container`, `Scratch`.
 
 Where a workload cannot meet a rule, it is in WAIVERS, the one list of exceptions, with its reason and
-the checkov check IDs that reason answers. tests/pod_security.py checks every pod spec of every stack
-and of the benchmark kit against the rules named in `Rule`, and fails on any gap WAIVERS does not name.
+the checkov check IDs that reason answers. tests/test_security_posture.py checks every pod spec of
+every stack and of the benchmark kit against the rules named in `Rule` (tests/pod_security.py), and
+fails on any gap WAIVERS does not name.
 """
 
 from __future__ import annotations
