@@ -8,6 +8,16 @@ OUT ?= results
 
 .PHONY: venv test plan g6-sim preflight status cost clean
 
+# A target's required variables, checked before anything runs (no venv, no python): one line naming
+# those missing and an example.
+missing = $(strip $(foreach v,$(1),$(if $($(v)),,$(v))))
+COST_EXAMPLE := make cost LAB=g6 SINCE=2026-11-01 BILLING_TABLE=my-lab-project.billing.gcp_billing_export_v1_012345_6789AB_CDEF01
+ifneq ($(filter cost,$(MAKECMDGOALS)),)
+ifneq ($(call missing,BILLING_TABLE SINCE),)
+$(error make cost needs $(call missing,BILLING_TABLE SINCE): e.g. $(COST_EXAMPLE))
+endif
+endif
+
 $(BIN)/python:
 	$(PY) -m venv $(VENV)
 	$(BIN)/pip install -q --upgrade pip
@@ -18,7 +28,8 @@ $(VENV)/.installed: requirements.txt | $(BIN)/python
 
 venv: $(VENV)/.installed ## create .venv with every pinned dependency
 
-test: venv ## run the whole test suite (no cloud, no network)
+test: venv ## run the whole test suite (no cloud; fetches the pinned upstream files once, see README)
+	$(BIN)/python -m tests.upstream fetch
 	$(BIN)/python -m pytest
 
 plan: venv ## offline plan of a stack: make plan STACK=g6
@@ -33,8 +44,8 @@ preflight: venv ## before `pulumi up`: credentials, APIs, L4 quota, L4 zones: ma
 status: venv ## after `pulumi destroy`: exits non-zero while any GPU node of ours is up
 	$(BIN)/python -m ops.status
 
-cost: venv ## actual cost from the billing export: make cost LAB=g6 SINCE=2026-11-01 BILLING_TABLE=p.d.t
+cost: venv ## actual cost from the billing export: make cost LAB=g6 SINCE=2026-11-01 BILLING_TABLE=PROJECT_ID.DATASET.TABLE
 	$(BIN)/python -m ops.billing --table $(BILLING_TABLE) --lab $(LAB) --since $(SINCE) $(if $(UNTIL),--until $(UNTIL))
 
 clean:
-	rm -rf $(VENV) .pytest_cache
+	rm -rf $(VENV) .pytest_cache .cache

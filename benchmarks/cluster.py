@@ -9,10 +9,15 @@ Everything that turns API objects into numbers lives in pure functions elsewhere
 
 from __future__ import annotations
 
+import json
+import logging
+import os
 import shutil
 import signal
+import subprocess
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from typing import Any, Protocol, TypeVar
 
 import yaml
@@ -48,9 +53,13 @@ class Cluster(Protocol):
 
     def delete_labelled(self, api_version: str, kind: str, namespace: str | None, label_selector: str) -> None: ...
 
+    def patch(self, api_version: str, kind: str, namespace: str | None, name: str, patch: dict[str, Any]) -> dict[str, Any]: ...
+
     def pod_log(self, namespace: str, name: str, container: str | None = None) -> str: ...
 
     def service_get(self, namespace: str, service: str, port: int, path: str, params: dict[str, str]) -> str: ...
+
+    def pod_get(self, namespace: str, pod: str, port: int, path: str) -> str: ...
 
     def server_version(self) -> dict[str, Any]: ...
 
@@ -68,7 +77,7 @@ class KubeCluster:
         try:
             self._dyn = dynamic.DynamicClient(api_client)
         except Exception as e:  # discovery is the first call that reaches the API server
-            raise ClusterError(f"cannot reach the cluster's API server: {e}") from e
+            raise ClusterError(f"cannot reach the cluster's API server: {brief(e)}") from e
 
     @classmethod
     def from_kubeconfig(cls, kubeconfig: str | dict[str, Any], request_timeout_s: float = 60.0) -> KubeCluster:
@@ -89,14 +98,18 @@ class KubeCluster:
                 f"`{INSTALL_HINT}` and log in with "
                 "`gcloud auth application-default login` (the plugin uses Application Default Credentials)"
             )
-        return cls(config.new_client_from_config_dict(parsed, persist_config=False), request_timeout_s)
+        exec_plugin = _exec_plugin(parsed)
+        if exec_plugin is not None:
+            check_exec_plugin(exec_plugin)
+        with _quiet_client_logging():
+            return cls(config.new_client_from_config_dict(parsed, persist_config=False), request_timeout_s)
 
     def _resource(self, api_version: str, kind: str) -> Any:
         try:
             return self._dyn.resources.get(api_version=api_version, kind=kind)
         except Exception as e:
             raise ClusterError(
-                f"the cluster does not serve {kind} ({api_version}): is the lab's component installed? ({e})"
+                f"the cluster does not serve {kind} ({api_version}): is the lab's component installed? ({brief(e)})"
             ) from e
 
     def create(self, obj: dict[str, Any]) -> dict[str, Any]:
@@ -105,7 +118,7 @@ class KubeCluster:
         try:
             return self._dyn.create(res, body=obj, namespace=ns, _request_timeout=self._timeout).to_dict()
         except Exception as e:
-            raise ClusterError(f"creating {obj['kind']} {ns}/{obj['metadata']['name']} failed: {e}") from e
+            raise ClusterError(f"creating {obj['kind']} {ns}/{obj['metadata']['name']} failed: {brief(e)}") from e
 
     def list(
         self, api_version: str, kind: str, namespace: str | None = None, label_selector: str | None = None
@@ -117,7 +130,7 @@ class KubeCluster:
                 _request_timeout=self._timeout,
             )
         except Exception as e:  # e.g. 403: the lab's error path (and its partial recording) must see it
-            raise ClusterError(f"listing {kind} in {namespace or 'all namespaces'} failed: {e}") from e
+            raise ClusterError(f"listing {kind} in {namespace or 'all namespaces'} failed: {brief(e)}") from e
         return out.to_dict().get("items", [])
 
     def delete_labelled(self, api_version: str, kind: str, namespace: str | None, label_selector: str) -> None:
@@ -125,7 +138,25 @@ class KubeCluster:
         # Background propagation: a Job's pods go with it, and the call does not block on them.
         body = {"apiVersion": "v1", "kind": "DeleteOptions", "propagationPolicy": "Background"}
         ns = namespace if res.namespaced else None
-        self._dyn.delete(res, namespace=ns, label_selector=label_selector, body=body, _request_timeout=self._timeout)
+        if "deletecollection" in (res.verbs or []):
+            self._dyn.delete(res, namespace=ns, label_selector=label_selector, body=body, _request_timeout=self._timeout)
+            return
+        # Some kinds serve no collection delete (Namespaces): one by one, as kubectl does.
+        for obj in self.list(api_version, kind, ns, label_selector):
+            name = obj["metadata"]["name"]
+            self._dyn.delete(res, name=name, namespace=ns, body=body, _request_timeout=self._timeout)
+
+    def patch(self, api_version: str, kind: str, namespace: str | None, name: str, patch: dict[str, Any]) -> dict[str, Any]:
+        """A JSON merge patch (RFC 7386: null deletes a field) of one object."""
+        res = self._resource(api_version, kind)
+        ns = namespace if res.namespaced else None
+        try:
+            return self._dyn.patch(
+                res, body=patch, name=name, namespace=ns, content_type="application/merge-patch+json",
+                _request_timeout=self._timeout,
+            ).to_dict()
+        except Exception as e:
+            raise ClusterError(f"patching {kind} {ns}/{name} failed: {e}") from e
 
     def pod_log(self, namespace: str, name: str, container: str | None = None) -> str:
         """The pod's log; a pod with several containers (KServe's queue-proxy, Argo's wait) needs
@@ -137,33 +168,101 @@ class KubeCluster:
                 name, namespace, container=container, _request_timeout=self._timeout
             )
         except Exception as e:
-            raise ClusterError(f"reading the log of pod {namespace}/{name} failed: {e}") from e
+            raise ClusterError(f"reading the log of pod {namespace}/{name} failed: {brief(e)}") from e
 
     def service_get(self, namespace: str, service: str, port: int, path: str, params: dict[str, str]) -> str:
         """GET through the API server's service proxy: reaches ClusterIP services with no port-forward."""
+        return self._proxy_get(f"/api/v1/namespaces/{namespace}/services/{service}:{port}/proxy/{path.lstrip('/')}",
+                               f"service {namespace}/{service}:{port}", path, params)
+
+    def pod_get(self, namespace: str, pod: str, port: int, path: str) -> str:
+        """GET through the API server's pod proxy: one pod's own endpoint (e.g. a model server's metrics)."""
+        return self._proxy_get(f"/api/v1/namespaces/{namespace}/pods/{pod}:{port}/proxy/{path.lstrip('/')}",
+                               f"pod {namespace}/{pod}:{port}", path, {})
+
+    def _proxy_get(self, resource_path: str, where: str, path: str, params: dict[str, str]) -> str:
         request = self._api_client.param_serialize(
-            method="GET",
-            resource_path=f"/api/v1/namespaces/{namespace}/services/{service}:{port}/proxy/{path.lstrip('/')}",
-            query_params=list(params.items()),
-            auth_settings=["BearerToken"],
+            method="GET", resource_path=resource_path, query_params=list(params.items()), auth_settings=["BearerToken"]
         )
         try:
             response = self._api_client.call_api(*request, _request_timeout=self._timeout)
             response.read()
         except Exception as e:
-            raise ClusterError(f"GET {path} on service {namespace}/{service}:{port} failed: {e}") from e
+            raise ClusterError(f"GET {path} on {where} failed: {brief(e)}") from e
         text = response.data.decode(errors="replace")
         # call_api does not raise on an error status: the proxy's 503 (no ready endpoints) or 404 (no
-        # such service) would otherwise reach the caller as if the service had answered.
+        # such service or pod) would otherwise reach the caller as if the service had answered.
         if not 200 <= response.status <= 299:
-            raise ClusterError(
-                f"GET {path} on service {namespace}/{service}:{port} answered HTTP {response.status}: {text[:300]}"
-            )
+            raise ClusterError(f"GET {path} on {where} answered HTTP {response.status}: {text[:300]}")
         return text
 
     def server_version(self) -> dict[str, Any]:
         """GET /version as the server wrote it (camelCase), which discovery has already fetched."""
         return dict(self._dyn.version["kubernetes"])
+
+
+def brief(error: Exception) -> str:
+    """One line for an error of the kubernetes client: its ApiException text spans status, reason,
+    every response header and the body; the status, reason and the API's own message say it all."""
+    status = getattr(error, "status", None)
+    if status is None:
+        lines = [line for line in str(error).splitlines() if line.strip()]
+        return lines[0] if lines else type(error).__name__
+    body = getattr(error, "body", None)
+    try:
+        message = json.loads(body).get("message") if body else None
+    except (ValueError, TypeError, AttributeError):
+        message = None
+    return f"HTTP {status} {getattr(error, 'reason', '') or ''}".rstrip() + (f": {message}" if message else "")
+
+
+def _exec_plugin(kubeconfig: dict[str, Any]) -> dict[str, Any] | None:
+    """The exec credential plugin of the kubeconfig's current user, if it has one."""
+    contexts = {c.get("name"): c.get("context") or {} for c in kubeconfig.get("contexts") or []}
+    users = {u.get("name"): u.get("user") or {} for u in kubeconfig.get("users") or []}
+    context = contexts.get(kubeconfig.get("current-context")) or next(iter(contexts.values()), {})
+    return (users.get(context.get("user")) or {}).get("exec")
+
+
+def check_exec_plugin(plugin: dict[str, Any], timeout_s: float = 60.0) -> None:
+    """Run the credential plugin once, as the client would, and turn a failure into one line.
+
+    The client itself reports a failing plugin through the root logger (the plugin's whole stderr,
+    a dozen lines from gcloud) and then goes on without a token; the run would stop later at a 401."""
+    command = [plugin["command"], *(plugin.get("args") or [])]
+    env = {**os.environ, **{e["name"]: e["value"] for e in plugin.get("env") or []}}
+    env["KUBERNETES_EXEC_INFO"] = json.dumps(
+        {"apiVersion": plugin.get("apiVersion"), "kind": "ExecCredential", "spec": {"interactive": False}}
+    )
+    try:
+        done = subprocess.run(command, env=env, stdin=subprocess.DEVNULL, capture_output=True, text=True,
+                              timeout=timeout_s)
+    except (OSError, subprocess.TimeoutExpired) as e:
+        raise ClusterError(f"the kubeconfig's credential plugin {command[0]} could not run: {e}") from None
+    if done.returncode != 0:
+        lines = [line.strip() for line in done.stderr.splitlines() if line.strip()]
+        # gcloud's own diagnosis is the line with "ERROR: (gcloud...."; the plugin wraps it in its log line.
+        reason = next((line[line.index("ERROR:"):] for line in lines if "ERROR:" in line), lines[0] if lines else "")
+        raise ClusterError(
+            f"{os.path.basename(command[0])} could not get a token (exit {done.returncode}): {reason[:300]} "
+            "Log in with `gcloud auth login` (check the account with `gcloud auth list`), then run again."
+        )
+
+
+@contextmanager
+def _quiet_client_logging() -> Iterator[None]:
+    """The kubernetes client logs credential problems with logging.error on the root logger, which
+    prints them when nothing else handles logging; a failure surfaces as one ClusterError instead."""
+    root = logging.getLogger()
+    handler = logging.NullHandler()
+    added = not root.handlers
+    if added:
+        root.addHandler(handler)
+    try:
+        yield
+    finally:
+        if added:
+            root.removeHandler(handler)
 
 
 def with_labels(obj: dict[str, Any], labels: dict[str, str]) -> dict[str, Any]:

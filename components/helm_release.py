@@ -12,9 +12,8 @@ from typing import Any
 import pulumi
 import pulumi_kubernetes as k8s
 
-from components.namespaces import pod_security_labels
 from components.versions import Chart
-from podspec.security import PodSecurityLevel
+from podspec.security import PodSecurityLevel, pod_security_labels
 
 
 @dataclass(frozen=True)

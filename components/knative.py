@@ -56,7 +56,13 @@ def config_maps(args: KnativeArgs) -> dict[str, dict[str, str]]:
     return {
         # A revision whose pods wait for a GPU node from zero must not be marked failed before the
         # node is ready (Knative's default deadline is 600s).
-        "config-deployment": {"progress-deadline": f"{args.progress_deadline_min}m"},
+        "config-deployment": {
+            "progress-deadline": f"{args.progress_deadline_min}m",
+            # Knative resolves image tags to digests by asking the registry; nvcr.io (Triton) wants
+            # credentials for that, so its tags are used as they are. The first three are Knative's
+            # default list (pkg/deployment/config.go), which this key replaces.
+            "registries-skipping-tag-resolving": "kind.local,ko.local,dev.local,nvcr.io",
+        },
         "config-autoscaler": {
             "enable-scale-to-zero": "true",
             "scale-to-zero-grace-period": f"{args.scale_to_zero_grace_s}s",

@@ -1,5 +1,6 @@
 """KServe in Knative mode: cert-manager, the KServe CRD chart, the controller chart and the serving
-runtimes chart, in that order; plus the g5 InferenceService body (scale to zero, canary).
+runtimes chart, in that order; plus the g5 InferenceService body (scale to zero, canary, autoscaler
+settings) on KServe's sklearn server or on NVIDIA Triton.
 
 Knative mode, because scale to zero and `canaryTrafficPercent` need it ("Standard" supports neither).
 """
@@ -7,7 +8,8 @@ Knative mode, because scale to zero and `canaryTrafficPercent` need it ("Standar
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Any
+from pathlib import Path
+from typing import Any, Literal
 
 import pulumi
 
@@ -23,20 +25,41 @@ NAMESPACE = "kserve"
 API_VERSION = "serving.kserve.io/v1beta1"
 # Small CPU requests: two revisions of the example run side by side on the system pool during a canary.
 CPU_PREDICTOR_RESOURCES = {"requests": {"cpu": "100m", "memory": "256Mi"}, "limits": {"cpu": "1", "memory": "1Gi"}}
-# The user KServe's model-server and storage-initializer images run as (python/*.Dockerfile: USER 1000).
+# The user the predictor runs as: KServe's model-server and storage-initializer images run as 1000
+# (python/*.Dockerfile: USER 1000); Triton's image starts as root but ships its triton-server user as 1000.
 KSERVE_UID = 1000
+# The ClusterServingRuntime that kserve-runtime-configs v0.20.0 installs for Triton (its
+# files/runtimes/clusterservingruntimes-patch.yaml, values key kserve.servingruntime.tritonserver).
+# It lists modelFormat `triton` version "2" with autoSelect and serves the v2 protocol on port 8080.
+TRITON_RUNTIME = "kserve-tritonserver"
+TRITON_MODEL_FORMAT = {"name": "triton", "version": "2"}
+# Below the runtime's 1 CPU / 2Gi request, so the replicas of a time-shared L4 fit one g2-standard-4
+# (about 3.4 allocatable CPUs once GKE's node agents have theirs); the GPU does the inference.
+TRITON_RESOURCES = {"requests": {"cpu": "500m", "memory": "1Gi"}, "limits": {"cpu": "1", "memory": "2Gi"}}
+TRITON_START = (Path(__file__).resolve().parent / "scripts" / "triton_start.sh").read_text()
+# Knative's own keys, read by its controller from the revision template (KServe copies the
+# InferenceService's annotations there, except min/max-scale, which it sets from min/maxReplicas).
+PROGRESS_DEADLINE_ANNOTATION = "serving.knative.dev/progress-deadline"
+RETENTION_ANNOTATION = "autoscaling.knative.dev/scale-to-zero-pod-retention-period"
 
 
 @dataclass(frozen=True)
 class InferenceServiceArgs:
-    """The g5 example: one predictor that scales to zero, and a canary when a traffic share is given."""
+    """The g5 example: one predictor that scales with requests (to zero when idle), and a canary when a
+    traffic share is given."""
 
     namespace: str
     name: str
-    model_format: str  # a format the runtimes chart serves: sklearn, xgboost
+    runtime: Literal["sklearn", "triton"]
+    model_format: str  # runtime sklearn: a format the runtimes chart serves (sklearn, xgboost)
+    served_model: str  # the name the server serves it under (the URL path's model)
     storage_uri: str  # the model the spec names: the canary's while one rolls out
     min_replicas: int  # 0: scale to zero when idle
     max_replicas: int
+    scale_metric: Literal["concurrency", "rps"]
+    scale_target: int  # per replica, of scale_metric
+    progress_deadline_min: int
+    scale_to_zero_retention_s: int
     gpu: bool = False  # one GPU per predictor, on the GPU pool
     canary_traffic_percent: int | None = None  # the new revision's share; None: no canary
 
@@ -68,8 +91,10 @@ def resources_values(domain: str) -> dict[str, Any]:
 
 
 def runtimes_values() -> dict[str, Any]:
-    """Values of the kserve-runtime-configs chart: the ClusterServingRuntimes (sklearn, xgboost, ...)."""
-    return {"kserve": {"servingruntime": {"enabled": True}}}
+    """Values of the kserve-runtime-configs chart: the ClusterServingRuntimes (sklearn, xgboost, Triton,
+    ...), with Triton's image pinned here rather than left to the chart's default."""
+    repository, tag = versions.TRITON_IMAGE.rsplit(":", 1)
+    return {"kserve": {"servingruntime": {"enabled": True, "tritonserver": {"image": repository, "tag": tag}}}}
 
 
 class KServe(pulumi.ComponentResource):
@@ -141,30 +166,35 @@ class KServe(pulumi.ComponentResource):
 
 
 def predictor(spec: dict[str, Any]) -> dict[str, Any]:
-    """A predictor (a pod spec whose serving container is `model`) that meets restricted, as KSERVE_UID
-    with /tmp on an emptyDir. Its pod-level settings also cover the storage-initializer KServe injects
-    (which sets no seccomp profile itself); Knative accepts them with kubernetes.podspec-securitycontext
-    (components.knative)."""
+    """A predictor (a pod spec whose serving container is `model`) that meets restricted, as KSERVE_UID,
+    with no API token (the storage initializer reads buckets through Workload Identity or anonymously)
+    and /tmp on an emptyDir for the read-only root (Triton's model copy, Python's and CUDA's caches).
+    Its pod-level settings also cover the storage-initializer KServe injects, which sets no seccomp
+    profile of its own; Knative accepts them with kubernetes.podspec-securitycontext (components.knative)."""
     pod = restricted({**{k: v for k, v in spec.items() if k != "model"}, "containers": [spec["model"]]}, user=KSERVE_UID)
     (model,) = pod.pop("containers")
     return {**pod, "model": model}
 
 
 def inference_service(stack_id: StackId, ks: InferenceServiceArgs, placement: GpuPlacement) -> dict[str, Any]:
-    """The g5 InferenceService: scale to zero, and a canary when a canary traffic share is set."""
-    resources: dict[str, Any] = {k: dict(v) for k, v in CPU_PREDICTOR_RESOURCES.items()}
-    spec: dict[str, Any] = {"minReplicas": ks.min_replicas, "maxReplicas": ks.max_replicas}
+    """The g5 InferenceService: Knative's autoscaler on `scale_metric`, scale to zero, and a canary when
+    a canary traffic share is set."""
+    spec: dict[str, Any] = {
+        # KServe turns these into the revision's autoscaling.knative.dev/{min-scale,max-scale,metric,target}.
+        "minReplicas": ks.min_replicas,
+        "maxReplicas": ks.max_replicas,
+        "scaleMetric": ks.scale_metric,
+        "scaleTarget": ks.scale_target,
+    }
     if ks.canary_traffic_percent is not None:
         spec["canaryTrafficPercent"] = ks.canary_traffic_percent
+    model = _triton_model(ks) if ks.runtime == "triton" else _sklearn_model(ks)
     if ks.gpu:
-        resources["limits"].update(placement.limits(1))
+        model["resources"]["limits"].update(placement.limits(1))
         spec["nodeSelector"] = placement.node_selector
         spec["tolerations"] = placement.tolerations
-    spec["model"] = {
-        "modelFormat": {"name": ks.model_format},
-        "storageUri": ks.storage_uri,
-        "resources": resources,
-    }
+    model["storageUri"] = ks.storage_uri
+    spec["model"] = model
     return {
         "apiVersion": API_VERSION,
         "kind": "InferenceService",
@@ -172,23 +202,56 @@ def inference_service(stack_id: StackId, ks: InferenceServiceArgs, placement: Gp
             "name": ks.name,
             "namespace": ks.namespace,
             "labels": k8s_labels(stack_id, "inference-service"),
-            # Explicit, so the example never silently falls back to a cluster default.
-            "annotations": {"serving.kserve.io/deploymentMode": "Knative"},
+            "annotations": {
+                # Explicit, so the example never silently falls back to a cluster default.
+                "serving.kserve.io/deploymentMode": "Knative",
+                # The revision's own deadline: a GPU node from zero plus the image pull (Triton's is
+                # several GB) must fit, whatever the cluster-wide default says.
+                PROGRESS_DEADLINE_ANNOTATION: f"{ks.progress_deadline_min}m",
+                RETENTION_ANNOTATION: f"{ks.scale_to_zero_retention_s}s",
+            },
         },
         "spec": {"predictor": predictor(spec)},
     }
+
+
+def _sklearn_model(ks: InferenceServiceArgs) -> dict[str, Any]:
+    return {
+        "modelFormat": {"name": ks.model_format},
+        "resources": {k: dict(v) for k, v in CPU_PREDICTOR_RESOURCES.items()},
+    }
+
+
+def _triton_model(ks: InferenceServiceArgs) -> dict[str, Any]:
+    """Triton by name, with the format and protocol its ClusterServingRuntime lists. On a GPU the
+    server starts through triton_start.sh, which makes the example's model run on the GPU."""
+    model: dict[str, Any] = {
+        "runtime": TRITON_RUNTIME,
+        "modelFormat": dict(TRITON_MODEL_FORMAT),
+        "protocolVersion": "v2",
+        "resources": {k: dict(v) for k, v in TRITON_RESOURCES.items()},
+    }
+    if ks.gpu:
+        # KServe appends the runtime's args (`tritonserver --model-store=/mnt/models ...`) to this command.
+        model["command"] = ["/bin/sh", "-c", TRITON_START]
+    return model
 
 
 def endpoint(ks: InferenceServiceArgs, domain: str, gateway: dict[str, Any]) -> dict[str, Any]:
     """How to reach the example: the Knative route host (through the ClusterIP Kourier gateway, with
     this Host header) and the cluster-local URL of the predictor (traffic split applies to both)."""
     predictor = f"{ks.name}-predictor"
+    path, protocol = (
+        (f"/v2/models/{ks.served_model}/infer", "kserve-v2")
+        if ks.runtime == "triton"
+        else (f"/v1/models/{ks.served_model}:predict", "kserve-v1")
+    )
     return {
         "namespace": ks.namespace,
         "service": predictor,
         "port": 80,
-        "path": f"/v1/models/{ks.name}:predict",
-        "protocol": "kserve-v1",
+        "path": path,
+        "protocol": protocol,
         "route_host": f"{predictor}.{ks.namespace}.{domain}",
         "url": f"http://{predictor}.{ks.namespace}.svc.cluster.local",
         "gateway": gateway,

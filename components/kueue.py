@@ -4,7 +4,7 @@ ResourceFlavor, a ClusterQueue whose quota comes from config, and a LocalQueue i
 Admission is all-or-nothing (`waitForPodsReady`): a workload whose pods are not all ready in time is
 evicted and requeued, so a multi-pod job never holds part of the quota for long while its other pods
 wait. `blockAdmission` (admit nothing more until the admitted workload's pods are Ready) is a choice of
-the lab config, off by default.
+the lab config (stacks.platform_features.Kueue.block_admission), exported for the g3 report.
 API `kueue.x-k8s.io/v1beta2` (0.20 stops serving v1beta1).
 """
 
@@ -46,7 +46,7 @@ class KueueArgs:
     # waitForPodsReady timeout: above the time a GPU node takes from zero to allocatable GPUs.
     pods_ready_timeout_min: int
     # waitForPodsReady.blockAdmission: every later workload waits until the admitted one's pods are Ready.
-    block_admission: bool = False
+    block_admission: bool = True
     # The release serving the ServiceMonitor CRD, when the in-cluster Prometheus runs: Kueue then
     # exports its metrics through a ServiceMonitor. None: no metrics.
     prometheus: pulumi.Resource | None = None

@@ -10,22 +10,10 @@ Operator's DaemonSets use `system-node-critical` so they are the last to be evic
 from __future__ import annotations
 
 from components.naming import StackId, k8s_labels
-from components.versions import POD_SECURITY_VERSION
-from podspec.security import PodSecurityLevel
+from podspec.security import PodSecurityLevel, pod_security_labels
 
 CRITICAL_PRIORITY_CLASSES = ["system-node-critical", "system-cluster-critical"]
-PSA_PREFIX = "pod-security.kubernetes.io"
 NAMESPACE_NAME_LABEL = "kubernetes.io/metadata.name"  # set by Kubernetes on every namespace
-
-
-def pod_security_labels(enforce: PodSecurityLevel) -> dict[str, str]:
-    """Pod Security Admission: refuse pods below `enforce`; warn the client and write an audit entry for
-    any pod below restricted, so how far a namespace is from restricted stays visible."""
-    labels = {}
-    for mode, level in (("enforce", enforce), ("warn", "restricted"), ("audit", "restricted")):
-        labels[f"{PSA_PREFIX}/{mode}"] = level
-        labels[f"{PSA_PREFIX}/{mode}-version"] = POD_SECURITY_VERSION
-    return labels
 
 
 def namespace(

@@ -1,7 +1,7 @@
 """Every chart, manifest URL and image tag the platform deploys, pinned here and nowhere else.
 
-`upstream` names the folder of ../shared/upstream/ holding that version's CRDs and chart defaults,
-so tests check our values and custom resources against exactly what we deploy.
+`upstream` names the folder (<component>/<version>) of tests/upstream.lock.tsv holding that version's
+CRDs and chart defaults, so tests check our values and custom resources against exactly what we deploy.
 """
 
 from __future__ import annotations
@@ -20,12 +20,6 @@ class Chart:
     def is_oci(self) -> bool:
         return self.repo.startswith("oci://")
 
-
-# The Pod Security Standards' version our namespaces' Pod Security Admission labels name (the
-# `*-version` labels): the definitions tests/pod_security.py checks our pods against. Pinned, not
-# `latest`, so a control-plane upgrade cannot tighten what a running lab's namespaces enforce (an API
-# server newer than 1.33 still applies v1.33's definitions to these namespaces).
-POD_SECURITY_VERSION = "v1.33"
 
 # Images are pinned by tag, not by digest (checkov CKV_K8S_43), here and in benchmarks/labs/images.py:
 # no registry can be reached from where this program is built and tested, so a digest written here
@@ -77,6 +71,10 @@ KSERVE_RUNTIMES = Chart(
     "v0.20.0",
     upstream="kserve/v0.20.0/charts/kserve-runtime-configs",
 )
+# Triton for the g5 `runtime: triton` predictor: the tag kserve-runtime-configs v0.20.0 defaults to
+# (values.yaml kserve.servingruntime.tritonserver), the one KServe tested; CUDA 12.1, so the L4 (Ada)
+# and GKE's LATEST driver serve it. Several GB: the first pull on a new node takes minutes.
+TRITON_IMAGE = "nvcr.io/nvidia/tritonserver:23.05-py3"
 # upstream/ holds the v1.21.1 chart defaults only; the values we set (crds.enabled and the
 # nodeSelectors) exist unchanged in v1.17.0 too (crds.enabled since v1.15), so the check against
 # v1.21.1 holds for the pinned chart.

@@ -25,7 +25,11 @@ from pydantic import BaseModel, ConfigDict
 from ops.gcp import GcpClient, GcpError
 
 Dialect = Literal["bigquery", "duckdb"]
-_TABLE = re.compile(r"^[a-z][a-z0-9-]{4,29}\.[A-Za-z0-9_]{1,1024}\.[A-Za-z0-9_$-]{1,1024}$")
+# Google's naming rules for the three parts of PROJECT_ID.DATASET.TABLE.
+_PROJECT_ID = re.compile(r"^[a-z][a-z0-9-]{4,28}[a-z0-9]$")
+_DATASET = re.compile(r"^[A-Za-z0-9_]{1,1024}$")
+_TABLE_NAME = re.compile(r"^[A-Za-z0-9_$-]{1,1024}$")
+TABLE_EXAMPLE = "my-lab-project.billing.gcp_billing_export_v1_012345_6789AB_CDEF01"
 LABEL_KEY = "lab"
 
 QUERY_TEMPLATE = """\
@@ -63,11 +67,37 @@ class CostRow(BaseModel):
         return self.cost + self.credits
 
 
+def check_table(table: str) -> None:
+    """PROJECT_ID.DATASET.TABLE of the billing export, or a BillingError naming the part that is wrong."""
+    parts = table.split(".")
+    if len(parts) != 3:
+        raise BillingError(
+            f"--table {table!r}: expected PROJECT_ID.DATASET.TABLE of the billing export (three names joined "
+            f"by dots), e.g. {TABLE_EXAMPLE}"
+        )
+    project, dataset, name = parts
+    if not _PROJECT_ID.match(project):
+        raise BillingError(
+            f"--table {table!r}: {project!r} is not a project ID: 6-30 lowercase letters, digits or hyphens, "
+            "starting with a letter and not ending with a hyphen (the ID, not the project's name or number: "
+            "`gcloud projects list`)"
+        )
+    if not _DATASET.match(dataset):
+        raise BillingError(
+            f"--table {table!r}: {dataset!r} is not a dataset name: letters, digits and underscores "
+            "(the dataset the billing export writes to)"
+        )
+    if not _TABLE_NAME.match(name):
+        raise BillingError(
+            f"--table {table!r}: {name!r} is not a table name: letters, digits, underscores and hyphens "
+            "(the export's table is gcp_billing_export_v1_ followed by the billing account id)"
+        )
+
+
 def render(table: str, dialect: Dialect) -> str:
-    """The query for one engine. `table` is PROJECT.DATASET.TABLE (BigQuery) or a DuckDB table name."""
+    """The query for one engine. `table` is PROJECT_ID.DATASET.TABLE (BigQuery) or a DuckDB table name."""
     if dialect == "bigquery":
-        if not _TABLE.match(table):
-            raise BillingError(f"--table {table!r}: expected PROJECT.DATASET.TABLE of the billing export")
+        check_table(table)
         return QUERY_TEMPLATE.format(table=f"`{table}`", p="@", label_key=LABEL_KEY)
     return QUERY_TEMPLATE.format(table=f'"{table}"', p="$", label_key=LABEL_KEY)
 
@@ -152,7 +182,9 @@ def report(rows: list[CostRow], lab: str, since: datetime, until: datetime) -> s
 
 def main(argv: list[str] | None = None, client: GcpClient | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m ops.billing", description="A lab's cost from the billing export.")
-    parser.add_argument("--table", required=True, help="PROJECT.DATASET.TABLE of the standard usage cost export")
+    parser.add_argument(
+        "--table", required=True, help=f"PROJECT_ID.DATASET.TABLE of the standard usage cost export, e.g. {TABLE_EXAMPLE}"
+    )
     parser.add_argument("--lab", required=True, help="the lab label value, e.g. g6")
     parser.add_argument("--since", required=True, help="start (ISO date or date-time, UTC unless given)")
     parser.add_argument("--until", help="end, exclusive (a date includes that whole day); default now")
@@ -160,7 +192,7 @@ def main(argv: list[str] | None = None, client: GcpClient | None = None) -> int:
     args = parser.parse_args(argv)
     try:
         since, until = window(args.since, args.until)
-        render(args.table, "bigquery")  # validates the table name before any call
+        check_table(args.table)  # before any call
         with client or GcpClient() as gcp:
             rows = query_bigquery(gcp, args.project or args.table.split(".")[0], args.table, args.lab, since, until)
     except (BillingError, GcpError) as e:

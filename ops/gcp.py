@@ -30,10 +30,21 @@ class GcpError(Exception):
 
 
 class CredentialsError(GcpError):
-    """No usable credentials: missing, expired or revoked (HTTP 401 or a failed token refresh)."""
+    """No usable credentials: expired or revoked (HTTP 401 or a failed token refresh), or none at all."""
 
     def __init__(self, detail: str):
         super().__init__(f"credentials expired/invalid: {LOGIN_HINT} ({detail})")
+
+
+class CredentialsNotFound(CredentialsError):
+    """This machine has no Application Default Credentials at all."""
+
+    def __init__(self, detail: str):
+        GcpError.__init__(
+            self,
+            "credentials not found: this machine has no Application Default Credentials; create them with "
+            f"`gcloud auth application-default login` (or set GOOGLE_APPLICATION_CREDENTIALS to a key file) ({detail})",
+        )
 
 
 class PermissionDenied(GcpError):
@@ -52,6 +63,10 @@ class ApiError(GcpError):
     """Any other non-2xx answer, or the API could not be reached."""
 
 
+class NetworkError(ApiError):
+    """Google could not be reached at all (DNS, connection, proxy, timeout): the network, not the request."""
+
+
 TokenSource = Callable[[], str]
 
 
@@ -66,11 +81,11 @@ def adc_token() -> str:
         credentials, _ = google.auth.default(scopes=SCOPES)
         credentials.refresh(Request())
     except google.auth.exceptions.DefaultCredentialsError as e:
-        raise CredentialsError(f"no Application Default Credentials found: {e}") from e
+        raise CredentialsNotFound(str(e)) from e
     except google.auth.exceptions.RefreshError as e:
         raise CredentialsError(f"token refresh failed: {e}") from e
     except google.auth.exceptions.TransportError as e:
-        raise ApiError(f"could not reach Google to refresh the token: {e}") from e
+        raise NetworkError(f"could not reach Google to refresh the token: {e}") from e
     return credentials.token
 
 
@@ -107,8 +122,10 @@ class GcpClient:
             response = self._http.request(
                 method, url, params=params, json=json, headers={"Authorization": f"Bearer {self.token()}"}
             )
+        except httpx.TransportError as e:
+            raise NetworkError(f"{method} {url}: could not reach Google ({type(e).__name__}: {e})") from e
         except httpx.HTTPError as e:
-            raise ApiError(f"{method} {url}: could not reach the API ({e})") from e
+            raise ApiError(f"{method} {url}: {e}") from e
         if response.is_success:
             return response.json() if response.content else {}
         raise _translate(response, f"{method} {url}")

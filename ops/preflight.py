@@ -19,7 +19,7 @@ from collections.abc import Callable
 from pydantic import BaseModel, ConfigDict
 
 from facts.gke_auth import ADC_FLAG, AUTH_PLUGIN, INSTALL_HINT
-from ops.gcp import LOGIN_HINT, ApiDisabled, CredentialsError, GcpClient, GcpError
+from ops.gcp import LOGIN_HINT, ApiDisabled, CredentialsError, GcpClient, GcpError, NetworkError
 from stacks.stackfile import OFFLINE_PROJECT, load_config
 from stacks import program
 from stacks.config import LabConfig
@@ -27,6 +27,10 @@ from stacks.loader import ConfigError
 
 ACCELERATOR = "nvidia-l4"
 PLUGIN_TIMEOUT_S = 60  # the plugin retries a failing token source a few times before it gives up
+NETWORK_HINT = (
+    "nothing about the credentials or the project was checked: make sure this machine reaches "
+    "*.googleapis.com (DNS, a proxy in HTTPS_PROXY, a firewall or VPN), then run preflight again"
+)
 
 
 class CheckResult(BaseModel):
@@ -58,6 +62,11 @@ def check_credentials(client: GcpClient, cfg: LabConfig) -> CheckResult:
         project = client.get("cloudresourcemanager", f"projects/{cfg.project}")
     except CredentialsError as e:
         return CheckResult(name=name, ok=False, detail=str(e), hint=LOGIN_HINT)
+    except NetworkError as e:
+        return CheckResult(
+            name=name, ok=False, detail=f"the network is the problem: {e}",
+            hint=NETWORK_HINT,
+        )
     except GcpError as e:
         return CheckResult(
             name=name, ok=False, detail=f"token works but project {cfg.project!r} is not usable: {e}",

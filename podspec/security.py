@@ -34,6 +34,12 @@ IMAGE_PULL_POLICY = "IfNotPresent"
 RUNTIME_DEFAULT = {"type": "RuntimeDefault"}
 # The Pod Security Standards' levels, as Pod Security Admission's namespace labels name them.
 PodSecurityLevel = Literal["privileged", "baseline", "restricted"]
+# The Standards' version our namespaces' Pod Security Admission labels name (the `*-version` labels):
+# the definitions tests/pod_security.py checks our pods against. Pinned, not `latest`, so a
+# control-plane upgrade cannot tighten what a running lab's namespaces enforce (an API server newer
+# than 1.33 still applies v1.33's definitions to these namespaces).
+POD_SECURITY_VERSION = "v1.33"
+PSA_PREFIX = "pod-security.kubernetes.io"
 
 # The rules tests/pod_security.py checks, by name. Baseline and restricted are the Pod Security
 # Standards' own (kubernetes.io/docs/concepts/security/pod-security-standards); "ours" is what we ask
@@ -75,6 +81,16 @@ class Scratch:
 
 # Python's tempfile, pip's unpacking and sh's here-documents write under /tmp.
 TMP = Scratch("tmp", "/tmp", "1Gi")
+
+
+def pod_security_labels(enforce: PodSecurityLevel) -> dict[str, str]:
+    """A namespace's Pod Security Admission labels: refuse pods below `enforce`; warn the client and
+    write an audit entry for any pod below restricted, so how far it is from restricted stays visible."""
+    labels = {}
+    for mode, level in (("enforce", enforce), ("warn", "restricted"), ("audit", "restricted")):
+        labels[f"{PSA_PREFIX}/{mode}"] = level
+        labels[f"{PSA_PREFIX}/{mode}-version"] = POD_SECURITY_VERSION
+    return labels
 
 
 def pod_security_context(user: int | None = NOBODY) -> dict[str, Any]:

@@ -7,7 +7,6 @@ import pulumi
 
 from components import cost_exporter, idle_guard
 from components.budget import BudgetArgs, ProjectBudget
-from facts.prices import PricingError, machine_price
 from stacks.config import LabConfig
 from stacks.context import PlatformContext, stack_id
 
@@ -48,15 +47,6 @@ def cost_exporter_args(cfg: LabConfig, prometheus: pulumi.Resource | None = None
     )
 
 
-def _unpriced(cfg: LabConfig) -> str | None:
-    try:
-        for machine in (cfg.gpu_machine_type, cfg.system_machine_type):
-            machine_price(cfg.region, machine)
-    except PricingError as e:
-        return str(e)
-    return None
-
-
 def compose(ctx: PlatformContext) -> None:
     """Register these features' components and add their stack outputs to ctx.outputs."""
     cfg = ctx.cfg
@@ -67,10 +57,7 @@ def compose(ctx: PlatformContext) -> None:
     if cfg.idle_guard.enabled:
         idle_guard.IdleGuard("idle-guard", idle_guard_args(cfg), opts=ctx.k8s_opts())
         ctx.outputs.namespaces.append(idle_guard.NAMESPACE)
-    if cfg.cost_exporter.enabled and (unpriced := _unpriced(cfg)):
-        # The exporter is a convenience: a machine the price table lacks must not block `pulumi up`.
-        pulumi.log.warn(f"cost exporter not deployed: {unpriced}; add the prices to facts/prices.py")
-    elif cfg.cost_exporter.enabled:
+    if cfg.cost_exporter.enabled:  # the config refuses it where the price table has no figures
         cost_exporter.CostExporter(
             "cost-exporter",
             cost_exporter_args(cfg, ctx.ready.get("prometheus")),

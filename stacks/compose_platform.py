@@ -17,8 +17,8 @@ from components import versions
 from components.checkpoints import Checkpoints, CheckpointsArgs
 from components.gpu_pool import GPU_RESOURCE, GpuPlacement, GpuSharing
 from components.gpu_sharing import NO_GKE_DEVICE_PLUGIN_LABEL, GpuOperator, GpuOperatorArgs
-from components.kueue import Kueue, KueueArgs
-from components.kueue import JOBSET_NAMESPACE, NAMESPACE as KUEUE_NAMESPACE
+from components.kueue import JOBSET_NAMESPACE, Kueue, KueueArgs
+from components.kueue import NAMESPACE as KUEUE_NAMESPACE
 from components.observability import GRAFANA, PROMETHEUS, Observability, ObservabilityArgs, dashboard_ids
 from components.tenancy import PRIORITY_CLASSES, Tenancy, TenancyArgs, Tenant
 from components.training_operator import OPERATOR_NAMESPACE, TrainingOperator, TrainingOperatorArgs
@@ -115,7 +115,8 @@ def kueue_args(cfg: LabConfig, placement: GpuPlacement, prometheus: pulumi.Resou
 
 
 def queue_summary(cfg: LabConfig) -> dict[str, Any]:
-    """What the g3 benchmark needs: where to submit, the quota and one job's demand."""
+    """What the g3 benchmark needs: where to submit, the quota, and the shape of one job (workers,
+    each one shared GPU)."""
     q = cfg.kueue
     return {
         "namespace": q.namespace,
@@ -124,9 +125,11 @@ def queue_summary(cfg: LabConfig) -> dict[str, Any]:
         "flavor": q.flavor,
         "quota": {"gpus": q.quota_gpus, "cpu": q.quota_cpu, "memory_gib": q.quota_memory_gib},
         "jobs": q.jobs,
-        "job": {"gpus": q.job_gpus, "cpu": q.job_cpu, "memory_gib": q.job_memory_gib},
-        "expected_admitted": min(q.jobs, q.quota_gpus // q.job_gpus),
+        "workers": q.workers,
+        "worker": {"gpus": 1, "cpu": q.worker_cpu, "memory_gib": q.worker_memory_gib},
+        "expected_admitted": min(q.jobs, q.quota_gpus // q.workers),
         "pods_ready_timeout_min": q.pods_ready_timeout_min,
+        # The g3 report attributes each wait to quota or to blockAdmission, and says which was on.
         "block_admission": q.block_admission,
         "queue_label": "kueue.x-k8s.io/queue-name",
     }

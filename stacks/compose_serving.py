@@ -25,10 +25,16 @@ def inference_service_args(cfg: LabConfig) -> kserve.InferenceServiceArgs:
     return kserve.InferenceServiceArgs(
         namespace=ks.namespace,
         name=ks.name,
+        runtime=ks.runtime,
         model_format=ks.model_format,
+        served_model=ks.served_model(),
         storage_uri=ks.storage_uri(),
         min_replicas=ks.min_replicas,
         max_replicas=ks.max_replicas,
+        scale_metric=ks.scale_metric,
+        scale_target=ks.scale_target,
+        progress_deadline_min=ks.progress_deadline_min,
+        scale_to_zero_retention_s=ks.scale_to_zero_retention_s,
         gpu=ks.gpu,
         canary_traffic_percent=ks.canary_traffic_percent if ks.canary is not None else None,
     )
@@ -80,8 +86,18 @@ def _kserve(ctx: PlatformContext) -> kserve.KServe:
                 "canary_traffic_percent": ks.canary_traffic_percent if ks.canary else 0,
                 "min_replicas": ks.min_replicas,
                 "gpu_predictor": ks.gpu,
+                "runtime": ks.runtime,
+                "served_model": ks.served_model(),
+                "max_replicas": ks.max_replicas,
+                "scale_metric": ks.scale_metric,
+                "scale_target": ks.scale_target,
+                "scale_to_zero_grace_s": ks.scale_to_zero_grace_s,
+                "scale_to_zero_retention_s": ks.scale_to_zero_retention_s,
+                "request_timeout_s": ks.request_timeout_s,
             }
         )
+        if ks.runtime == "triton":
+            out.versions["triton"] = versions.TRITON_IMAGE.rsplit(":", 1)[1]
     ctx.ready["kserve"] = component
     return component
 

@@ -12,9 +12,9 @@ import ipaddress
 import re
 from typing import Literal
 
-from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
+from pydantic import BaseModel, ConfigDict, Field, ValidationInfo, field_validator, model_validator
 
-from facts.machines import G2_L4_COUNT
+from facts.machines import G2_L4_COUNT, SYSTEM_MACHINE_TYPES
 from stacks import cost_features, platform_features, serving_features
 
 LabName = Literal["dev", "g1", "g2", "g3", "g4", "g5", "g6", "g7", "g8"]
@@ -22,6 +22,11 @@ LabName = Literal["dev", "g1", "g2", "g3", "g4", "g5", "g6", "g7", "g8"]
 _LABEL_KEY = re.compile(r"^[a-z][a-z0-9_-]{0,62}$")
 _LABEL_VALUE = re.compile(r"^[a-z0-9_-]{0,63}$")
 _REGION = re.compile(r"^[a-z]+-[a-z]+[0-9]+$")
+# The machine types each pool accepts: the GPU pool's carry L4s, and the cost estimate prices them all.
+_MACHINES = {
+    "gpu_machine_type": (tuple(G2_L4_COUNT), "does not carry an L4"),
+    "system_machine_type": (SYSTEM_MACHINE_TYPES, "is not a system machine type the cost estimate prices"),
+}
 # Every GCP name derives from the stack name (components.naming): the cluster gml-<stack> must end in a
 # letter or digit, the longest service account id, gml-<stack>-model, has 30 characters at most, and
 # the stack is a GCE label value (lowercase). Longer names would be cut to the same account id twice.
@@ -85,11 +90,12 @@ class LabConfig(Frozen):
             raise ValueError(f"{v!r} is not a GCP region name (like 'us-central1')")
         return v
 
-    @field_validator("gpu_machine_type")
+    @field_validator("gpu_machine_type", "system_machine_type")
     @classmethod
-    def _g2_only(cls, v: str) -> str:
-        if v not in G2_L4_COUNT:
-            raise ValueError(f"{v!r} does not carry an L4; allowed: {', '.join(G2_L4_COUNT)}")
+    def _known_machine(cls, v: str, info: ValidationInfo) -> str:
+        allowed, problem = _MACHINES[info.field_name]
+        if v not in allowed:
+            raise ValueError(f"{v!r} {problem}; allowed: {', '.join(allowed)}")
         return v
 
     @field_validator("subnet_cidr", "pods_cidr", "services_cidr")
@@ -154,7 +160,10 @@ class LabConfig(Frozen):
         )
         problems += serving_features.check(kserve=self.kserve, vllm=self.vllm, argo=self.argo, pool=pool)
         problems += cost_features.check(
-            cost_exporter=self.cost_exporter, observability_enabled=self.observability.enabled
+            cost_exporter=self.cost_exporter,
+            observability_enabled=self.observability.enabled,
+            region=self.region,
+            machine_types=(self.gpu_machine_type, self.system_machine_type),
         )
         if problems:
             raise ValueError("; ".join(problems))

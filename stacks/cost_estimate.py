@@ -71,11 +71,12 @@ def estimate(cfg: LabConfig) -> CostEstimate:
     system = prices.machine_price(cfg.region, cfg.system_machine_type)
     gpu = prices.machine_price(cfg.region, cfg.gpu_machine_type)
     pd = region.pd_balanced_gib_month
+    system_node = system.hourly(cfg.system_spot) + _disk_per_hour(pd, SYSTEM_DISK_GB)
     notes = [
         "GKE cluster fee: $0.00 while this is the billing account's only zonal cluster (free tier); "
         f"otherwise ${prices.GKE_CLUSTER_FEE_PER_HOUR:.2f}/h more.",
         f"System pool autoscales from {cfg.system_min_nodes} to {cfg.system_max_nodes} node(s); "
-        "the figures assume its minimum.",
+        f"the figures assume its minimum; each further node adds ${system_node:.3f}/h.",
     ]
     if pd is None:
         notes.append(f"Boot disks are not priced for {cfg.region} in facts/prices.py: not included.")
@@ -93,7 +94,7 @@ def estimate(cfg: LabConfig) -> CostEstimate:
             CostLine(
                 item=f"system node {cfg.system_machine_type} ({_model(cfg.system_spot)})",
                 count=cfg.system_min_nodes,
-                unit_per_hour=system.hourly(cfg.system_spot) + _disk_per_hour(pd, SYSTEM_DISK_GB),
+                unit_per_hour=system_node,
                 note=f"incl. {SYSTEM_DISK_GB} GB boot disk",
             ),
         ],

@@ -6,6 +6,8 @@ import re
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator
 
+from facts import prices
+
 _BILLING_ACCOUNT = re.compile(r"^[0-9A-F]{6}-[0-9A-F]{6}-[0-9A-F]{6}$")
 # Budget alert thresholds are fractions of the amount; above 1.5 an alert would come far too late
 # to matter for a lab (and is almost always a percent typed as 90 instead of 0.9).
@@ -89,9 +91,19 @@ class CostExporter(_Model):
     refresh_seconds: int = Field(60, ge=15, le=3600, description="how often the exporter re-reads nodes and pods")
 
 
-def check(*, cost_exporter: CostExporter, observability_enabled: bool) -> list[str]:
+def check(
+    *, cost_exporter: CostExporter, observability_enabled: bool, region: str, machine_types: tuple[str, ...]
+) -> list[str]:
     """Cross-field rules of these features; each problem names its keys and what is allowed."""
     problems = []
+    if cost_exporter.enabled:
+        # The exporter serves the price table's figures for the stack's machines: without them it
+        # would export nothing true, so it is refused here rather than dropped with a warning.
+        try:
+            for machine in machine_types:
+                prices.machine_price(region, machine)
+        except prices.PricingError as e:
+            problems.append(f"gke-ml-labs:cost_exporter.enabled: {e}, so the exporter has no figures to serve: set cost_exporter.enabled: false to deploy without it")
     if cost_exporter.enabled and not observability_enabled:
         problems.append(
             "gke-ml-labs:cost_exporter.enabled: needs gke-ml-labs:observability.enabled (the in-cluster "

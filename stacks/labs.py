@@ -36,14 +36,15 @@ LABS: dict[str, Lab] = {
         ),
         Lab(
             "g3",
-            "Kueue quota and all-or-nothing admission",
-            "three jobs over quota: two admitted, one waits; admission timeline",
-            # Two one-GPU jobs share one L4 (time-sharing), so the lab fits a quota of one GPU.
+            "Gang scheduling: Kueue against the default scheduler",
+            "three multi-worker jobs over quota: with Kueue two admitted whole, one waits with no pod; without it, "
+            "partial placement and idle GPUs (or a deadlock)",
+            # Two whole jobs of 3 workers (one shared GPU each) share one L4 through time-sharing.
             {
                 "observability": {"enabled": True},
                 "cost_exporter": {"enabled": True},
                 "kueue": {"enabled": True},
-                "gpu_sharing": {"enabled": True, "replicas": 2},
+                "gpu_sharing": {"enabled": True, "replicas": 6},
             },
         ),
         Lab(

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+import threading
 from functools import partial
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -118,11 +119,44 @@ class _Mocks(pulumi.runtime.Mocks):
 
 
 class _RecordingMonitor(pulumi_mocks.MockMonitor):
+    """Records every registration. Pulumi calls the monitor from its executor's worker threads, and
+    its MockMonitor gives each such thread an event loop that nothing ever closes: at interpreter exit
+    those loops are collected after their sockets, and `BaseEventLoop.__del__` then prints a
+    traceback (about one run in ten). This monitor makes those loops itself and closes them at the
+    end of the run (`close_thread_loops`)."""
+
     def __init__(self, mocks: _Mocks, run: MockRun):
         super().__init__(mocks)
         self.run = run
+        self._local = threading.local()
+        self._loops: list[asyncio.AbstractEventLoop] = []
+        self._lock = threading.Lock()
+
+    def _ensure_thread_loop(self) -> None:
+        if getattr(self._local, "loop", None) is None:
+            loop = asyncio.new_event_loop()
+            asyncio.set_event_loop(loop)  # MockMonitor finds it instead of making its own
+            self._local.loop = loop
+            with self._lock:
+                self._loops.append(loop)
+
+    def close_thread_loops(self) -> None:
+        """Close the worker threads' loops (after the executor that ran those threads has shut down)."""
+        with self._lock:
+            loops, self._loops = self._loops, []
+        for loop in loops:
+            loop.close()
+
+    def Invoke(self, request):
+        self._ensure_thread_loop()
+        return super().Invoke(request)
+
+    def ReadResource(self, request):
+        self._ensure_thread_loop()
+        return super().ReadResource(request)
 
     def RegisterResource(self, request):
+        self._ensure_thread_loop()
         response = super().RegisterResource(request)
         if request.type != "pulumi:pulumi:Stack":
             self.run.resources.append(
@@ -194,9 +228,8 @@ def run_program(
     asyncio.set_event_loop(loop)
     pulumi_settings.ROOT.set(None)
     mocks = _Mocks(preview, config.get("gcp:project", OFFLINE_PROJECT))
-    pulumi.runtime.set_mocks(
-        mocks, project=loader.PROJECT, stack=stack, preview=preview, monitor=_RecordingMonitor(mocks, run)
-    )
+    monitor = _RecordingMonitor(mocks, run)
+    pulumi.runtime.set_mocks(mocks, project=loader.PROJECT, stack=stack, preview=preview, monitor=monitor)
     pulumi.runtime.set_all_config(config, secret_keys or [])
 
     @pulumi.runtime.test
@@ -212,6 +245,9 @@ def run_program(
     try:
         run_under_mocks()
     finally:
+        # Join the executor's threads first: only then are their loops idle and safe to close.
+        loop.run_until_complete(loop.shutdown_default_executor())
         asyncio.set_event_loop(None)
         loop.close()
+        monitor.close_thread_loops()
     return run

@@ -4,6 +4,7 @@
     python -m stacks.plan g6 --json          # the same, machine-readable (with every input)
     python -m stacks.plan g6 --k8s-out DIR   # every Kubernetes object (and Helm values) as YAML
     python -m stacks.plan g6 --preview       # as a first preview sees it (cloud outputs unknown)
+    python -m stacks.plan g5 --dir DIR       # a stack file kept elsewhere (DIR/Pulumi.g5.yaml)
 """
 
 from __future__ import annotations
@@ -16,10 +17,13 @@ from typing import Any, Callable
 
 import yaml
 
-from stacks.cost_estimate import CostEstimate, markdown
+from facts.prices import PricingError
+from stacks.config import LabConfig
+from stacks.cost_estimate import estimate, markdown
 from stacks.loader import ConfigError
 from stacks.mockrun import MockRun, Recorded, run_stack
-from stacks.stackfile import REPO
+from stacks.output_folder import OutputFolderError, prepare
+from stacks.stackfile import REPO, load_config
 
 KUBERNETES = "kubernetes:"
 # Resources that are not Kubernetes objects themselves, though their type says kubernetes.
@@ -36,7 +40,12 @@ def _get(d: dict[str, Any], *path: str) -> Any:
 
 def _node_pool(i: dict[str, Any]) -> str:
     nc, auto = i.get("nodeConfig") or {}, i.get("autoscaling") or {}
-    accel = ", ".join(f"{int(a.get('count', 0))}x {a.get('type')}" for a in nc.get("guestAccelerators") or [])
+    accel = ", ".join(
+        f"{int(a.get('count', 0))}x {a.get('type')}"
+        + (f" {sharing.get('gpuSharingStrategy')} x{_num(sharing.get('maxSharedClientsPerGpu'))}"
+           if (sharing := a.get("gpuSharingConfig")) else "")
+        for a in nc.get("guestAccelerators") or []
+    )
     taints = ", ".join(f"{t['key']}={t.get('value', '')}:{t['effect']}" for t in nc.get("taints") or [])
     parts = [
         nc.get("machineType"),
@@ -50,6 +59,24 @@ def _node_pool(i: dict[str, Any]) -> str:
 
 def _num(v: Any) -> Any:
     return int(v) if isinstance(v, float) and v.is_integer() else v
+
+
+def _inference_service(i: dict[str, Any]) -> str:
+    p = _get(i, "spec", "predictor") or {}
+    model = p.get("model") or {}
+    fmt = model.get("modelFormat") or {}
+    server = model.get("runtime") or "auto-selected runtime"
+    gpus = _get(model, "resources", "limits", "nvidia.com/gpu")
+    parts = [
+        f"{_get(i, 'metadata', 'namespace')}/{_get(i, 'metadata', 'name')}",
+        f"{server} ({' '.join(str(fmt[k]) for k in ('name', 'version') if k in fmt)})",
+        str(model.get("storageUri")),
+        f"replicas {_num(p.get('minReplicas'))}..{_num(p.get('maxReplicas'))} on {p.get('scaleMetric')} "
+        f"{_num(p.get('scaleTarget'))} per replica",
+        f"{gpus} nvidia.com/gpu each" if gpus else "CPU",
+        f"canary {_num(p['canaryTrafficPercent'])}%" if "canaryTrafficPercent" in p else "",
+    ]
+    return "; ".join(x for x in parts if x)
 
 
 SETTINGS: dict[str, Callable[[dict[str, Any]], str]] = {
@@ -66,6 +93,7 @@ SETTINGS: dict[str, Callable[[dict[str, Any]], str]] = {
     "gcp:compute/network:Network": lambda i: f"{i.get('name')}; auto subnets {i.get('autoCreateSubnetworks')}",
     "gcp:serviceaccount/account:Account": lambda i: f"{i.get('accountId')}",
     "gcp:storage/bucket:Bucket": lambda i: f"{i.get('name')} {i.get('location')}; force destroy {i.get('forceDestroy')}",
+    "kubernetes:serving.kserve.io/v1beta1:InferenceService": _inference_service,
     "kubernetes:helm.sh/v3:Release": lambda i: (
         f"{i.get('chart')} {i.get('version')} -> ns {i.get('namespace')}"
         + (f" (repo {_get(i, 'repositoryOpts', 'repo')})" if _get(i, "repositoryOpts", "repo") else "")
@@ -118,16 +146,23 @@ def _ints(value: Any) -> Any:
     return _num(value)
 
 
-def _table(run: MockRun) -> str:
+def _table(run: MockRun, cfg: LabConfig) -> str:
     body = rows(run)
     width = {k: max([len(k)] + [len(r[k]) for r in body]) for k in ("type", "name")}
     lines = [f"{'type':<{width['type']}}  {'name':<{width['name']}}  settings"]
     lines += [f"{r['type']:<{width['type']}}  {r['name']:<{width['name']}}  {r['settings']}" for r in body]
     mode = "preview (cloud outputs unknown)" if run.preview else "update"
     lines.append(f"\n{len(body)} resources for stack {run.stack} ({mode}).")
-    cost = run.outputs.get("cost_estimate")
-    lines.append("\n" + (markdown(CostEstimate.model_validate(cost)) if cost else "No price table for this region."))
+    lines.append("\n" + cost_section(cfg))
     return "\n".join(lines)
+
+
+def cost_section(cfg: LabConfig) -> str:
+    """The estimate, or one line saying which price is missing (the stack still deploys)."""
+    try:
+        return markdown(estimate(cfg))
+    except PricingError as e:
+        return f"No cost estimate: {e}."
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -136,14 +171,19 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--json", action="store_true", help="print JSON (every resource with all its inputs)")
     parser.add_argument("--preview", action="store_true", help="plan as a first preview (unknown cloud outputs)")
     parser.add_argument("--k8s-out", type=Path, metavar="DIR", help="write every Kubernetes object as YAML here")
+    parser.add_argument(
+        "--dir", type=Path, default=REPO, help="folder holding Pulumi.<stack>.yaml (default: the project)"
+    )
     args = parser.parse_args(argv)
     try:
-        run = run_stack(args.stack, preview=args.preview, directory=REPO)
-    except (ConfigError, FileNotFoundError) as e:
+        cfg = load_config(args.stack, directory=args.dir)  # a wrong stack name or config fails before anything is written
+        if args.k8s_out:
+            prepare(args.k8s_out, "--k8s-out")
+        run = run_stack(args.stack, preview=args.preview, directory=args.dir)
+    except (ConfigError, FileNotFoundError, OutputFolderError) as e:
         print(e, file=sys.stderr)
         return 2
     if args.k8s_out:
-        args.k8s_out.mkdir(parents=True, exist_ok=True)
         objects = kubernetes_objects(run)
         for file_name, body in objects:
             (args.k8s_out / file_name).write_text(yaml.safe_dump(body, sort_keys=False))
@@ -157,7 +197,7 @@ def main(argv: list[str] | None = None) -> int:
         outputs = {k: v for k, v in run.outputs.items() if k != "kubeconfig"}
         print(json.dumps({"stack": run.stack, "preview": run.preview, "resources": resources, "outputs": outputs}, indent=2, default=str))
     else:
-        print(_table(run))
+        print(_table(run, cfg))
     return 0
 
 

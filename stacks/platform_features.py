@@ -58,29 +58,37 @@ class GpuSharing(_Feature):
 class Kueue(_Feature):
     """Kueue + JobSet: one ResourceFlavor for the GPU pool, a ClusterQueue capped by quota, a LocalQueue.
 
-    `job_*` describe ONE of the lab's jobs (the g3 benchmark submits `jobs` of them); the quota must
-    admit two at once and stay strictly below what all of them demand, so one always waits.
+    The g3 benchmark submits `jobs` JobSets of `workers` workers, one shared GPU each (`worker_*` is
+    one worker's demand); a job starts only when all its workers are present. The quota must admit
+    two whole jobs and not three, so one always waits; the GPU pool must hold what the quota admits
+    and less than all the jobs, so that without Kueue the jobs contend for GPUs.
     """
 
     namespace: str = Field("batch-jobs", pattern=DNS_LABEL, description="lab namespace holding the LocalQueue")
     cluster_queue: str = Field("gpu-cluster-queue", pattern=DNS_LABEL)
     local_queue: str = Field("lab-queue", pattern=DNS_LABEL)
     flavor: str = Field("l4-spot", pattern=DNS_LABEL, description="ResourceFlavor name of the GPU pool")
-    quota_gpus: int = Field(2, ge=1, description="nvidia.com/gpu nominal quota (shared GPUs count one each)")
+    quota_gpus: int = Field(6, ge=1, description="nvidia.com/gpu nominal quota (shared GPUs count one each)")
     quota_cpu: float = Field(3, gt=0, description="CPU cores nominal quota")
-    quota_memory_gib: float = Field(8, gt=0, description="memory nominal quota in GiB")
-    jobs: int = Field(3, ge=3, description="jobs the lab's benchmark submits")
-    job_gpus: int = Field(1, ge=1, description="GPUs one job requests")
-    job_cpu: float = Field(1, gt=0, description="CPU cores one job requests")
-    job_memory_gib: float = Field(2, gt=0, description="memory in GiB one job requests")
+    quota_memory_gib: float = Field(4, gt=0, description="memory nominal quota in GiB")
+    jobs: int = Field(3, ge=3, description="jobs (JobSets) the lab's benchmark submits")
+    workers: int = Field(3, ge=2, le=MAX_SHARED_CLIENTS, description="workers of one job, one shared GPU each")
+    worker_cpu: float = Field(0.25, gt=0, description="CPU cores one worker requests")
+    worker_memory_gib: float = Field(0.25, gt=0, description="memory in GiB one worker requests")
     # Above the time a GPU node takes from zero to allocatable GPUs (up to ~15 min, FACTS.md), or
     # Kueue would evict every first job while its node is still booting.
     pods_ready_timeout_min: int = Field(20, ge=5, le=120, description="waitForPodsReady timeout in minutes")
-    # Off: with it on, Kueue admits nothing else until the last admitted job's pods are Ready, which on
-    # a GPU pool at zero takes minutes, so waits would come from blockAdmission, not from the quota.
+    # On, Kueue admits nothing else until the last admitted job's pods are Ready (minutes on a GPU pool at
+    # zero); the g3 report attributes each wait to quota or to this, from the Workloads' conditions.
     block_admission: bool = Field(
-        False, description="waitForPodsReady.blockAdmission: admit one job at a time until its pods are Ready"
+        True, description="waitForPodsReady.blockAdmission: admit one job at a time until its pods are Ready"
     )
+
+    @property
+    def job_demand(self) -> dict[str, float]:
+        """What one whole job requests, per quota resource (each worker asks one shared GPU)."""
+        return {"gpus": self.workers, "cpu": self.workers * self.worker_cpu,
+                "memory_gib": self.workers * self.worker_memory_gib}  # fmt: skip
 
 
 class TrainingOperator(_Feature):
@@ -179,24 +187,34 @@ def _kueue_problems(q: Kueue, pool: PoolCapacity) -> list[str]:
         return []
     problems = []
     key = f"{PREFIX}:kueue"
-    need_two = {"gpus": 2 * q.job_gpus, "cpu": 2 * q.job_cpu, "memory_gib": 2 * q.job_memory_gib}
-    for resource, two in need_two.items():
+    per_worker = {"gpus": "1 GPU", "cpu": f"{key}.worker_cpu {q.worker_cpu:g}",
+                  "memory_gib": f"{key}.worker_memory_gib {q.worker_memory_gib:g}"}  # fmt: skip
+    for resource, one_job in q.job_demand.items():
         quota = getattr(q, f"quota_{resource}")
-        if quota < two:
+        if quota < 2 * one_job:
             problems.append(
-                f"{key}.quota_{resource} {quota:g} cannot admit two jobs of {key}.job_{resource} "
-                f"{getattr(q, f'job_{resource}'):g}: allowed >= {two:g}"
+                f"{key}.quota_{resource} {quota:g} cannot admit two jobs of {key}.workers {q.workers} x "
+                f"{per_worker[resource]}: allowed >= {2 * one_job:g}"
             )
-    all_jobs = q.jobs * q.job_gpus
-    if q.quota_gpus >= all_jobs:
+    w = q.workers
+    if q.quota_gpus >= 3 * w:
         problems.append(
-            f"{key}.quota_gpus {q.quota_gpus} admits all {q.jobs} jobs ({all_jobs} GPUs): the lab needs one to "
-            f"wait, allowed: {2 * q.job_gpus} to {all_jobs - 1}"
+            f"{key}.quota_gpus {q.quota_gpus} admits three jobs of {key}.workers {w} (one shared GPU each): the lab "
+            f"needs two admitted and the rest waiting, allowed: {2 * w} to {3 * w - 1}"
         )
-    if q.quota_gpus > pool.total:
+    admitted = min(q.quota_gpus // w, q.jobs) * w
+    if admitted > pool.total:
         problems.append(
-            f"{key}.quota_gpus {q.quota_gpus} is above what {pool.describe()}: admitted jobs would never "
-            f"schedule: raise {PREFIX}:gpu_max_nodes or enable {PREFIX}:gpu_sharing, or lower the quota"
+            f"{key}.quota_gpus {q.quota_gpus} admits {admitted // w} jobs of {w} workers ({admitted} shared GPUs), but "
+            f"{pool.describe()}: admitted jobs would not all schedule: raise {PREFIX}:gpu_sharing.replicas or "
+            f"{PREFIX}:gpu_max_nodes, or lower {key}.workers"
+        )
+    demand = q.jobs * w
+    if pool.total >= demand:
+        problems.append(
+            f"{PREFIX}:gpu_sharing.replicas and {PREFIX}:gpu_max_nodes: {pool.describe()}, enough for all {q.jobs} jobs of {key}.workers {w} ({demand}): without Kueue they "
+            f"would not contend and the lab's run without Kueue shows nothing; allowed at most {demand - 1}: lower "
+            f"{PREFIX}:gpu_sharing.replicas or {PREFIX}:gpu_max_nodes"
         )
     return problems
 

@@ -6,9 +6,9 @@ that span several keys (GPU demand against the pool, a model's context limit, Ar
 
 from __future__ import annotations
 
-from typing import Literal
+from typing import Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import BaseModel, ConfigDict, Field, model_validator
 
 from facts.catalogue import MODELS
 from stacks.platform_features import DNS_LABEL, PREFIX, PoolCapacity
@@ -19,8 +19,26 @@ Quantization = Literal["awq", "awq_marlin", "gptq", "gptq_marlin", "fp8", "bitsa
 # KServe's public example models (the canary sample of KServe v0.20.0 uses these two).
 SKLEARN_IRIS_V1 = "gs://kfserving-examples/models/sklearn/1.0/model"
 SKLEARN_IRIS_V2 = "gs://kfserving-examples/models/sklearn/1.0/model-2"
+# KServe's public TorchScript CIFAR-10 model for Triton (259 KB, no credentials): KServe v0.20.0's own
+# e2e test (test/e2e/predictor/test_triton.py) serves the repository with modelFormat triton. Chosen
+# over an ONNX model from g7's pipeline because g5 has no bucket and g7 writes a sklearn joblib. The
+# bucket holds this one Triton model, published twice: as a model repository, and as the bare model
+# folder that KServe's multi-model Triton sample loads (docs/samples/multimodelserving/triton). v1 and
+# v2 name those two copies: the weights are the same, so a canary between them shows the traffic split
+# and each revision's scaling, not a model change (point kserve.versions.v2 at your own repository).
+TRITON_CIFAR10_REPOSITORY = "gs://kfserving-examples/models/torchscript"
+TRITON_CIFAR10_FOLDER = "gs://kfserving-examples/models/torchscript/cifar10"
 # While Knative shifts traffic (a canary, or any rollout) the old and the new revision both run.
 LIVE_REVISIONS_IN_ROLLOUT = 2
+Runtime = Literal["sklearn", "triton"]
+# What each runtime serves unless the stack file says otherwise.
+_RUNTIME_DEFAULTS: dict[str, dict[str, object]] = {
+    "sklearn": {"name": "iris", "versions": {"v1": SKLEARN_IRIS_V1, "v2": SKLEARN_IRIS_V2}, "gpu": False,
+                "progress_deadline_min": 20, "request_timeout_s": 1200},
+    # A Triton revision from zero waits for a GPU node (up to ~15 min) and pulls a multi-GB image.
+    "triton": {"name": "cifar10", "versions": {"v1": TRITON_CIFAR10_REPOSITORY, "v2": TRITON_CIFAR10_FOLDER},
+               "gpu": True, "progress_deadline_min": 30, "request_timeout_s": 1800},
+}
 
 
 class _Feature(BaseModel):
@@ -35,32 +53,58 @@ class KServe(_Feature):
     one out to `canary_traffic_percent` of the requests while `serving` keeps the rest (KServe keeps
     the last fully rolled-out revision). A canary therefore needs a previous `up` that rolled out
     `serving`: first `pulumi up` with canary unset, then set canary and `up` again.
+
+    `runtime` picks the model server: KServe's sklearn server (CPU by default) or NVIDIA Triton on the
+    L4; the name, model versions, GPU and timeouts default to what suits each (`_RUNTIME_DEFAULTS`).
+    The autoscaler (Knative's KPA) keeps `scale_target` per replica of `scale_metric`.
     """
 
     namespace: str = Field("models", pattern=DNS_LABEL, description="namespace of the InferenceService")
     deploy_example: bool = Field(True, description="deploy the g5 InferenceService (g7's workflow deploys its own)")
-    name: str = Field("iris", pattern=DNS_LABEL, description="InferenceService name")
-    model_format: Literal["sklearn", "xgboost"] = "sklearn"
-    versions: dict[str, str] = Field(
-        default_factory=lambda: {"v1": SKLEARN_IRIS_V1, "v2": SKLEARN_IRIS_V2},
-        description="model version name -> storageUri",
+    runtime: Runtime = Field("sklearn", description="sklearn: KServe's sklearn/xgboost server; triton: NVIDIA Triton")
+    name: str = Field(pattern=DNS_LABEL, description="InferenceService name (iris; cifar10 with triton)")
+    model_format: Literal["sklearn", "xgboost"] = Field(
+        "sklearn", description="runtime sklearn only: the model format the KServe server loads"
     )
+    triton_model: str = Field(
+        "cifar10", pattern=DNS_LABEL, description="runtime triton only: the model's folder in the repository"
+    )
+    versions: dict[str, str] = Field(description="model version name -> storageUri")
     serving: str = Field("v1", description="the version that holds the traffic not sent to the canary")
     canary: str | None = Field(None, description="the version under test; None: no canary")
     canary_traffic_percent: int = Field(10, ge=0, le=100, description="share of requests the canary gets")
     min_replicas: int = Field(0, ge=0, description="0: scale to zero when idle")
-    max_replicas: int = Field(1, ge=1, le=8)
-    gpu: bool = Field(False, description="predictors request one GPU each (needs quota for two revisions)")
+    max_replicas: int = Field(1, ge=1, le=16)
+    scale_metric: Literal["concurrency", "rps"] = Field(
+        "rps", description="what Knative's autoscaler keeps per replica: in-flight requests or requests/s"
+    )
+    scale_target: int = Field(10, ge=1, le=1000, description="per replica, of scale_metric")
+    gpu: bool = Field(description="predictors request one GPU each (sklearn: false, triton: true)")
     domain: str = Field("example.com", description="Knative route domain; reached through the ClusterIP gateway")
     # Knative's defaults (10 min progress deadline, 5 min request timeout) expire before a GPU node
     # from zero is ready (up to ~15 min, kserve#1247/#1641).
-    progress_deadline_min: int = Field(20, ge=10, le=60, description="Knative config-deployment progress-deadline")
-    request_timeout_s: int = Field(1200, ge=300, le=3600, description="Knative revision timeout (cold start included)")
+    progress_deadline_min: int = Field(ge=10, le=60, description="Knative progress deadline (config and revision)")
+    request_timeout_s: int = Field(ge=300, le=3600, description="Knative revision timeout (cold start included)")
     scale_to_zero_grace_s: int = Field(60, ge=6, le=600, description="Knative scale-to-zero-grace-period")
+    scale_to_zero_retention_s: int = Field(
+        0, ge=0, le=3600, description="Knative scale-to-zero-pod-retention-period: the last pod stays this long"
+    )
+
+    @model_validator(mode="before")
+    @classmethod
+    def _runtime_defaults(cls, data: Any) -> Any:
+        if not isinstance(data, dict):
+            return data
+        runtime = data.get("runtime", "sklearn")
+        return {**_RUNTIME_DEFAULTS.get(runtime, _RUNTIME_DEFAULTS["sklearn"]), **data}
 
     def storage_uri(self) -> str:
         """The storageUri the InferenceService spec names: the canary's when one is set."""
         return self.versions[self.canary or self.serving]
+
+    def served_model(self) -> str:
+        """The name the model server serves under: Triton's model folder, else the InferenceService's."""
+        return self.triton_model if self.runtime == "triton" else self.name
 
 
 class Vllm(_Feature):
@@ -119,6 +163,13 @@ def _kserve_problems(ks: KServe) -> list[str]:
             )
     if ks.min_replicas > ks.max_replicas:
         problems.append(f"{PREFIX}:kserve.min_replicas ({ks.min_replicas}) is above max_replicas ({ks.max_replicas})")
+    # A key that the chosen runtime would ignore is a mistake, not a no-op.
+    other = {"sklearn": "triton_model", "triton": "model_format"}[ks.runtime]
+    if other in ks.model_fields_set:
+        problems.append(
+            f"{PREFIX}:kserve.{other} does not apply to kserve.runtime {ks.runtime} "
+            f"(model_format is for runtime sklearn, triton_model for runtime triton): remove it"
+        )
     return problems
 
 
@@ -139,14 +190,21 @@ def _gpu_problems(kserve: KServe, vllm: Vllm, pool: PoolCapacity) -> list[str]:
     if total <= capacity:
         return []
     parts = " + ".join(f"{k} {v}" for k, v in demand.items())
-    hints = "raise gke-ml-labs:gpu_max_nodes, enable gke-ml-labs:gpu_sharing (replicas >= 2)"
+    pool_text = (
+        f"{capacity} nvidia.com/gpu (gpu_max_nodes {pool.max_nodes} x {pool.gpus_per_node} GPU(s) per node x "
+        f"{pool.sharing_replicas} sharing replica(s))"
+    )
+    hints = "raise gke-ml-labs:gpu_max_nodes or gke-ml-labs:gpu_sharing.replicas (time-sharing counts each shared GPU)"
+    keys = f"{PREFIX}:vllm"
     if "kserve" in demand:
-        hints += ", or set gke-ml-labs:kserve.gpu: false (CPU predictors)"
+        keys = f"{PREFIX}:kserve.max_replicas" + (" / vllm" if "vllm" in demand else "")
+        room = (capacity - demand.get("vllm", 0)) // LIVE_REVISIONS_IN_ROLLOUT
+        fix = f"lower kserve.max_replicas to {room}, " if room >= 1 else ""
+        hints = f"{fix}{hints}" + (", or set kserve.gpu: false" if kserve.runtime == "sklearn" else "")
     return [
-        f"{PREFIX}:kserve.gpu / {PREFIX}:vllm: the serving GPU demand ({parts} = {total}, a KServe GPU "
-        f"predictor counting {LIVE_REVISIONS_IN_ROLLOUT} x max_replicas as two revisions run during a canary or "
-        f"rollout) exceeds what the pool can hold: {capacity} nvidia.com/gpu (gpu_max_nodes {pool.max_nodes} x "
-        f"{pool.gpus_per_node} GPU(s) per node x sharing replicas), so {hints}"
+        f"{keys}: the serving GPU demand ({parts} = {total}, counting a GPU predictor as {LIVE_REVISIONS_IN_ROLLOUT} "
+        f"revisions x max_replicas {kserve.max_replicas} x 1 GPU since two revisions run during a canary or rollout) "
+        f"exceeds what the pool can hold: {pool_text}, so {hints}"
     ]
 
 

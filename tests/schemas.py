@@ -1,12 +1,13 @@
 """Checks of what we send to a cluster against the upstream schemas of the pinned versions.
 
 Tests import this module (`import schemas`) to assert that:
-- a custom resource validates against its CRD in ../shared/upstream (`validate_custom_resource`),
+- a custom resource validates against its CRD of the pinned version (`validate_custom_resource`),
 - a core Kubernetes object validates against the Kubernetes OpenAPI schema (`validate_core`),
 - either of the two, chosen by API group (`validate_object`),
 - every Helm value we set exists in the chart's default values.yaml (`assert_helm_values_exist`).
 
-Every failure is an AssertionError whose message names each offending path.
+Every failure is an AssertionError whose message names each offending path. The upstream files
+(CRDs, chart defaults) are those of tests/upstream.lock.tsv, reached through `upstream.path`.
 """
 
 from __future__ import annotations
@@ -23,7 +24,7 @@ import jsonschema
 import kubernetes_validate
 import yaml
 
-UPSTREAM = Path(__file__).resolve().parents[1] / ".." / "shared" / "upstream"
+import upstream
 
 # The newest minor that GKE's Regular channel offers (available 1.34 to 1.36, default 1.35.7 for
 # new clusters, per the GKE release notes' "Current versions" table read 2026-11); kubernetes-validate
@@ -66,7 +67,7 @@ FREE_FORM_VALUE_KEYS = frozenset(
 
 
 def validate_custom_resource(obj: dict) -> None:
-    """Validate `obj` against the CRD of its group and kind, at its version, in ../shared/upstream."""
+    """Validate `obj` against the CRD of its group and kind, at its version, from the upstream lock."""
     group, version = _split_api_version(obj)
     kind = obj.get("kind")
     path = _crd_index().get((group, kind))
@@ -75,13 +76,13 @@ def validate_custom_resource(obj: dict) -> None:
         available = same_group or sorted(f"{k} ({g})" for g, k in _crd_index())
         where = f"in group {group!r}" if same_group else "in any group"
         raise AssertionError(
-            f"no CRD for kind {kind!r} in group {group!r} under {UPSTREAM.resolve()}; "
+            f"no CRD for kind {kind!r} in group {group!r} in tests/upstream.lock.tsv; "
             f"kinds available {where}: {', '.join(available)}"
         )
     served = _served_versions(path)
     if version not in served:
         raise AssertionError(
-            f"{kind} {group}/{version} is not served by {path.relative_to(UPSTREAM)}; "
+            f"{kind} {group}/{version} is not served by {path}; "
             f"served versions: {', '.join(sorted(served))}"
         )
     errors = sorted(_crd_validator(path, version).iter_errors(obj), key=lambda e: e.json_path)
@@ -92,7 +93,7 @@ def validate_custom_resource(obj: dict) -> None:
         if problem:
             lines.append(f"  {problem}")
     if lines:
-        raise AssertionError(f"{_describe(obj)} does not match {path.relative_to(UPSTREAM)}:\n" + "\n".join(lines))
+        raise AssertionError(f"{_describe(obj)} does not match {path}:\n" + "\n".join(lines))
 
 
 def _split_api_version(obj: dict) -> tuple[str, str]:
@@ -120,28 +121,29 @@ def _explain(error: jsonschema.ValidationError) -> str:
     return f"unknown field(s) {', '.join(hints)}; allowed here: {', '.join(sorted(allowed)) or 'none'}"
 
 
-# Kinds whose only CRD in upstream/ is a minimal one (spec open), checked with a full schema that
-# differs only in scope and names: upstream/README.md says so for argo's ClusterWorkflowTemplate.
+# Kinds whose only locked CRD is a minimal one (spec open), checked with a full schema that
+# differs only in scope and names (argo's ClusterWorkflowTemplate: the full CRD of the chart differs from
+# the WorkflowTemplate one in its names, scope and descriptions only).
 _STAND_INS = {("argoproj.io", "ClusterWorkflowTemplate"): ("argoproj.io", "WorkflowTemplate")}
 
 
 @functools.cache
-def _crd_index() -> dict[tuple[str, str], Path]:
-    """(group, kind) -> the CRD file, read from the head of each file under UPSTREAM."""
-    index: dict[tuple[str, str], Path] = {}
-    for path in sorted(UPSTREAM.glob("**/crds/**/*.yaml")):
-        identity = _crd_identity(path)
+def _crd_index() -> dict[tuple[str, str], str]:
+    """(group, kind) -> the locked CRD file (its local path), read from the head of each CRD file."""
+    index: dict[tuple[str, str], str] = {}
+    for path in (p for p in upstream.locked_paths() if "/crds/" in p and p.endswith(".yaml")):
+        identity = _crd_identity(upstream.path(path))
         if identity is None:
             continue
         known = index.get(identity)
         # argo-workflows ships a minimal and a full CRD set; its chart installs the full one by
         # default (crds.full: true), so the full schema wins where both exist.
-        if known is None or "minimal" in known.parts:
+        if known is None or "/minimal/" in known:
             index[identity] = path
-        elif "minimal" not in path.parts:
+        elif "/minimal/" not in path:
             raise AssertionError(f"{identity} is defined twice: {known} and {path}")
     for identity, stand_in in _STAND_INS.items():
-        if identity in index and "minimal" in index[identity].parts and stand_in in index:
+        if identity in index and "/minimal/" in index[identity] and stand_in in index:
             index[identity] = index[stand_in]
     return index
 
@@ -150,7 +152,7 @@ def _crd_identity(path: Path) -> tuple[str, str] | None:
     """spec.group and spec.names.kind of the CRD in `path`, or None if it holds no CRD.
 
     Reads YAML events only up to those two fields (they precede the schema), so indexing does not
-    parse megabytes of schema. upstream/ keeps one CRD per file.
+    parse megabytes of schema. Each locked CRD file holds one CRD.
     """
     wanted = {("kind",): None, ("spec", "group"): None, ("spec", "names", "kind"): None}
     for key_path, value in _scalars(path):
@@ -191,13 +193,13 @@ def _scalars(path: Path) -> Iterator[tuple[tuple[str, ...], str]]:
 
 
 @functools.cache
-def _crd(path: Path) -> dict:
+def _crd(path: str) -> dict:
     """The parsed CRD: each file is read once per test session."""
-    with path.open() as stream:
+    with upstream.path(path).open() as stream:
         return next(d for d in yaml.load_all(stream, Loader=yaml.CSafeLoader) if d)
 
 
-def _served_versions(path: Path) -> set[str]:
+def _served_versions(path: str) -> set[str]:
     return {v["name"] for v in _crd(path)["spec"]["versions"] if v.get("served")}
 
 
@@ -226,7 +228,7 @@ _CrdValidator = jsonschema.validators.extend(
 
 
 @functools.cache
-def _crd_validator(path: Path, version: str) -> jsonschema.protocols.Validator:
+def _crd_validator(path: str, version: str) -> jsonschema.protocols.Validator:
     entry = next(v for v in _crd(path)["spec"]["versions"] if v["name"] == version)
     schema = copy.deepcopy(entry.get("schema", {}).get("openAPIV3Schema", {}))
     return _CrdValidator(_structural(schema, resource=True))
@@ -346,7 +348,7 @@ class _FreeForm:
 def assert_helm_values_exist(values: dict, chart_dir: str, commented_keys: Iterable[str] = ()) -> None:
     """Assert that every key path in `values` exists in the chart's default values.yaml.
 
-    `chart_dir` is relative to ../shared/upstream, e.g. "kueue/v0.19.2" or
+    `chart_dir` is a locked folder, e.g. "kueue/v0.19.2" or
     "kserve/v0.20.0/charts/kserve-resources". `commented_keys` names dotted paths that the chart
     documents only as a commented-out example in values.yaml (e.g. dcgm-exporter's
     "customMetrics"); each must really appear there in a comment.
@@ -367,29 +369,34 @@ def assert_helm_values_exist(values: dict, chart_dir: str, commented_keys: Itera
         )
 
 
+def chart_defaults(chart_dir: str) -> dict:
+    """A chart's default values (e.g. to read which image or runtime a pinned chart installs)."""
+    return copy.deepcopy(_chart_defaults(chart_dir))
+
+
 @functools.cache
 def _chart_defaults(chart_dir: str) -> dict:
     """The chart's defaults, with subcharts grafted in under their name or alias."""
-    root = UPSTREAM / chart_dir
-    if not (root / "values.yaml").is_file():
-        charts = sorted(str(p.parent.relative_to(UPSTREAM)) for p in UPSTREAM.glob("**/values.yaml"))
-        raise AssertionError(f"no values.yaml at {root}; charts available: {', '.join(charts)}")
-    defaults = _load_yaml(root / "values.yaml") or {}
-    chart = _load_yaml(root / "Chart.yaml") or {}
+    locked = upstream.locked_paths()
+    if f"{chart_dir}/values.yaml" not in locked:
+        charts = sorted(p.removesuffix("/values.yaml") for p in locked if p.endswith("/values.yaml"))
+        raise AssertionError(f"no values.yaml of {chart_dir} in tests/upstream.lock.tsv; charts available: {', '.join(charts)}")
+    defaults = _load_yaml(f"{chart_dir}/values.yaml") or {}
+    chart = _load_yaml(f"{chart_dir}/Chart.yaml") or {}
     for dependency in chart.get("dependencies") or []:
         key = dependency.get("alias") or dependency["name"]
-        sub_values = root / "charts" / dependency["name"] / "values.yaml"
-        if sub_values.is_file():
+        sub_values = f"{chart_dir}/charts/{dependency['name']}/values.yaml"
+        if sub_values in locked:
             defaults[key] = _merged(_load_yaml(sub_values) or {}, defaults.get(key) or {})
         else:
-            # A subchart whose values.yaml upstream/ does not hold (e.g. kube-prometheus-stack's
+            # A subchart whose values.yaml the lock does not hold (e.g. kube-prometheus-stack's
             # grafana, kube-state-metrics, prometheus-node-exporter): anything below it is accepted.
-            defaults[key] = _FreeForm(f"subchart {dependency['name']} (values not in upstream/)")
+            defaults[key] = _FreeForm(f"subchart {dependency['name']} (values not locked)")
     return defaults
 
 
-def _load_yaml(path: Path) -> Any:
-    with path.open() as stream:
+def _load_yaml(path: str) -> Any:
+    with upstream.path(path).open() as stream:
         return yaml.load(stream, Loader=yaml.CSafeLoader)
 
 
@@ -436,7 +443,7 @@ def _all_paths(defaults: Any, path: tuple[str, ...]) -> list[str]:
 
 
 def _check_commented(commented: set[str], chart_dir: str) -> None:
-    text = (UPSTREAM / chart_dir / "values.yaml").read_text()
+    text = upstream.path(f"{chart_dir}/values.yaml").read_text()
     for dotted in sorted(commented):
         leaf = re.escape(dotted.rsplit(".", 1)[-1])
         if not re.search(rf"^\s*#\s*{leaf}\s*:", text, re.MULTILINE):

@@ -117,8 +117,10 @@ CASES: dict[type, Callable[[], pulumi.ComponentResource]] = {
     KServe: lambda: KServe(
         "kserve",
         KServeArgs(stack_id=OWNER, domain="lab.test", placement=PLACEMENT,
-                   example=InferenceServiceArgs(namespace="models", name="m", model_format="xgboost",
-                                                storage_uri="gs://b/m2", min_replicas=0, max_replicas=2, gpu=True,
+                   example=InferenceServiceArgs(namespace="models", name="m", runtime="triton", model_format="xgboost",
+                                                served_model="net", storage_uri="gs://b/m2", min_replicas=0,
+                                                max_replicas=2, scale_metric="concurrency", scale_target=7,
+                                                progress_deadline_min=33, scale_to_zero_retention_s=45, gpu=True,
                                                 canary_traffic_percent=20)),
     ),
     VllmServer: lambda: VllmServer(
@@ -239,13 +241,18 @@ def test_vllm_alone_runs_the_flags_of_its_args_with_the_token_from_a_secret():
     assert not _objects(run, "ServiceMonitor"), "no Prometheus was given"
 
 
-def test_kserve_alone_deploys_the_example_canary_on_the_gpu_pool():
+def test_kserve_alone_deploys_the_triton_canary_on_the_gpu_pool():
     run, _ = built_alone(KServe)
     (isvc,) = _objects(run, "InferenceService")
     predictor = isvc["spec"]["predictor"]
     assert predictor["canaryTrafficPercent"] == 20 and predictor["maxReplicas"] == 2
-    assert predictor["model"]["storageUri"] == "gs://b/m2" and predictor["model"]["modelFormat"] == {"name": "xgboost"}
+    assert (predictor["scaleMetric"], predictor["scaleTarget"]) == ("concurrency", 7)
+    model = predictor["model"]
+    assert model["storageUri"] == "gs://b/m2" and model["runtime"] == "kserve-tritonserver"
+    assert model["modelFormat"] == {"name": "triton", "version": "2"}, "runtime triton ignores model_format"
     assert predictor["nodeSelector"] == PLACEMENT.node_selector
+    assert isvc["metadata"]["annotations"]["serving.knative.dev/progress-deadline"] == "33m"
+    assert isvc["metadata"]["annotations"]["autoscaling.knative.dev/scale-to-zero-pod-retention-period"] == "45s"
     controller = run.one("kubernetes:helm.sh/v3:Release", "kserve-resources").inputs
     assert controller["values"]["kserve"]["controller"]["gateway"]["domain"] == "lab.test"
 

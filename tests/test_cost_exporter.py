@@ -4,14 +4,12 @@ pods, the gauges it publishes (the ones its dashboard reads), and what it deploy
 from __future__ import annotations
 
 import json
-import shutil
-import subprocess
 
 import pytest
-import yaml
 from prometheus_client import CollectorRegistry, generate_latest
 
 import schemas
+from promql import syntax_errors
 from components import cost_exporter as component
 from components.dashboards.cost import COST_METRICS, cost_dashboard
 from components.scripts import cost_exporter as exporter
@@ -118,17 +116,10 @@ def test_published_gauges_are_what_the_dashboard_reads():
     assert "vllm-0" not in generate_latest(registry).decode(), "a gone pod must not keep its last value"
 
 
-def test_dashboard_queries_parse_with_promtool(tmp_path):
-    promtool = shutil.which("promtool") or "/usr/bin/promtool"
-    if not shutil.which(promtool):
-        pytest.skip("promtool (Debian package prometheus) not installed")
+def test_dashboard_queries_parse():
     exprs = [t["expr"] for p in cost_dashboard()["panels"] for t in p.get("targets", [])]
     concrete = [e.replace("$__range_s", "3600").replace("$__range", "1h").replace("$namespace", ".*").replace("$node", ".*") for e in exprs]
-    rules = {"groups": [{"name": "cost", "rules": [{"record": f"cost:q{i}", "expr": e} for i, e in enumerate(concrete)]}]}
-    path = tmp_path / "rules.yaml"
-    path.write_text(yaml.safe_dump(rules))
-    result = subprocess.run([promtool, "check", "rules", str(path)], capture_output=True, text=True)
-    assert result.returncode == 0, result.stdout + result.stderr
+    assert concrete and syntax_errors(concrete) == []
 
 
 # --- what gets deployed ---

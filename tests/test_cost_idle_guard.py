@@ -61,13 +61,15 @@ def workload(kind: str, name: str, ns: str = "serving", *, gpus: int = 1, labels
     return {"apiVersion": api, "kind": kind, "metadata": meta, "spec": spec, "status": status}
 
 
-def pod(owner_kind: str, owner_name: str, minutes_ago: float, ns: str = "serving", phase: str = "Running") -> dict:
+def pod(owner_kind: str, owner_name: str, minutes_ago: float, ns: str = "serving", phase: str = "Running",
+        replica: int = 0) -> dict:
     labels = {"app": owner_name}
     if owner_kind == "Deployment":
         labels["pod-template-hash"] = "7d9c5b6f8"
-        ref_kind, ref_name, name = "ReplicaSet", f"{owner_name}-7d9c5b6f8", f"{owner_name}-7d9c5b6f8-x2k4p"
+        ref_kind, ref_name = "ReplicaSet", f"{owner_name}-7d9c5b6f8"
+        name = f"{ref_name}-{('x2k4p', 'm8q9z', 'b7v3n')[replica]}"
     else:
-        ref_kind, ref_name, name = owner_kind, owner_name, f"{owner_name}-0"
+        ref_kind, ref_name, name = owner_kind, owner_name, f"{owner_name}-{replica}"
     return {
         "apiVersion": "v1", "kind": "Pod",
         "metadata": {"name": name, "namespace": ns, "labels": labels, "creationTimestamp": ts(minutes_ago),
@@ -99,6 +101,18 @@ def test_age_is_that_of_the_oldest_live_pod_not_of_the_workload():
     assert select([deploy], [pod("Deployment", "vllm", 30)]) == []
     assert select([deploy], [pod("Deployment", "vllm", 300, phase="Failed"), pod("Deployment", "vllm", 30)]) == []
     assert select([deploy], [pod("Deployment", "vllm", 181)])
+
+
+def test_age_is_that_of_the_oldest_of_several_live_pods():
+    # Two replicas: one up for 240 min, one added 30 min ago. The GPU has been held for 240 min.
+    deploy = workload("Deployment", "vllm", replicas=2)
+    pods = [pod("Deployment", "vllm", 30, replica=0), pod("Deployment", "vllm", 240, replica=1)]
+    (action,) = select([deploy], pods)
+    assert action.age_minutes == pytest.approx(240)
+    assert "its oldest pod has run 240 min" in action.log_line(dry_run=False)
+    sts = workload("StatefulSet", "notebook", "lab", replicas=2)
+    young = [pod("StatefulSet", "notebook", 100, "lab", replica=0), pod("StatefulSet", "notebook", 20, "lab", replica=1)]
+    assert select([sts], young) == [], "neither pod is past the 180 min TTL"
 
 
 def test_jobs_are_deleted_and_statefulsets_scaled():

@@ -4,10 +4,13 @@ from __future__ import annotations
 
 import json
 import re
+import subprocess
+import sys
 
 import pytest
 import yaml
 from conftest import STACKS
+from kube_fixtures import G2_L4 as PUBLISHED_G2_L4
 
 from components import argo, checkpoints
 from components.naming import resource_name
@@ -15,6 +18,7 @@ from stacks.context import stack_id
 from stacks.loader import ConfigError, parse
 from stacks.mockrun import run_stack
 from stacks.plan import main as plan_main
+from stacks.stackfile import REPO
 
 CONTRACT = {
     "lab", "project", "region", "zones", "cluster_name", "kubeconfig", "gpu_pool", "namespaces",
@@ -145,6 +149,21 @@ def test_kubernetes_provider_authenticates_through_the_gke_plugin(stack_runs):
     assert provider.inputs["deleteUnreachable"] in (True, "true")
 
 
+@pytest.mark.parametrize("machine, l4s", PUBLISHED_G2_L4.items())
+def test_every_g2_machine_type_asks_for_its_published_l4_count(machine, l4s):
+    run = run_stack("dev", overrides={"gke-ml-labs:gpu_machine_type": machine})
+    accel = run.one(NODE_POOL, "gpu-pool").inputs["nodeConfig"]["guestAccelerators"][0]
+    assert (accel["type"], accel["count"]) == ("nvidia-l4", l4s)
+    assert run.outputs["gpu_pool"]["machine_type"] == machine
+
+
+def test_only_g2_machine_types_are_accepted():
+    for machine in ("g2-standard-2", "g2-standard-64", "a2-highgpu-1g"):
+        with pytest.raises(ConfigError, match=f"'{machine}' does not carry an L4; allowed: "
+                                             + ", ".join(PUBLISHED_G2_L4)):
+            parse({"lab": "dev", "gpu_machine_type": machine}, stack="dev", project="p", region=None)
+
+
 def test_preview_leaves_cloud_computed_outputs_unknown(stack_runs):
     run = stack_runs[("dev", True)]
     assert "kubeconfig" in run.unknown_outputs
@@ -212,6 +231,48 @@ def test_offline_plan_prints_the_pool_and_writes_kubernetes_yaml(tmp_path, capsy
 def test_offline_plan_reports_bad_config_without_a_traceback(capsys):
     assert plan_main(["nope"]) == 2
     assert "no stack file Pulumi.nope.yaml" in capsys.readouterr().err
+
+
+def _plan(*args: str) -> subprocess.CompletedProcess:
+    # As a user runs it; every ResourceWarning shown, so an event loop left unclosed (whose collection
+    # at exit printed a `BaseEventLoop.__del__` traceback in about one run in ten) shows every time.
+    return subprocess.run(
+        [sys.executable, "-W", "always::ResourceWarning", "-m", "stacks.plan", *args],
+        cwd=REPO, capture_output=True, text=True, timeout=120,
+    )
+
+
+def test_offline_plan_leaves_no_event_loop_open():
+    done = _plan("g2")
+    assert done.returncode == 0 and "resources for stack g2" in done.stdout
+    assert done.stderr == ""
+
+
+@pytest.mark.parametrize("target", ["file", "under-a-file"])
+def test_a_k8s_out_that_cannot_be_a_folder_fails_in_one_line_before_any_work(tmp_path, target, capsys):
+    a_file = tmp_path / "plan.yaml"
+    a_file.write_text("mine\n")
+    out = a_file if target == "file" else a_file / "g3"
+    assert plan_main(["g3", "--k8s-out", str(out)]) == 2
+    captured = capsys.readouterr()
+    assert captured.out == ""  # no plan was made
+    (line,) = captured.err.splitlines()
+    assert line.startswith(f"--k8s-out {out}: ")
+    assert ("is a file, not a folder" if target == "file" else "cannot create the folder: Not a directory") in line
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["plan.yaml"] and a_file.read_text() == "mine\n"
+
+
+def test_k8s_out_is_not_created_for_a_stack_that_does_not_exist(tmp_path, capsys):
+    assert plan_main(["nope", "--k8s-out", str(tmp_path / "out")]) == 2
+    assert not (tmp_path / "out").exists()
+
+
+def test_offline_plan_names_the_missing_price_in_one_line():
+    from stacks.plan import cost_section
+
+    assert cost_section(parse({"lab": "dev"}, stack="dev", project="p", region="us-east4")).startswith("### Cost estimate")
+    line = cost_section(parse({"lab": "dev"}, stack="dev", project="p", region="europe-west9"))
+    assert line.startswith("No cost estimate: no prices for region 'europe-west9' (") and "\n" not in line
 
 
 @pytest.mark.parametrize("stack", STACKS)

@@ -93,4 +93,4 @@ def test_markdown_table_escapes_and_marks_missing_values():
 def test_unknown_lab_lists_the_labs(capsys):
     assert benchmarks_main(["g9"]) == 2
     err = capsys.readouterr().err
-    assert "unknown lab 'g9'" in err and "labs: g6" in err
+    assert "unknown lab 'g9'" in err and "labs: g1, g2, g3, g4, g5, g6, g7, g8" in err

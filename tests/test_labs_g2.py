@@ -74,3 +74,16 @@ def test_a_stack_without_sharing_is_refused():
     outputs["benchmark"]["gpu_sharing"]["allocatable_gpus_per_node"] = 1
     with pytest.raises(LabError, match="nothing is shared"):
         g2.check_outputs(outputs)
+
+
+def test_pod_count_axis_has_whole_pods_only(tmp_path, monkeypatch):
+    from benchmarks.labs import plotting
+
+    figures = []
+    monkeypatch.setattr(plotting.plt, "close", figures.append)
+    assert g2.plots(g2.measure(load_recording(recording_path("g2"))), tmp_path) == ["latency_vs_pods.png"]
+    (fig,) = figures
+    ax = fig.axes[0]
+    lo, hi = ax.get_xlim()
+    ticks = [t for t in ax.get_xticks() if lo <= t <= hi]
+    assert ticks and all(float(t).is_integer() for t in ticks), ticks

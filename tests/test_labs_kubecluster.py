@@ -6,6 +6,8 @@ from __future__ import annotations
 
 import json
 import os
+import subprocess
+import sys
 import threading
 import time
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
@@ -14,9 +16,12 @@ from urllib.parse import parse_qs, urlsplit
 import pytest
 
 from benchmarks.cluster import ClusterError, KubeCluster
+from stacks.stackfile import REPO
 
 CORE = {"kind": "APIResourceList", "groupVersion": "v1", "resources": [
-    {"name": "pods", "singularName": "pod", "namespaced": True, "kind": "Pod", "verbs": ["create", "delete", "deletecollection", "get", "list"]},
+    {"name": "pods", "singularName": "pod", "namespaced": True, "kind": "Pod", "verbs": ["create", "delete", "deletecollection", "get", "list", "patch"]},
+    # As the API server lists it: no deletecollection for namespaces.
+    {"name": "namespaces", "singularName": "namespace", "namespaced": False, "kind": "Namespace", "verbs": ["create", "delete", "get", "list", "patch", "update", "watch"]},
     {"name": "pods/log", "singularName": "", "namespaced": True, "kind": "Pod", "verbs": ["get"]},
     {"name": "configmaps", "singularName": "configmap", "namespaced": True, "kind": "ConfigMap", "verbs": ["create", "deletecollection", "list"]},
     {"name": "nodes", "singularName": "node", "namespaced": False, "kind": "Node", "verbs": ["get", "list"]},
@@ -28,6 +33,7 @@ BATCH = {"kind": "APIResourceList", "groupVersion": "batch/v1", "resources": [
 class _Api(BaseHTTPRequestHandler):
     calls: list[tuple[str, str, dict, object]] = []
     auth: list[str | None] = []
+    content_types: list[str | None] = []
 
     def _send(self, code: int, body: object, ctype: str = "application/json") -> None:
         data = body.encode() if isinstance(body, str) else json.dumps(body).encode()
@@ -44,6 +50,7 @@ class _Api(BaseHTTPRequestHandler):
         body = json.loads(self.rfile.read(length)) if length else None
         _Api.calls.append((method, url.path, query, body))
         _Api.auth.append(self.headers.get("Authorization"))
+        _Api.content_types.append(self.headers.get("Content-Type"))
         p = url.path
         if p == "/version":
             return self._send(200, {"major": "1", "minor": "35", "gitVersion": "v1.35.7-gke.1219000"})
@@ -66,8 +73,15 @@ class _Api(BaseHTTPRequestHandler):
         if "/services/down:" in p:  # the proxy's answer when no pod backs the Service
             return self._send(503, {"kind": "Status", "apiVersion": "v1", "status": "Failure", "reason": "ServiceUnavailable",
                                     "message": "no endpoints available for service \"down\"", "code": 503})
+        if "/pods/gone:" in p:  # the pod proxy's answer for a pod that no longer exists
+            return self._send(404, {"kind": "Status", "apiVersion": "v1", "status": "Failure", "reason": "NotFound",
+                                    "message": "pods \"gone\" not found", "code": 404})
+        if "/pods/" in p and "/proxy/" in p:
+            return self._send(200, 'nv_inference_request_success{model="cifar10",version="1"} 23\n', "text/plain")
         if "/proxy/" in p:
             return self._send(200, {"status": "success", "data": {"resultType": "vector", "result": []}})
+        if method == "PATCH":
+            return self._send(200, {"apiVersion": "v1", "kind": "Pod", "metadata": {"name": p.rsplit("/", 1)[1]}})
         if method == "POST":
             if body["metadata"]["name"] == "exists":
                 return self._send(409, {"kind": "Status", "apiVersion": "v1", "status": "Failure", "reason": "AlreadyExists",
@@ -93,6 +107,9 @@ class _Api(BaseHTTPRequestHandler):
 
     def do_DELETE(self):
         self._route("DELETE")
+
+    def do_PATCH(self):
+        self._route("PATCH")
 
     def log_message(self, *args):
         pass
@@ -137,6 +154,20 @@ def test_create_list_delete_logs_proxy_on_the_wire(cluster):
     assert ("GET", "/api/v1/namespaces/monitoring/services/kps-prometheus:9090/proxy/api/v1/query", {"query": "up == 1"}) in calls
     delete_body = next(b for m, p, _, b in _Api.calls if m == "DELETE")
     assert delete_body["propagationPolicy"] == "Background"
+
+
+def test_a_merge_patch_and_a_kind_without_collection_delete_on_the_wire(cluster):
+    _Api.calls.clear()
+    _Api.content_types.clear()
+    cluster.patch("v1", "Pod", "ns", "p1", {"spec": {"schedulingGates": None}})
+    method, path, _, body = _Api.calls[-1]
+    assert (method, path, body) == ("PATCH", "/api/v1/namespaces/ns/pods/p1", {"spec": {"schedulingGates": None}})
+    assert _Api.content_types[-1] == "application/merge-patch+json"  # null deletes the field (RFC 7386)
+    _Api.calls.clear()
+    cluster.delete_labelled("v1", "Namespace", None, "run=r1")
+    calls = [(m, p, q) for m, p, q, _ in _Api.calls if p.startswith("/api/v1/namespaces")]
+    # The list answers one object (p1): it is deleted by name, never as a collection.
+    assert calls == [("GET", "/api/v1/namespaces", {"labelSelector": "run=r1"}), ("DELETE", "/api/v1/namespaces/p1", {})]
 
 
 def test_errors_name_the_object_and_the_kind(cluster):
@@ -198,3 +229,71 @@ def test_the_stacks_kubeconfig_authenticates_through_the_exec_plugin(server, tmp
     _Api.auth.clear()
     cluster.list("v1", "Pod", "ns", "run=r1")
     assert _Api.auth == ["Bearer ya29.plugin"]
+
+
+def test_the_pod_proxy_reaches_one_pod_and_reports_a_missing_one(cluster):
+    _Api.calls.clear()
+    text = cluster.pod_get("models", "cifar10-predictor-00001-deployment-abc", 8002, "/metrics")
+    assert text == 'nv_inference_request_success{model="cifar10",version="1"} 23\n'
+    assert ("GET", "/api/v1/namespaces/models/pods/cifar10-predictor-00001-deployment-abc:8002/proxy/metrics", {}) in [
+        (m, p, q) for m, p, q, _ in _Api.calls
+    ]
+    with pytest.raises(ClusterError, match=r"GET /metrics on pod models/gone:8002 answered HTTP 404: .*not found"):
+        cluster.pod_get("models", "gone", 8002, "/metrics")
+
+
+# What gke-gcloud-auth-plugin prints when gcloud has no active account (its log line wraps gcloud's).
+NO_ACCOUNT_STDERR = """\
+E1201 09:14:07.123456   40512 cred.go:145] print credential failed with error: Failed to retrieve access token:: failure while executing gcloud, with args [config config-helper --format=json]: exit status 1 (err: ERROR: (gcloud.config.config-helper) You do not currently have an active account selected.
+Please run:
+
+  $ gcloud auth login
+
+to obtain new credentials.
+
+If you have already logged in with a different account, run:
+
+  $ gcloud config set account ACCOUNT
+
+to select an already authenticated account to use.
+)
+"""
+
+
+@pytest.fixture
+def plugin_without_account(tmp_path, monkeypatch):
+    (tmp_path / "stderr.txt").write_text(NO_ACCOUNT_STDERR)
+    plugin = tmp_path / "gke-gcloud-auth-plugin"
+    plugin.write_text(f"#!/bin/sh\ncat {tmp_path / 'stderr.txt'} >&2\nexit 1\n")
+    plugin.chmod(0o755)
+    monkeypatch.setenv("PATH", f"{tmp_path}:{os.environ['PATH']}")
+    return plugin
+
+
+def test_an_auth_plugin_without_an_account_is_one_line_and_nothing_else(plugin_without_account, server, capfd):
+    from components.cluster import kubeconfig
+
+    text = kubeconfig("proj", "us-central1-a", "gml-g1", f"127.0.0.1:{server.server_port}", "TU9DSy1DQQ==")
+    with pytest.raises(ClusterError) as e:
+        KubeCluster.from_kubeconfig(text.replace("https://", "http://"))
+    message = str(e.value)
+    assert "\n" not in message
+    assert message.startswith("gke-gcloud-auth-plugin could not get a token (exit 1): ERROR: (gcloud.config.config-helper) "
+                              "You do not currently have an active account selected.")
+    assert "`gcloud auth login`" in message
+    assert capfd.readouterr() == ("", ""), "no library logging, no plugin output on the terminal"
+
+
+def test_the_lab_command_prints_that_one_line(plugin_without_account, server, tmp_path):
+    from components.cluster import kubeconfig
+    from labs_fakes import fixture_outputs
+
+    outputs = fixture_outputs("g1")
+    outputs["kubeconfig"] = kubeconfig("proj", "us-central1-a", "gml-g1", f"127.0.0.1:{server.server_port}", "TU9DSy1DQQ==")
+    saved = tmp_path / "outputs.json"
+    saved.write_text(json.dumps(outputs))
+    done = subprocess.run([sys.executable, "-m", "benchmarks", "g1", "--outputs", str(saved), "--out", str(tmp_path / "r")],
+                          cwd=REPO, capture_output=True, text=True, timeout=120)
+    assert done.returncode == 2 and done.stdout == ""
+    (line,) = done.stderr.splitlines()
+    assert line.startswith("g1: gke-gcloud-auth-plugin could not get a token (exit 1): ERROR: (gcloud.config.config-helper)")

@@ -5,6 +5,9 @@ from __future__ import annotations
 
 import importlib
 import json
+import re
+import subprocess
+import sys
 from pathlib import Path
 
 import pytest
@@ -15,21 +18,23 @@ from benchmarks.labs import examples
 from benchmarks.labs.record import load_recording
 from benchmarks.labs.report import render_report, write_results
 from benchmarks.labs.result import SCHEMA_VERSION
+from stacks.stackfile import REPO
 
 LABS = examples.LABS
+EXAMPLES = examples.available()
 REPO = Path(__file__).resolve().parents[1]
 
 
 def test_every_lab_has_a_fixture_and_is_on_the_command_line():
     from benchmarks.__main__ import LABS as CLI_LABS
 
-    assert examples.available() == list(LABS)
+    assert examples.available() == [*LABS, *examples.VARIANTS]
     assert all(CLI_LABS[lab] == f"benchmarks.labs.{lab}" for lab in LABS)
 
 
-@pytest.mark.parametrize("lab", LABS)
+@pytest.mark.parametrize("lab", EXAMPLES)
 def test_result_round_trip_report_and_plots(lab, tmp_path):
-    module = importlib.import_module(f"benchmarks.labs.{lab}")
+    module = importlib.import_module(f"benchmarks.labs.{examples.lab_of(lab)}")
     rec = load_recording(recording_path(lab))
     result = module.measure(rec, source="fixture")
     folder = write_results(tmp_path / lab, rec, result, module)
@@ -56,7 +61,9 @@ def _without_cost(folder: Path) -> tuple[dict, str]:
     return result, report
 
 
-@pytest.mark.parametrize("lab", LABS)
+# A snapshot, not a check of correctness: the figures themselves are checked against values read off
+# each fixture by hand in tests/test_labs_<lab>.py.
+@pytest.mark.parametrize("lab", EXAMPLES)
 def test_checked_in_example_matches_its_fixture(lab, tmp_path):
     fresh = examples.render_example(lab, tmp_path)
     assert _without_cost(fresh) == _without_cost(REPO / "examples" / lab), (
@@ -98,7 +105,9 @@ def test_every_in_cluster_script_compiles():
     from benchmarks.labs.objects import SCRIPTS
 
     scripts = sorted(SCRIPTS.glob("*.py"))
-    assert {p.name for p in scripts} == {"gpu_matmul.py", "http_client.py", "rendezvous.py", "trainer.py"}
+    assert {p.name for p in scripts} == {
+        "barrier.py", "gpu_matmul.py", "http_client.py", "ramp_client.py", "rendezvous.py", "trainer.py"
+    }  # fmt: skip
     for path in scripts:
         compile(path.read_text(), str(path), "exec")
 
@@ -133,3 +142,30 @@ def test_a_cluster_that_never_progresses_times_out_cleanly(lab, tmp_path):
         assert key in cluster.deleted
     (folder,) = list(tmp_path.iterdir())
     assert load_recording(folder / "recording.json").notes[-1].startswith("run stopped:")
+
+
+def test_an_out_that_is_a_file_stops_a_lab_before_it_reads_the_stack(tmp_path, capsys):
+    """Checked first: a results folder that cannot exist would otherwise be found out after the run."""
+    from labs_fakes import FakeCluster
+
+    from benchmarks.labs import g3, live
+
+    taken = tmp_path / "results"
+    taken.write_text("not a folder\n")
+    cluster = FakeCluster()
+    args = live.build_parser(g3).parse_args(["--outputs", str(tmp_path / "missing.json"), "--out", str(taken)])
+    assert live.run(g3, args, cluster=cluster) == 2
+    (line,) = capsys.readouterr().err.splitlines()
+    assert line == f"g3: --out {taken}: is a file, not a folder; give a folder (it is created if missing)"
+    assert cluster.created == [] and sorted(p.name for p in tmp_path.iterdir()) == ["results"]
+
+
+def test_python_m_benchmarks_help_lists_the_labs():
+    done = subprocess.run([sys.executable, "-m", "benchmarks", "--help"], cwd=REPO, capture_output=True, text=True,
+                          timeout=60)
+    assert done.returncode == 0 and done.stderr == ""
+    for lab in ("g1", "g2", "g3", "g4", "g5", "g6", "g7", "g8"):
+        assert re.search(rf"^  {lab}  \S", done.stdout, re.M), lab
+    assert "python -m benchmarks <lab> --help" in done.stdout
+    wrong = subprocess.run([sys.executable, "-m", "benchmarks", "g9"], cwd=REPO, capture_output=True, text=True, timeout=60)
+    assert wrong.returncode == 2 and wrong.stderr.startswith("unknown lab 'g9'")

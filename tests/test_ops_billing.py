@@ -4,6 +4,8 @@ of the same template; the CLI against a local server answering like BigQuery's j
 from __future__ import annotations
 
 import re
+import shutil
+import subprocess
 from datetime import datetime, timezone
 
 import duckdb
@@ -11,6 +13,7 @@ import pytest
 
 from fake_google import FakeGoogle, GoogleState
 from ops import billing
+from stacks.stackfile import REPO
 
 # The standard usage cost export's columns (Cloud Billing docs, "Structure of Standard data export"),
 # the ones the query reads and the ones around them.
@@ -131,10 +134,52 @@ def _normalise(query: str) -> str:
     return re.sub(r"[@$](\w+)", r":\1", neutral)
 
 
-@pytest.mark.parametrize("table", ["billing_export", "proj.dataset", "proj.data set.table", "p.d.t; DROP TABLE x"])
-def test_bad_table_name_is_rejected(table):
-    with pytest.raises(billing.BillingError, match="PROJECT.DATASET.TABLE"):
+@pytest.mark.parametrize(
+    "table, says",
+    [
+        ("billing_export", "expected PROJECT_ID.DATASET.TABLE of the billing export (three names joined by dots), e.g. "),
+        ("proj-1.dataset", "expected PROJECT_ID.DATASET.TABLE"),
+        # The README's placeholder, typed as is: upper case is no project ID.
+        ("PROJECT.DATASET.TABLE", "'PROJECT' is not a project ID: 6-30 lowercase letters, digits or hyphens"),
+        ("proj.billing.t", "'proj' is not a project ID"),  # 4 characters
+        ("a-project-id-that-is-31-chars-x.billing.t", "is not a project ID"),
+        ("my-project-.billing.t", "is not a project ID"),
+        ("proj-1.data set.table", "'data set' is not a dataset name: letters, digits and underscores"),
+        ("proj-1.billing.t; DROP TABLE x", "'t; DROP TABLE x' is not a table name"),
+    ],
+)
+def test_bad_table_name_is_rejected_saying_what_is_expected(table, says, capsys):
+    with pytest.raises(billing.BillingError, match=re.escape(says)):
         billing.render(table, "bigquery")
+    # On the command line: one line, exit 2, no call to Google (no client could even be built).
+    assert billing.main(["--table", table, "--lab", "g6", "--since", "2026-11-01"], client=object()) == 2
+    (line,) = capsys.readouterr().err.splitlines()
+    assert line.startswith(f"error: --table {table!r}: ") and says in line
+
+
+def test_the_documented_example_table_name_is_accepted():
+    billing.check_table(billing.TABLE_EXAMPLE)
+    billing.check_table("proj-1.billing.gcp_billing_export_v1_0123")
+
+
+MAKE = shutil.which("make")
+
+
+@pytest.mark.skipif(MAKE is None, reason="make is not installed")
+@pytest.mark.parametrize("given, missing", [([], "BILLING_TABLE SINCE"), (["SINCE=2026-11-01"], "BILLING_TABLE")])
+def test_make_cost_names_the_missing_variables_before_running_anything(given, missing):
+    done = subprocess.run([MAKE, "-n", "cost", "LAB=g6", *given], cwd=REPO, capture_output=True, text=True, timeout=60)
+    assert done.returncode == 2 and done.stdout == ""
+    (line,) = done.stderr.splitlines()
+    assert f"make cost needs {missing}: e.g. make cost LAB=g6 SINCE=2026-11-01 BILLING_TABLE={billing.TABLE_EXAMPLE}" in line
+
+
+@pytest.mark.skipif(MAKE is None, reason="make is not installed")
+def test_make_cost_with_its_variables_runs_the_billing_query():
+    done = subprocess.run([MAKE, "-n", "cost", "LAB=g6", "SINCE=2026-11-01", f"BILLING_TABLE={billing.TABLE_EXAMPLE}"],
+                          cwd=REPO, capture_output=True, text=True, timeout=60)
+    assert done.returncode == 0
+    assert f"-m ops.billing --table {billing.TABLE_EXAMPLE} --lab g6 --since 2026-11-01" in done.stdout
 
 
 def test_window_rules():

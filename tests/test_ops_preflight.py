@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import json
 import shutil
+import socket
 from pathlib import Path
 
 import pytest
@@ -166,10 +167,46 @@ def test_failed_token_refresh_is_reported_as_credentials(cfg):
     assert not result.ok and "credentials expired/invalid" in result.detail and "invalid_grant" in result.detail
 
 
-def test_missing_adc_says_credentials(monkeypatch, tmp_path):
+def test_missing_adc_says_not_found_and_how_to_create_it(monkeypatch, tmp_path, cfg, capsys):
     monkeypatch.setenv("GOOGLE_APPLICATION_CREDENTIALS", str(tmp_path / "no-such-file.json"))
-    with pytest.raises(CredentialsError, match="credentials expired/invalid: run `gcloud auth application-default login`"):
+    with pytest.raises(CredentialsError, match=r"^credentials not found: .*`gcloud auth application-default login`"):
         adc_token()
+    assert preflight.main(["--stack", "dev", "--project", PROJECT], client=GcpClient()) == 1
+    out = capsys.readouterr().out
+    assert "FAIL  credentials: credentials not found" in out and "expired" not in out
+
+
+def _closed_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def test_adc_without_a_network_says_the_network_is_the_problem(monkeypatch, tmp_path, capsys):
+    """A real ADC file (what `gcloud auth application-default login` writes) and a network that reaches
+    nothing: here a proxy on a closed loopback port, so no request leaves the machine."""
+    adc = tmp_path / "application_default_credentials.json"
+    adc.write_text(json.dumps({"type": "authorized_user", "client_id": "764086051850-x.apps.googleusercontent.com",
+                               "client_secret": "d-FL95Q19q7MQmFpd7hHD0Ty", "refresh_token": "1//0g-refresh"}))
+    monkeypatch.setenv("GOOGLE_APPLICATION_CREDENTIALS", str(adc))
+    proxy = f"http://127.0.0.1:{_closed_port()}"
+    for name in ("HTTPS_PROXY", "https_proxy"):
+        monkeypatch.setenv(name, proxy)
+    for name in ("NO_PROXY", "no_proxy"):
+        monkeypatch.delenv(name, raising=False)
+    assert preflight.main(["--stack", "dev", "--project", PROJECT], client=GcpClient()) == 1
+    out = capsys.readouterr().out
+    assert "FAIL  credentials: the network is the problem: could not reach Google to refresh the token" in out
+    assert "hint: nothing about the credentials or the project was checked" in out and "HTTPS_PROXY" in out
+    assert "gcp:project" not in out and "expired" not in out
+
+
+def test_a_token_but_no_route_to_the_api_says_the_network_is_the_problem(cfg):
+    client = GcpClient(token_source=lambda: "ya29.valid-token",
+                       base_urls={"cloudresourcemanager": f"http://127.0.0.1:{_closed_port()}/crm/v1"})
+    (result,) = preflight.run_checks(client, cfg)
+    assert not result.ok and result.detail.startswith("the network is the problem: GET http://127.0.0.1:")
+    assert "could not reach Google (ConnectError" in result.detail and result.hint == preflight.NETWORK_HINT
 
 
 def test_empty_quota_list_is_not_zero_quota(cfg):

@@ -87,12 +87,18 @@ def test_nothing_up_exits_zero(capsys):
 
 def test_gpu_from_guest_accelerators_and_unpriced_machine(capsys):
     state = GoogleState(project=PROJECT, instances={
-        "europe-west4-a": [vm("n1-with-l4", "europe-west4-a", "n1-standard-8", NOW - timedelta(hours=1),
+        # A G2 machine with two L4s, in a region facts/prices.py has (its source lists L4 there) ...
+        "europe-west4-a": [vm("gke-gml-g6-gpu-7c1e", "europe-west4-a", "g2-standard-24", NOW - timedelta(hours=1),
                               labels=OURS, spot=False, accelerators=2)],
+        # ... and one in a region it lacks.
+        "us-south1-a": [vm("gke-gml-g7-gpu-2b9d", "us-south1-a", "g2-standard-24", NOW - timedelta(hours=1),
+                           labels=OURS, spot=False, accelerators=2)],
     })
     code, out = run(state, capsys)
     assert code == 1
-    assert "2 GPU, on-demand" in out and "not in facts/prices.py" in out
+    # By hand from the catalogue's europe-west4 rows: g2-standard-24 VM $0.92571/h + L4x2 $1.17608/h.
+    assert "2 GPU, on-demand" in out and f"${0.92571 + 1.17608:.4f}/h" in out
+    assert "not in facts/prices.py" in out
 
 
 def test_pulumi_state_counts_when_cli_present(monkeypatch):

@@ -21,25 +21,41 @@ BAD = [
     ("g2", NVIDIA_DRIVER, "gpu_driver_version INSTALLATION_DISABLED leaves GPU nodes without a driver"),
     ("g1", NVIDIA_DRIVER, "unless gke-ml-labs:gpu_sharing is enabled with mode 'nvidia'"),
     ("g2", {f"{K}:gpu_sharing": {"sharing": "time"}}, "gke-ml-labs:gpu_sharing.sharing: unknown key"),
+    # Pulumi.g3.yaml: jobs of 3 workers, one shared GPU each; quota 6; one L4 time-shared x6.
     (
         "g3",
-        {f"{K}:kueue": {"quota_gpus": 3, "jobs": 3, "job_gpus": 1}, f"{K}:gpu_sharing": {"enabled": True, "replicas": 4}},
-        "gke-ml-labs:kueue.quota_gpus 3 admits all 3 jobs (3 GPUs): the lab needs one to wait, allowed: 2 to 2",
+        {f"{K}:kueue": {"quota_gpus": 9}, f"{K}:gpu_sharing": {"enabled": True, "replicas": 8}},
+        "gke-ml-labs:kueue.quota_gpus 9 admits three jobs of gke-ml-labs:kueue.workers 3 (one shared GPU each): the "
+        "lab needs two admitted and the rest waiting, allowed: 6 to 8",
     ),
     (
         "g3",
-        {f"{K}:kueue": {"quota_gpus": 1}},
-        "gke-ml-labs:kueue.quota_gpus 1 cannot admit two jobs of gke-ml-labs:kueue.job_gpus 1: allowed >= 2",
+        {f"{K}:kueue": {"quota_gpus": 5}},
+        "gke-ml-labs:kueue.quota_gpus 5 cannot admit two jobs of gke-ml-labs:kueue.workers 3 x 1 GPU: allowed >= 6",
     ),
-    ("g3", {f"{K}:kueue": {"quota_memory_gib": 3}}, "gke-ml-labs:kueue.quota_memory_gib 3 cannot admit two jobs"),
-    # Above gpu_max_nodes x GPUs per node x replicas (1 x 1 x 2 in Pulumi.g3.yaml).
     (
         "g3",
-        {f"{K}:kueue": {"quota_gpus": 4, "jobs": 5}},
-        "gke-ml-labs:kueue.quota_gpus 4 is above what the GPU pool offers at most 2 (gpu_max_nodes 1 x 1 GPU(s) per "
-        "node x 2 sharing replica(s))",
+        {f"{K}:kueue": {"quota_memory_gib": 1}},
+        "gke-ml-labs:kueue.quota_memory_gib 1 cannot admit two jobs of gke-ml-labs:kueue.workers 3 x "
+        "gke-ml-labs:kueue.worker_memory_gib 0.25: allowed >= 1.5",
     ),
-    ("g3", {f"{K}:gpu_sharing": {"enabled": False}}, "gke-ml-labs:kueue.quota_gpus 2 is above what the GPU pool offers at most 1"),
+    # The pool must hold the two jobs the quota admits: gpu_max_nodes x GPUs per node x replicas.
+    (
+        "g3",
+        {f"{K}:gpu_sharing": {"enabled": True, "replicas": 4}},
+        "gke-ml-labs:kueue.quota_gpus 6 admits 2 jobs of 3 workers (6 shared GPUs), but the GPU pool offers at most 4 "
+        "(gpu_max_nodes 1 x 1 GPU(s) per node x 4 sharing replica(s)): admitted jobs would not all schedule",
+    ),
+    ("g3", {f"{K}:gpu_sharing": {"enabled": False}}, "(6 shared GPUs), but the GPU pool offers at most 1"),
+    # ... and not all three, or without Kueue nothing would contend.
+    (
+        "g3",
+        {f"{K}:gpu_sharing": {"enabled": True, "replicas": 9}},
+        "gke-ml-labs:gpu_sharing.replicas and gke-ml-labs:gpu_max_nodes: the GPU pool offers at most 9 (gpu_max_nodes 1 "
+        "x 1 GPU(s) per node x 9 sharing replica(s)), enough for all 3 jobs of gke-ml-labs:kueue.workers 3 (9)",
+    ),
+    # The one-pod job shape of earlier versions is refused by name.
+    ("g3", {f"{K}:kueue": {"job_gpus": 1}}, "gke-ml-labs:kueue.job_gpus: unknown key"),
     ("g4", {f"{K}:training_operator": {"workers": 3}}, "3 workers x 1 GPU(s) = 3, but the GPU pool offers at most 2"),
     ("g4", {f"{K}:training_operator": {"clean_pod_policy": "Always"}}, "Input should be 'None', 'Running' or 'All'"),
     ("g8", {f"{K}:checkpoints": {"delete_after_days": 0}}, "gke-ml-labs:checkpoints.delete_after_days: Input should be greater"),

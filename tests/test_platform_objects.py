@@ -9,6 +9,7 @@ from typing import Any
 
 import pytest
 import schemas
+import upstream
 import yaml
 
 from components import versions
@@ -152,7 +153,7 @@ def test_charts_with_servicemonitors_wait_for_prometheus_operator_crds(name):
 def test_only_gpu_daemonsets_tolerate_the_gpu_taint_in_helm_values(name):
     for release in variant(name).of_type(RELEASE):
         chart = chart_of(release)
-        defaults = yaml.safe_load((schemas.UPSTREAM / chart.upstream / "values.yaml").read_text())
+        defaults = yaml.safe_load(upstream.path(f"{chart.upstream}/values.yaml").read_text())
         effective = merged(defaults, release.inputs["values"])
         found = toleration_paths(effective)
         allowed = GPU_DAEMONSET_TOLERATIONS.get(chart.name, set())
@@ -160,7 +161,7 @@ def test_only_gpu_daemonsets_tolerate_the_gpu_taint_in_helm_values(name):
 
 
 def test_the_node_exporter_default_toleration_is_overridden():
-    # The subchart's defaults are not in upstream/; its chart tolerates every NoSchedule taint by default.
+    # The subchart's defaults are not locked; its chart tolerates every NoSchedule taint by default.
     values = variant("g1").one(RELEASE, "kps").inputs["values"]
     assert values["prometheus-node-exporter"]["tolerations"] == []
     assert values["prometheus-node-exporter"]["nodeSelector"] == {"gke-ml-labs/pool": "system"}

@@ -6,14 +6,11 @@ from __future__ import annotations
 
 import asyncio
 import json
-import os
-import shutil
 import socket
 import subprocess
 import threading
 import time
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
-from pathlib import Path
 from urllib.parse import urlsplit
 
 import httpx
@@ -25,14 +22,9 @@ from benchmarks.harness import PrometheusRef
 from benchmarks.loadgen import LoadSpec, run_load, summarize
 from benchmarks.metrics import MetricsError, PrometheusClient, histogram_quantile, metrics_from_scrapes, scalar, vector
 from benchmarks.metrics.scrape import Scrape
+from promql import binary
 
-PROMETHEUS = shutil.which("prometheus") or "/usr/bin/prometheus"
 MODEL = "Qwen/Qwen2.5-0.5B-Instruct"
-
-needs_prometheus = pytest.mark.skipif(
-    not Path(PROMETHEUS).exists() and not os.environ.get("CI"),
-    reason="no prometheus binary (apt-get install prometheus); under CI this test must run",
-)
 
 
 def _free_port() -> int:
@@ -43,6 +35,7 @@ def _free_port() -> int:
 
 @pytest.fixture(scope="module")
 def sim_and_prometheus(tmp_path_factory):
+    prometheus = binary("prometheus")
     tmp = tmp_path_factory.mktemp("prometheus")
     with SimTarget(model=MODEL, gpu="l4", speedup=2.0, seed=1, gpu_memory_utilization=0.9).serving(8) as sim:
         config = tmp / "prometheus.yml"
@@ -53,7 +46,7 @@ def sim_and_prometheus(tmp_path_factory):
         )
         port = _free_port()
         proc = subprocess.Popen(
-            [PROMETHEUS, f"--config.file={config}", f"--storage.tsdb.path={tmp / 'data'}",
+            [prometheus, f"--config.file={config}", f"--storage.tsdb.path={tmp / 'data'}",
              f"--web.listen-address=127.0.0.1:{port}"],
             stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True,
         )  # fmt: skip
@@ -77,7 +70,6 @@ def sim_and_prometheus(tmp_path_factory):
             proc.wait(timeout=10)
 
 
-@needs_prometheus
 def test_promql_reads_the_servers_view_of_a_load_window(sim_and_prometheus):
     sim, prom = sim_and_prometheus
     # Twice max-num-seqs in flight: the server must show a full batch and a queue.
@@ -100,7 +92,6 @@ def test_promql_reads_the_servers_view_of_a_load_window(sim_and_prometheus):
     assert max(v for _, v in series["running"].points) == 8
 
 
-@needs_prometheus
 def test_promql_errors_name_the_query(sim_and_prometheus):
     _, prom = sim_and_prometheus
     with pytest.raises(MetricsError, match="rejected 'sum\\(\\('"):
@@ -158,7 +149,6 @@ def api_server(sim_and_prometheus):
     server.shutdown()
 
 
-@needs_prometheus
 def test_both_transports_read_the_same_prometheus(sim_and_prometheus, api_server):
     _, prom = sim_and_prometheus
     # The stack outputs' `prometheus`, as the lab benchmarks read it.
@@ -173,7 +163,6 @@ def test_both_transports_read_the_same_prometheus(sim_and_prometheus, api_server
     assert _ApiServer.proxied == ["api/v1/query", "api/v1/query", "api/v1/query"]
 
 
-@needs_prometheus
 def test_a_rejected_query_through_the_proxy_names_the_service_and_the_query(api_server):
     target = PrometheusRef(namespace="monitoring", service="kps-prometheus", port=9090)
     proxied = PrometheusClient.through_service_proxy(api_server, target)

@@ -148,7 +148,7 @@ def test_unknown_kind_fails_naming_what_is_available():
 def test_unknown_group_lists_every_kind():
     obj = {"apiVersion": "example.com/v1", "kind": "Widget", "metadata": {"name": "x"}}
     message = failure(schemas.validate_custom_resource, obj)
-    assert "InferenceService (serving.kserve.io)" in message and "JobSet (jobset.x-k8s.io)" in message
+    assert "InferenceService (serving.kserve.io)" in message and "Workload (kueue.x-k8s.io)" in message
 
 
 def test_version_that_is_not_served_fails():

@@ -38,8 +38,23 @@ BAD = [
     ("g5", {f"{K}:kserve": {"canary_traffic_percent": -1}}, "kserve.canary_traffic_percent: Input should be greater"),
     ("g5", {f"{K}:kserve": {"canary": "v3"}}, "kserve.canary 'v3' is not one of kserve.versions (v1, v2)"),
     ("g5", {f"{K}:kserve": {"canary": "v1"}}, "kserve.canary 'v1' equals kserve.serving"),
-    # Two GPU revisions (a canary or a rollout) on a pool of one unshared L4.
-    ("g5", {f"{K}:kserve": {"gpu": True}}, "exceeds what the pool can hold: 1 nvidia.com/gpu"),
+    # Two GPU revisions (a canary or a rollout) of up to 4 replicas each on one L4 shared 6 ways.
+    (
+        "g5",
+        {f"{K}:kserve": {"gpu": True, "max_replicas": 4}},
+        "kserve.max_replicas: the serving GPU demand (kserve 8 = 8, counting a GPU predictor as 2 revisions x "
+        "max_replicas 4 x 1 GPU since two revisions run during a canary or rollout) exceeds what the pool can hold: "
+        "6 nvidia.com/gpu (gpu_max_nodes 1 x 1 GPU(s) per node x 6 sharing replica(s)), so lower "
+        "kserve.max_replicas to 3",
+    ),
+    # Triton always takes a GPU: the same rule, and no sklearn-only hint.
+    ("g5", {f"{K}:kserve": {"runtime": "triton", "max_replicas": 5}}, "lower kserve.max_replicas to 3, raise"),
+    ("g5", {f"{K}:gpu_sharing": None, f"{K}:kserve": {"runtime": "triton"}}, "1 sharing replica(s)), so raise"),
+    ("g5", {f"{K}:kserve": {"scale_metric": "cpu"}}, "kserve.scale_metric: Input should be 'concurrency' or 'rps'"),
+    ("g5", {f"{K}:kserve": {"runtime": "tensorrt"}}, "kserve.runtime: Input should be 'sklearn' or 'triton'"),
+    ("g5", {f"{K}:kserve": {"runtime": "triton", "model_format": "xgboost"}},
+     "kserve.model_format does not apply to kserve.runtime triton"),
+    ("g5", {f"{K}:kserve": {"scale_target": 0}}, "kserve.scale_target: Input should be greater than or equal to 1"),
     ("g7", {f"{K}:kserve": {"enabled": False}}, "argo is enabled but gke-ml-labs:kserve is not"),
 ]
 
@@ -93,3 +108,20 @@ def test_a_model_outside_the_catalogue_is_checked_against_the_given_limit():
     assert ok.vllm.context_limit() == 2048
     with pytest.raises(ValueError, match="above acme/tiny's max_position_embeddings"):
         lab(vllm={"enabled": True, "model": "acme/tiny", "max_position_embeddings": 2048, "max_model_len": 4096})
+
+
+def test_the_runtime_brings_its_own_model_gpu_and_timeouts_unless_the_stack_file_says_otherwise():
+    triton = lab(kserve={"enabled": True, "runtime": "triton"}, gpu_sharing={"enabled": True, "replicas": 2}).kserve
+    assert (triton.name, triton.served_model(), triton.gpu) == ("cifar10", "cifar10", True)
+    assert triton.storage_uri() == "gs://kfserving-examples/models/torchscript"
+    assert triton.versions["v2"] == "gs://kfserving-examples/models/torchscript/cifar10"
+    # A GPU node from zero (up to ~15 min) plus a multi-GB image: more than sklearn's 20 min.
+    assert (triton.progress_deadline_min, triton.request_timeout_s) == (30, 1800)
+    sklearn = lab(kserve={"enabled": True}).kserve
+    assert (sklearn.name, sklearn.served_model(), sklearn.gpu, sklearn.progress_deadline_min) == ("iris", "iris", False, 20)
+    # What the stack file sets wins over the runtime's defaults.
+    mine = lab(kserve={"enabled": True, "runtime": "triton", "name": "net", "gpu": False, "progress_deadline_min": 45,
+                       "versions": {"v1": "gs://b/repo"}}).kserve
+    assert (mine.name, mine.gpu, mine.progress_deadline_min, mine.storage_uri()) == ("net", False, 45, "gs://b/repo")
+    with pytest.raises(ValueError, match="kserve.triton_model does not apply to kserve.runtime sklearn"):
+        lab(kserve={"enabled": True, "triton_model": "resnet"})

@@ -7,6 +7,7 @@ import json
 import subprocess
 import sys
 
+import pod_security
 import pulumi
 import pytest
 import schemas
@@ -42,6 +43,7 @@ def test_inference_service_validates_against_the_kserve_crd(keys):
     cfg = lab(kserve=keys, gpu_max_nodes=2)
     isvc = kserve.inference_service(stack_id(cfg), inference_service_args(cfg), PLACEMENT)
     schemas.validate_object(isvc)
+    assert [pod_security.findings(pod) for _, pod in pod_security.pod_specs(isvc)] == [[]]
     predictor = isvc["spec"]["predictor"]
     assert predictor["minReplicas"] == 0, "scale to zero"
     assert isvc["metadata"]["annotations"]["serving.kserve.io/deploymentMode"] == "Knative"
@@ -56,6 +58,115 @@ def test_inference_service_validates_against_the_kserve_crd(keys):
         assert predictor["nodeSelector"] == PLACEMENT.node_selector
     else:
         assert "tolerations" not in predictor and GPU_RESOURCE not in predictor["model"]["resources"]["limits"]
+
+
+@pytest.mark.parametrize("canary", [None, "v2"])
+def test_triton_inference_service_validates_and_names_the_runtime_the_chart_installs(canary):
+    cfg = lab(kserve={"enabled": True, "runtime": "triton", "max_replicas": 3, "canary": canary,
+                      "scale_metric": "concurrency", "scale_target": 4, "scale_to_zero_retention_s": 90},
+              gpu_sharing={"enabled": True, "replicas": 6})
+    isvc = kserve.inference_service(stack_id(cfg), inference_service_args(cfg), PLACEMENT)
+    schemas.validate_object(isvc)
+    # The chart installs one ClusterServingRuntime per server it configures, named kserve-<key>; Triton's
+    # key is enabled by default and carries the image we pin.
+    triton = schemas.chart_defaults(versions.KSERVE_RUNTIMES.upstream)["kserve"]["servingruntime"]["tritonserver"]
+    assert triton["disabled"] is False and kserve.TRITON_RUNTIME == "kserve-tritonserver"
+    assert f"{triton['image']}:{triton['tag']}" == versions.TRITON_IMAGE
+    values = kserve.runtimes_values()["kserve"]["servingruntime"]
+    assert values["enabled"] is True and f"{values['tritonserver']['image']}:{values['tritonserver']['tag']}" == versions.TRITON_IMAGE
+    predictor, model = isvc["spec"]["predictor"], isvc["spec"]["predictor"]["model"]
+    assert model["runtime"] == "kserve-tritonserver" and model["protocolVersion"] == "v2"
+    assert model["modelFormat"] == {"name": "triton", "version": "2"}
+    assert model["storageUri"] == cfg.kserve.versions[canary or "v1"]
+    # The autoscaler settings: KServe maps these to Knative's metric/target/min-scale/max-scale.
+    assert (predictor["scaleMetric"], predictor["scaleTarget"]) == ("concurrency", 4)
+    assert (predictor["minReplicas"], predictor["maxReplicas"]) == (0, 3)
+    annotations = isvc["metadata"]["annotations"]
+    assert annotations["autoscaling.knative.dev/scale-to-zero-pod-retention-period"] == "90s"
+    assert annotations["serving.knative.dev/progress-deadline"] == "30m"
+    assert not any(k.startswith("autoscaling.knative.dev/m") for k in annotations), "KServe refuses min/max-scale"
+    # One (time-shared) L4 per replica, on the GPU pool only.
+    assert model["resources"]["limits"][GPU_RESOURCE] == "1"
+    assert predictor["tolerations"] == PLACEMENT.tolerations and predictor["nodeSelector"] == PLACEMENT.node_selector
+    assert model["command"][:2] == ["/bin/sh", "-c"] and "KIND_GPU" in model["command"][2]
+    # Restricted Pod Security and our rules, with no waiver, a writable /tmp for the read-only root, no
+    # API token. The pod-level half (Knative accepts it with kubernetes.podspec-securitycontext) runs
+    # Triton, whose image starts as root, as its triton-server user, and gives the storage-initializer
+    # KServe injects the seccomp profile it lacks.
+    ((workload, pod),) = pod_security.pod_specs(isvc)
+    assert workload == "models/InferenceService/cifar10" and pod_security.findings(pod) == []
+    assert predictor["securityContext"]["runAsUser"] == kserve.KSERVE_UID == 1000
+    assert predictor["securityContext"]["seccompProfile"] == {"type": "RuntimeDefault"}
+    assert {"name": "tmp", "mountPath": "/tmp"} in model["volumeMounts"] and {"name": "HOME", "value": "/tmp"} in model["env"]
+    assert ("canaryTrafficPercent" in predictor) == (canary is not None)
+    endpoint = kserve.endpoint(inference_service_args(cfg), "example.com", {})
+    assert endpoint["path"] == "/v2/models/cifar10/infer" and endpoint["protocol"] == "kserve-v2"
+
+
+def test_triton_on_cpu_runs_the_model_as_published():
+    cfg = lab(kserve={"enabled": True, "runtime": "triton", "gpu": False})
+    isvc = kserve.inference_service(stack_id(cfg), inference_service_args(cfg), PLACEMENT)
+    schemas.validate_object(isvc)
+    assert [pod_security.findings(pod) for _, pod in pod_security.pod_specs(isvc)] == [[]]
+    model = isvc["spec"]["predictor"]["model"]
+    assert "command" not in model and GPU_RESOURCE not in model["resources"]["limits"]
+    assert "tolerations" not in isvc["spec"]["predictor"]
+
+
+def _start_triton(tmp_path, model_dir):
+    """Run triton_start.sh as the pod does (`sh -c SCRIPT tritonserver ARGS`), with a stand-in
+    entrypoint that prints what it would exec."""
+    entry = tmp_path / "entry"
+    entry.write_text('#!/bin/sh\necho "exec: $*"\n')
+    entry.chmod(0o755)
+    env = {"PATH": "/usr/bin:/bin", "MODEL_DIR": str(model_dir), "REPO_DIR": str(tmp_path / "repo"),
+           "TRITON_ENTRYPOINT": str(entry)}
+    args = ["tritonserver", "--model-store=/mnt/models", "--grpc-port=9000", "--http-port=8080", "--allow-http=true"]
+    done = subprocess.run(["/bin/sh", "-c", kserve.TRITON_START, *args], env=env, capture_output=True, text=True,
+                          timeout=30, check=True)
+    return done.stdout
+
+
+CIFAR10_CONFIG = """name: "cifar10"
+platform: "pytorch_libtorch"
+max_batch_size: 1
+input [
+  {
+    name: "INPUT__0"
+    data_type: TYPE_FP32
+    dims: [3,32,32]
+  }
+]
+instance_group [
+    {
+        count: 1
+        kind: KIND_CPU
+    }
+]
+"""
+
+
+@pytest.mark.parametrize("layout", ["repository", "model folder"])
+def test_triton_start_moves_the_example_to_the_gpu_and_keeps_the_runtime_flags(tmp_path, layout):
+    # The two published layouts of KServe's CIFAR-10 example (models/torchscript and .../cifar10),
+    # read-only as KServe mounts them.
+    src = tmp_path / "mnt"
+    folder = src / "cifar10" if layout == "repository" else src
+    (folder / "1").mkdir(parents=True)
+    (folder / "config.pbtxt").write_text(CIFAR10_CONFIG)
+    (folder / "1" / "model.pt").write_bytes(b"torchscript")
+    for path in [*src.rglob("*"), src]:
+        path.chmod(0o555 if path.is_dir() else 0o444)
+    out = _start_triton(tmp_path, src)
+    repo = tmp_path / "repo"
+    assert out.splitlines()[-1] == (
+        f"exec: tritonserver --model-store={repo} --grpc-port=9000 --http-port=8080 --allow-http=true"
+    )
+    config = (repo / "cifar10" / "config.pbtxt").read_text()
+    assert "kind: KIND_GPU" in config and "KIND_CPU" not in config
+    assert config.replace("KIND_GPU", "KIND_CPU") == CIFAR10_CONFIG, "nothing else changes"
+    assert (repo / "cifar10" / "1" / "model.pt").read_bytes() == b"torchscript"
+    assert (folder / "config.pbtxt").read_text() == CIFAR10_CONFIG, "the mounted model is left as it is"
 
 
 @pytest.mark.parametrize("quantization", [None, "awq"])
@@ -277,7 +388,13 @@ def test_knative_config_maps_survive_a_gpu_cold_start():
     }
     patched = knative.patch_object(manifest_cm, settings)
     schemas.validate_object(patched)
-    assert patched["data"] == {"_example": "# docs", "progress-deadline": "20m"}
+    # Triton's nvcr.io tags are used as they are (resolving them needs credentials), and Knative's own
+    # default list, which the key replaces, stays in it.
+    assert patched["data"] == {
+        "_example": "# docs",
+        "progress-deadline": "20m",
+        "registries-skipping-tag-resolving": "kind.local,ko.local,dev.local,nvcr.io",
+    }
     assert settings["config-network"] == {"ingress-class": "kourier.ingress.networking.knative.dev"}
     assert settings["config-autoscaler"]["enable-scale-to-zero"] == "true"
     assert settings["config-domain"] == {"lab.example": ""}

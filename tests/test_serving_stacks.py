@@ -5,6 +5,8 @@ from __future__ import annotations
 import json
 
 import pytest
+import schemas
+import yaml
 
 from components import versions
 from stacks.mockrun import MockRun, Recorded, run_stack
@@ -65,6 +67,38 @@ def test_canary_percent_reaches_the_inference_service_and_the_benchmark():
     bench = run.outputs["benchmark"]
     assert bench["canary_traffic_percent"] == 35 and bench["canary_version"] == "v2"
     assert predictor["model"]["storageUri"] == bench["model_versions"]["v2"]
+
+
+def test_offline_plan_of_a_triton_stack_file_shows_the_service_and_its_autoscaler(tmp_path, capsys):
+    """What `pulumi config set --path kserve.runtime triton -s g5` makes of the shipped stack file,
+    planned offline from a copy of that file."""
+    from stacks.plan import main as plan_main
+    from stacks.stackfile import REPO
+
+    shipped = (REPO / "Pulumi.g5.yaml").read_text()
+    assert "    runtime: sklearn\n" in shipped
+    (tmp_path / "Pulumi.g5.yaml").write_text(shipped.replace("    runtime: sklearn\n", "    runtime: triton\n"))
+    assert plan_main(["g5", "--dir", str(tmp_path), "--k8s-out", str(tmp_path / "k8s")]) == 0
+    table = capsys.readouterr().out
+    (row,) = [line for line in table.splitlines() if line.startswith("kubernetes:serving.kserve.io/v1beta1:InferenceService")]
+    assert ("models/cifar10; kserve-tritonserver (triton 2); gs://kfserving-examples/models/torchscript; "
+            "replicas 0..3 on rps 10 per replica; 1 nvidia.com/gpu each") in row
+    assert "gpus 1x nvidia-l4 TIME_SHARING x6" in table
+    isvc = yaml.safe_load((tmp_path / "k8s" / "inferenceservice-models-cifar10.yaml").read_text())
+    schemas.validate_object(isvc)
+    assert isvc["spec"]["predictor"]["model"]["runtime"] == "kserve-tritonserver"
+    assert isvc["metadata"]["annotations"]["serving.knative.dev/progress-deadline"] == "30m"
+
+
+def test_triton_stack_exports_what_the_load_benchmark_reads():
+    run = run_stack("g5", overrides={"gke-ml-labs:kserve": {"runtime": "triton", "max_replicas": 2,
+                                                            "scale_metric": "concurrency", "scale_target": 3}})
+    bench = run.outputs["benchmark"]
+    assert (bench["runtime"], bench["served_model"], bench["gpu_predictor"]) == ("triton", "cifar10", True)
+    assert (bench["scale_metric"], bench["scale_target"], bench["max_replicas"]) == ("concurrency", 3, 2)
+    assert (bench["scale_to_zero_grace_s"], bench["scale_to_zero_retention_s"], bench["request_timeout_s"]) == (60, 0, 1800)
+    assert run.outputs["endpoints"]["kserve"]["path"] == "/v2/models/cifar10/infer"
+    assert run.outputs["versions"]["triton"] == "23.05-py3"
 
 
 def test_workflow_template_waits_for_argo_and_kserve(runs):

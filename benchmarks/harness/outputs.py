@@ -1,6 +1,6 @@
 """Stack outputs: from `pulumi stack output` or a saved JSON file, and the parts benchmarks read.
 
-Only the keys benchmarks need are modelled; the full contract is in ../shared/DESIGN.md. Unknown
+Only the keys benchmarks need are modelled; the full contract is what stacks/program.py builds. Unknown
 top-level keys are ignored on purpose (the contract grows lab by lab), but each modelled section
 forbids unknown keys, so a misspelt field fails loudly.
 """

@@ -1,5 +1,6 @@
 """Regenerate examples/<lab>/ (result.json, report.md, plots) from the run fixtures in
-tests/data/labs/<lab>/recording.json: what a user gets from `python -m benchmarks <lab>`.
+tests/data/labs/<lab>/recording.json: what a user gets from `python -m benchmarks <lab>`. A variant
+(examples/g5-triton/) is the same lab's benchmark on another configuration of its stack.
 
 The fixtures hold API objects, events and logs in exactly the shapes the APIs return, but they were
 built for the tests, not recorded on a cluster: their timings are plausible, not measured. Each
@@ -21,29 +22,36 @@ from benchmarks.labs.report import write_results
 REPO = Path(__file__).resolve().parents[2]
 FIXTURES = REPO / "tests" / "data" / "labs"
 LABS = ("g1", "g2", "g3", "g4", "g5", "g7", "g8")
+# Further examples of a lab on another configuration: example name -> the lab whose benchmark wrote it.
+VARIANTS = {"g5-triton": "g5"}
 
 
 def available() -> list[str]:
-    return [lab for lab in LABS if (FIXTURES / lab / "recording.json").exists()]
+    return [name for name in (*LABS, *VARIANTS) if (FIXTURES / name / "recording.json").exists()]
 
 
-def render_example(lab: str, out: Path) -> Path:
-    module = importlib.import_module(f"benchmarks.labs.{lab}")
-    fixture = FIXTURES / lab / "recording.json"
+def lab_of(name: str) -> str:
+    """The lab module behind an example name (a lab, or one of its VARIANTS)."""
+    return VARIANTS.get(name, name)
+
+
+def render_example(name: str, out: Path) -> Path:
+    module = importlib.import_module(f"benchmarks.labs.{lab_of(name)}")
+    fixture = FIXTURES / name / "recording.json"
     result = module.measure(
         load_recording(fixture),
         source=f"illustrative fixture {fixture.relative_to(REPO)} (real API shapes, constructed timings: not measured on a cluster)",
     )
-    return write_results(out / lab, None, result, module)
+    return write_results(out / name, None, result, module)
 
 
 def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(prog="python -m benchmarks.labs.examples", description=__doc__.splitlines()[0])
     p.add_argument("--out", type=Path, default=REPO / "examples")
-    p.add_argument("labs", nargs="*", help=f"labs to render (default: every lab with a fixture: {', '.join(available())})")
+    p.add_argument("labs", nargs="*", help=f"examples to render (default: every one with a fixture: {', '.join(available())})")
     args = p.parse_args(argv)
-    for lab in args.labs or available():
-        print(f"{lab}: {render_example(lab, args.out)}")
+    for name in args.labs or available():
+        print(f"{name}: {render_example(name, args.out)}")
     return 0
 
 

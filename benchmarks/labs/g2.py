@@ -252,7 +252,7 @@ def plots(result: G2Result, folder: Path) -> list[str]:
     if not points:
         return []
     xy_plot({"mean per-pod latency": points}, "Fixed GPU workload under time-slicing", "pods running on one L4",
-            "ms per iteration", folder / "latency_vs_pods.png")
+            "ms per iteration", folder / "latency_vs_pods.png", integer_x=True)
     return ["latency_vs_pods.png"]
 
 

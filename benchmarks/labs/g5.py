@@ -1,24 +1,28 @@
-"""g5: KServe in Knative mode: cold start from zero, and the canary split measured from responses.
+"""g5: KServe in Knative mode: a load ramp against the autoscaler, cold start from zero, and the canary
+split measured from responses.
 
+Load ramp (benchmarks.labs.g5_load): from zero replicas (and, for a GPU predictor, zero GPU nodes) one
+request wakes the predictor, then an open-loop request-rate ramp runs while the benchmark watches
+Knative's PodAutoscaler and the Deployment until the predictor is back at zero.
 Cold start, repeated: wait until the predictor has scaled to zero, then an in-cluster client Job sends
 one request; the stages (request sent -> pod created -> scheduled -> node ready -> container ready ->
 first byte) come from the client's clock and the Pod/Node timestamps (the API server's are whole
 seconds). Canary: with the predictor at zero again, the client sends N requests; which revision
-answered each is counted server-side from each revision's model-server access log, and the share
-that reached the canary is compared with the configured percentage through a Wilson interval.
+answered each is counted server-side (sklearn: each revision's access log; Triton: each pod's
+inference counter), and the share that reached the canary is compared with the configured percentage
+through a Wilson interval.
 """
 
 from __future__ import annotations
 
 import argparse
 import sys
-from datetime import datetime, timezone
 from pathlib import Path
 from statistics import mean
 from typing import Any
 
 from benchmarks.cluster import RUN_LABEL, wait_until
-from benchmarks.labs import live
+from benchmarks.labs import g5_load, live
 from benchmarks.labs.errors import LabError
 from benchmarks.labs.live import LabSession, now
 from benchmarks.labs.plotting import timeline_plot
@@ -29,18 +33,26 @@ from benchmarks.labs.serving import (
     ISVC_LABEL,
     MODEL_CONTAINER,
     REVISION_LABEL,
+    STAGES,
+    TRITON_METRICS_PORT,
+    ClientTarget,
+    ColdStart,
+    Response,
     client_job,
+    cold_start,
+    example_body,
     is_ready,
     parse_client_log,
     predict_count,
     traffic,
+    triton_success_count,
     wilson,
 )
 from benchmarks.labs.stack import LabParams, lab_params, system_selector
-from benchmarks.labs.timeline import condition_time, parse_time
+from benchmarks.labs.timeline import condition_time
 
 LAB = "g5"
-TITLE = "KServe in Knative mode: cold start and canary"
+TITLE = "KServe in Knative mode: load ramp, cold start and canary"
 DEFAULT_TIMEOUT_S = 1500.0  # a GPU predictor from zero waits for a GPU node (up to ~15 min)
 
 
@@ -53,6 +65,12 @@ class Params(LabParams):
     canary_version: str | None = None
     canary_traffic_percent: int = 0
     min_replicas: int = 0
+    runtime: str = "sklearn"  # stacks older than the Triton option served sklearn only
+    served_model: str | None = None  # None: the InferenceService's name (sklearn)
+
+    @property
+    def model(self) -> str:
+        return self.served_model or self.inference_service
 
 
 class Gateway(LabParams):
@@ -65,18 +83,9 @@ class KServeEndpoint(LabParams):
     """outputs.endpoints.kserve: the route host to send through the ClusterIP Kourier gateway."""
 
     path: str
+    protocol: str = "kserve-v1"
     route_host: str
     gateway: Gateway
-
-
-class ColdStart(Frozen):
-    repeat: int
-    status: int | None
-    error: str | None
-    pod: str | None
-    node: str | None
-    node_was_up: bool
-    stages: dict[str, float | None]  # stage -> seconds after the request was sent
 
 
 class Canary(Frozen):
@@ -84,7 +93,7 @@ class Canary(Frozen):
     canary_revision: str | None
     requests: int
     ok: int
-    answered_by: dict[str, int]  # revision -> predict calls it answered (from its access log)
+    answered_by: dict[str, int]  # revision -> predict calls it answered (access log, or Triton's counter)
     canary_share: float | None
     ci95: tuple[float, float] | None
 
@@ -93,6 +102,7 @@ class G5Result(LabResult):
     inference_service: str
     cold_starts: list[ColdStart]
     canary: Canary | None
+    load: g5_load.LoadPhase | None = None
 
 
 def _endpoint(outputs: dict[str, Any]) -> KServeEndpoint:
@@ -102,23 +112,33 @@ def _endpoint(outputs: dict[str, Any]) -> KServeEndpoint:
     return KServeEndpoint.model_validate(raw)
 
 
-def build_workloads(outputs: dict[str, Any], run_id: str = "manual", role: str = "cold-0", count: int = 1) -> list[dict[str, Any]]:
-    """The client Job (and its script ConfigMap) for one cold-start request or the canary's N."""
+def client_target(outputs: dict[str, Any]) -> ClientTarget:
+    """Where g5's clients run (the system pool, the InferenceService's namespace) and what they call."""
     p = lab_params(outputs, LAB, Params)
     ep = _endpoint(outputs)
-    return client_job(f"g5-{role}-{run_id[-4:]}", p.inference_namespace, system_selector(outputs),
-                      ep.gateway.model_dump(), ep.route_host, ep.path, count)
+    return ClientTarget(namespace=p.inference_namespace, node_selector=system_selector(outputs),
+                        gateway=ep.gateway.model_dump(), host=ep.route_host, path=ep.path)
+
+
+def request_body(outputs: dict[str, Any]) -> str:
+    """What the served example is sent (iris flowers over v1, or a CIFAR-10 image to Triton over v2)."""
+    return example_body(_endpoint(outputs).protocol, lab_params(outputs, LAB, Params).model)
+
+
+def build_workloads(outputs: dict[str, Any], run_id: str = "manual", role: str = "cold-0", count: int = 1) -> list[dict[str, Any]]:
+    """The client Job (and its script ConfigMap) for one cold-start request or the canary's N."""
+    return client_job(f"g5-{role}-{run_id[-4:]}", client_target(outputs), count, request_body(outputs))
 
 
 def check_outputs(outputs: dict[str, Any]) -> None:
-    lab_params(outputs, LAB, Params)
-    _endpoint(outputs)
-    system_selector(outputs)
+    client_target(outputs)
+    request_body(outputs)
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--repeats", type=int, default=3, help="cold starts to measure")
     parser.add_argument("--requests", type=int, default=200, help="requests for the canary split")
+    g5_load.add_arguments(parser)
 
 
 def record(session: LabSession, args: argparse.Namespace) -> Recording:
@@ -154,6 +174,10 @@ def record(session: LabSession, args: argparse.Namespace) -> Recording:
         predictor_pods()  # the pods that served it, before they scale away again
         return name
 
+    if args.ramp and p.min_replicas == 0:
+        g5_load.record(session, args, client_target(session.outputs), request_body(session.outputs), at_zero)
+    elif args.ramp:
+        session.notes.append(f"minReplicas is {p.min_replicas}: the load ramp needs a predictor that starts from zero")
     cold_jobs: list[str] = session.client.setdefault("cold_jobs", [])
     if p.min_replicas == 0:
         for r in range(args.repeats):
@@ -165,9 +189,15 @@ def record(session: LabSession, args: argparse.Namespace) -> Recording:
     if p.canary_version:
         at_zero("canary")
         canary_job = client("canary", args.requests)
+        metrics: dict[str, str] = session.client.setdefault("pod_metrics", {})
         for pod in snapshots[-1].objects["pods"]:
-            # Knative adds queue-proxy beside the model server: name the container or the API refuses.
-            logs[pod["metadata"]["name"]] = cluster.pod_log(ns, pod["metadata"]["name"], container=MODEL_CONTAINER)
+            name = pod["metadata"]["name"]
+            if p.runtime == "triton":
+                # Triton logs no access lines; its inference counter per pod says which revision answered.
+                metrics[name] = cluster.pod_get(ns, name, TRITON_METRICS_PORT, "/metrics")
+            else:
+                # Knative adds queue-proxy beside the model server: name the container or the API refuses.
+                logs[name] = cluster.pod_log(ns, name, container=MODEL_CONTAINER)
     isvc = [i for i in cluster.list(*ISVC, ns) if i["metadata"]["name"] == p.inference_service]
     return session.recording(objects={"inferenceservice": isvc}, client={"canary_job": canary_job})
 
@@ -185,9 +215,10 @@ def measure(rec: Recording, source: str = "live") -> G5Result:
     nodes = {n["metadata"]["name"]: n for n in rec.nodes}
     colds = [_cold_start(i, parse_client_log(_job_log(rec, job)), pods, nodes) for i, job in enumerate(rec.client["cold_jobs"])]
     canary = _canary(rec, p, pods) if rec.client.get("canary_job") else None
+    load = g5_load.measure(rec)
 
-    checks = []
-    if p.min_replicas == 0:
+    checks = g5_load.checks(load) if load is not None else []
+    if p.min_replicas == 0 and rec.client["cold_jobs"]:
         served = [c for c in colds if c.status == 200 and c.stages.get("first byte") is not None]
         zero_before = _zero_before_each(rec)
         checks.append(
@@ -210,8 +241,8 @@ def measure(rec: Recording, source: str = "live") -> G5Result:
                 f"(95% CI {100 * lo:.1f}-{100 * hi:.1f}%)",
             )
         )
-    return G5Result(**common_fields(rec, source, checks, model=p.inference_service), inference_service=p.inference_service,
-                    cold_starts=colds, canary=canary)
+    return G5Result(**common_fields(rec, source, checks, model=p.model), inference_service=p.inference_service,
+                    cold_starts=colds, canary=canary, load=load)
 
 
 def _zero_before_each(rec: Recording) -> bool:
@@ -220,34 +251,12 @@ def _zero_before_each(rec: Recording) -> bool:
     return len(empties) >= len(rec.client["cold_jobs"])
 
 
-def _cold_start(i: int, responses: list[Any], pods: dict[str, dict[str, Any]], nodes: dict[str, dict[str, Any]]) -> ColdStart:
+def _cold_start(i: int, responses: list[Response], pods: dict[str, dict[str, Any]], nodes: dict[str, dict[str, Any]]) -> ColdStart:
     if not responses:
         return ColdStart(repeat=i, status=None, error="the client logged no response", pod=None, node=None,
                          node_was_up=True, stages={})
     r = responses[0]
-    sent = datetime.fromtimestamp(r.t_send, timezone.utc)
-    # The predictor pod this request woke: the first one created at or after the send (whole seconds).
-    woke = sorted(
-        (x for x in pods.values() if (parse_time(x["metadata"]["creationTimestamp"]) or sent).timestamp() >= int(r.t_send)),
-        key=lambda x: x["metadata"]["creationTimestamp"],
-    )
-    pod = woke[0] if woke else None
-    node_name = (pod or {}).get("spec", {}).get("nodeName")
-    node_ready = condition_time(nodes[node_name], "Ready") if node_name in nodes else None
-    node_was_up = node_ready is None or node_ready <= sent
-
-    def after(t: datetime | None) -> float | None:
-        return None if t is None else round((t - sent).total_seconds(), 3)
-
-    stages = {
-        "pod created": after(parse_time(pod["metadata"]["creationTimestamp"])) if pod else None,
-        "pod scheduled": after(condition_time(pod, "PodScheduled")) if pod else None,
-        "node ready": None if node_was_up else after(node_ready),
-        "container ready": after(condition_time(pod, "Ready")) if pod else None,
-        "first byte": None if r.t_first_byte is None else round(r.t_first_byte - r.t_send, 3),
-    }
-    return ColdStart(repeat=i, status=r.status, error=r.error, pod=(pod or {}).get("metadata", {}).get("name"),
-                     node=node_name, node_was_up=node_was_up, stages=stages)
+    return cold_start(i, r.t_send, r.t_first_byte, r.status, r.error, pods, nodes)
 
 
 def _canary(rec: Recording, p: Params, pods: dict[str, dict[str, Any]]) -> Canary:
@@ -256,9 +265,14 @@ def _canary(rec: Recording, p: Params, pods: dict[str, dict[str, Any]]) -> Canar
     routes = traffic(isvc)
     canary_rev = next((t["revisionName"] for t in routes if t.get("latestRevision")), None)
     answered: dict[str, int] = {}
+    metrics = rec.client.get("pod_metrics") or {}
     for name, pod in pods.items():
         revision = (pod["metadata"].get("labels") or {}).get(REVISION_LABEL)
-        if revision and name in rec.logs:
+        if not revision:
+            continue
+        if name in metrics:
+            answered[revision] = answered.get(revision, 0) + triton_success_count(metrics[name], p.model)
+        elif name in rec.logs:
             answered[revision] = answered.get(revision, 0) + predict_count(rec.logs[name])
     n = sum(answered.values())
     k = answered.get(canary_rev or "", 0)
@@ -273,11 +287,9 @@ def _canary(rec: Recording, p: Params, pods: dict[str, dict[str, Any]]) -> Canar
     )
 
 
-STAGES = ("pod created", "pod scheduled", "node ready", "container ready", "first byte")
-
-
 def report_body(result: G5Result) -> str:
-    lines = ["## Cold start from zero", ""]
+    lines = [g5_load.report(result.load), ""] if result.load is not None else []
+    lines += ["## Cold start from zero", ""]
     if result.cold_starts:
         lines += [
             "Seconds after the request was sent (client clock; Pod/Node times are whole seconds). "
@@ -303,7 +315,7 @@ def report_body(result: G5Result) -> str:
         lo, hi = c.ci95 or (0.0, 1.0)
         lines += [
             f"{c.requests} requests ({c.ok} answered 200). Predict calls per revision, from each revision's "
-            "model-server access log:",
+            "model server (sklearn: its access log; Triton: its nv_inference_request_success counter):",
             "",
             "| revision | predict calls |",
             "|---|---|",
@@ -317,6 +329,11 @@ def report_body(result: G5Result) -> str:
 
 
 def plots(result: G5Result, folder: Path) -> list[str]:
+    files = g5_load.plot(result.load, folder) if result.load is not None else []
+    return files + _cold_start_plot(result, folder)
+
+
+def _cold_start_plot(result: G5Result, folder: Path) -> list[str]:
     if not result.cold_starts:
         return []
     points = []

@@ -26,7 +26,7 @@ from benchmarks.labs.errors import LabError
 from benchmarks.labs.live import LabSession, now
 from benchmarks.labs.record import Recording, Snapshot
 from benchmarks.labs.result import Check, Frozen, LabResult, common_fields
-from benchmarks.labs.serving import ISVC, client_job, is_ready, parse_client_log
+from benchmarks.labs.serving import ISVC, ClientTarget, client_job, is_ready, parse_client_log
 from benchmarks.labs.stack import LabParams, lab_params, require_output, system_selector
 from benchmarks.labs.timeline import phase
 
@@ -208,8 +208,9 @@ def record(session: LabSession, args: argparse.Namespace) -> Recording:
         snapshots.append(Snapshot(at=now(), objects={"inferenceservices": [isvc]}))
         host = urlsplit(isvc["status"]["url"]).hostname
         gateway = ((session.outputs.get("endpoints") or {}).get("kserve") or {}).get("gateway") or DEFAULT_GATEWAY
-        objs = client_job(f"g7-client-{run_id[-4:]}", ns, system_selector(session.outputs), gateway, host,
-                          f"/v1/models/{p.model_name}:predict", args.requests)
+        target = ClientTarget(namespace=ns, node_selector=system_selector(session.outputs), gateway=gateway, host=host,
+                              path=f"/v1/models/{p.model_name}:predict")
+        objs = client_job(f"g7-client-{run_id[-4:]}", target, args.requests)
         for obj in objs:
             session.scope.create(obj)
         job = objs[-1]["metadata"]["name"]

@@ -25,7 +25,7 @@ from benchmarks.harness import PrometheusRef
 from benchmarks.labs import images, live, objects
 from benchmarks.labs.errors import LabError
 from benchmarks.labs.live import LabSession, now
-from benchmarks.labs.plotting import xy_plot
+from benchmarks.labs.plotting import Panel, panels_plot
 from benchmarks.labs.record import Recording, Snapshot
 from benchmarks.labs.result import Check, Frozen, LabResult, common_fields
 from benchmarks.labs.stack import LabParams, gpu_placement, lab_params
@@ -78,6 +78,7 @@ class Variant(Frozen):
     resume_s: float | None  # preemption -> first step of the replacement pod
     job_s: float | None
     step_series: list[tuple[float, int]]  # (seconds since job start, step) over every pod
+    preempted_s: float | None = None  # seconds since job start when the node was preempted
 
 
 class G8Result(LabResult):
@@ -319,6 +320,7 @@ def _measure_variant(rec: Recording, run: dict[str, Any]) -> Variant:
         job_s=seconds_between(t0, complete),
         gpu_util_pct=scalar(run.get("dcgm")),
         step_series=sorted(series),
+        preempted_s=round(preempted_at.timestamp() - t0.timestamp(), 3),
     )
 
 
@@ -355,12 +357,27 @@ def report_body(result: G8Result) -> str:
     )
 
 
+def _panel(v: Variant) -> Panel:
+    """The variant's steps as one line per pod, the preemption as a mark, the stall as a span."""
+    points = [(t, float(s)) for t, s in v.step_series]
+    if v.preempted_s is None or v.resume_s is None:
+        return Panel(title=v.name, segments=[points])
+    resumed = v.preempted_s + v.resume_s  # the replacement pod's first step
+    lost = "" if v.steps_lost is None else f", {v.steps_lost} steps lost"
+    return Panel(
+        title=f"{v.name}: resumed at step {v.resumed_at_step}{lost}",
+        segments=[seg for seg in ([p for p in points if p[0] < resumed], [p for p in points if p[0] >= resumed]) if seg],
+        marks=[(v.preempted_s, "spot VM preempted")],
+        spans=[(v.preempted_s, resumed, f"no progress: {v.resume_s:.0f}s to the first step of a new pod")],
+    )
+
+
 def plots(result: G8Result, folder: Path) -> list[str]:
-    series = {v.name: [(t, float(s)) for t, s in v.step_series] for v in result.variants if v.step_series}
-    if not series:
+    variants = [v for v in result.variants if v.step_series]
+    if not variants:
         return []
-    xy_plot(series, "Training progress through a spot preemption", "seconds since the job started", "step",
-            folder / "progress.png")
+    panels_plot([_panel(v) for v in variants], "Training progress through a spot preemption",
+                "seconds since the job started", "step", folder / "progress.png")
     return ["progress.png"]
 
 

@@ -18,6 +18,7 @@ from benchmarks.labs.record import Recording, Snapshot, helm_chart_versions, pub
 from benchmarks.labs.report import write_results
 from benchmarks.labs.result import LabResult
 from benchmarks.metrics import MetricsError
+from stacks.output_folder import OutputFolderError, prepare
 
 
 class LiveLab(Protocol):
@@ -123,6 +124,7 @@ def run(lab: LiveLab, args: argparse.Namespace, cluster: Cluster | None = None, 
     """Run `lab` live; `cluster`/`outputs` replace the real ones (the test seam). Exit status 0 = all
     checks passed, 1 = a check failed, 2 = the run could not be made."""
     try:
+        prepare(args.out, "--out")  # before any GPU minute is spent: the results must have somewhere to go
         outputs = outputs if outputs is not None else read_outputs(args.stack, args.outputs)
         lab.check_outputs(outputs)
         cluster = cluster or KubeCluster.from_kubeconfig(outputs.get("kubeconfig") or "")
@@ -137,7 +139,7 @@ def run(lab: LiveLab, args: argparse.Namespace, cluster: Cluster | None = None, 
             raise
         result = lab.measure(rec, source="live")
         folder = write_results(new_run_folder(args.out, lab.LAB, session.started_at), rec, result, lab)
-    except (LabError, ClusterError, HarnessError, MetricsError) as e:
+    except (LabError, ClusterError, HarnessError, MetricsError, OutputFolderError) as e:
         print(f"{lab.LAB}: {e}", file=sys.stderr)
         return 2
     print(f"{lab.LAB}: {'PASS' if result.passed else 'FAIL'}; results in {folder}")

@@ -48,14 +48,18 @@ def container(
     command: list[str],
     *,
     env: dict[str, str] | None = None,
+    field_env: dict[str, str] | None = None,
     limits: dict[str, str] | None = None,
     requests: dict[str, str] | None = None,
     with_scripts: bool = False,
     ports: list[int] | None = None,
 ) -> dict[str, Any]:
+    """`field_env`: variables from the pod's own fields (downward API), name -> fieldPath."""
     out: dict[str, Any] = {"name": name, "image": image, "command": command}
-    if env:
-        out["env"] = [{"name": k, "value": v} for k, v in env.items()]
+    variables = [{"name": k, "value": v} for k, v in (env or {}).items()]
+    variables += [{"name": k, "valueFrom": {"fieldRef": {"fieldPath": f}}} for k, f in (field_env or {}).items()]
+    if variables:
+        out["env"] = variables
     resources: dict[str, Any] = {}
     if requests:
         resources["requests"] = dict(requests)
@@ -95,6 +99,10 @@ def pod_spec(
     if service_account:
         spec["serviceAccountName"] = service_account
     return restricted(spec)
+
+
+def namespace(name: str, labels: dict[str, str] | None = None) -> dict[str, Any]:
+    return {"apiVersion": "v1", "kind": "Namespace", "metadata": meta(name, None, labels)}
 
 
 def pod(name: str, namespace: str, spec: dict[str, Any], labels: dict[str, str] | None = None) -> dict[str, Any]:

@@ -2,7 +2,7 @@
 
 `python -m benchmarks.loadgen.overhead [--json]` starts the cheap streaming server of
 fastserver.py in its own process on loopback and reports:
-- the reference workload of ../shared/FACTS.md (512 requests, concurrency 64, 256 in / 128 out,
+- the reference workload of the peer-client comparison (512 requests, concurrency 64, 256 in / 128 out,
   server TTFT 30 ms, ITL 20 ms): client CPU seconds, and client mean TTFT minus the server's own;
 - the same TTFT gap at concurrency 8 with ITL 5 ms (256 requests);
 - the highest concurrency (doubling from 1) whose client lag p99 stays under 1 ms, and the

@@ -1,7 +1,7 @@
 """The GPU dashboard: DCGM utilisation, SM and DRAM activity, framebuffer and power, per node and pod.
 
-Metric and label names are those of the pinned dcgm-exporter (4.5.3-4.8.2, see
-../shared/upstream/dcgm-exporter/): series carry `gpu`, `UUID`, `modelName`, the node name in
+Metric and label names are those of the pinned dcgm-exporter (4.5.3-4.8.2, its counter lists are
+locked in tests/upstream.lock.tsv): series carry `gpu`, `UUID`, `modelName`, the node name in
 `Hostname` (renamed `hostname` in exporter 4.6, which the GPU Operator's pin already uses) and, with
 the exporter's Kubernetes mapping (always on in its chart), `namespace`, `pod` and `container` of
 the pod holding the GPU. Those last labels only survive scraping if the ServiceMonitor keeps them
