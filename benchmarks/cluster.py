@@ -57,6 +57,8 @@ class Cluster(Protocol):
 
     def pod_log(self, namespace: str, name: str, container: str | None = None) -> str: ...
 
+    def follow_log(self, namespace: str, name: str, container: str | None = None) -> Iterator[str]: ...
+
     def service_get(self, namespace: str, service: str, port: int, path: str, params: dict[str, str]) -> str: ...
 
     def pod_get(self, namespace: str, pod: str, port: int, path: str) -> str: ...
@@ -169,6 +171,35 @@ class KubeCluster:
             )
         except Exception as e:
             raise ClusterError(f"reading the log of pod {namespace}/{name} failed: {brief(e)}") from e
+
+    def follow_log(self, namespace: str, name: str, container: str | None = None) -> Iterator[str]:
+        """The pod's log line by line as it is written, until the container ends (`kubectl logs -f`).
+
+        The read timeout applies between chunks: a writer that says nothing for that long (the g6
+        load generator prints at least every few seconds) counts as a dead connection."""
+        from kubernetes import client
+
+        try:
+            resp = client.CoreV1Api(self._api_client).read_namespaced_pod_log(
+                name, namespace, container=container, follow=True, _preload_content=False,
+                _request_timeout=self._timeout,
+            )  # fmt: skip
+        except Exception as e:
+            raise ClusterError(f"following the log of pod {namespace}/{name} failed: {brief(e)}") from e
+        tail = b""
+        try:
+            # read1: whatever has arrived, without waiting for a full buffer (a quiet log stays open).
+            while chunk := resp.read1(65536):
+                lines = (tail + chunk).split(b"\n")
+                tail = lines.pop()
+                for line in lines:
+                    yield line.decode(errors="replace")
+            if tail:
+                yield tail.decode(errors="replace")
+        except Exception as e:  # urllib3's read timeout or a dropped connection, mid-stream
+            raise ClusterError(f"the log stream of pod {namespace}/{name} broke: {brief(e)}") from e
+        finally:
+            resp.release_conn()
 
     def service_get(self, namespace: str, service: str, port: int, path: str, params: dict[str, str]) -> str:
         """GET through the API server's service proxy: reaches ClusterIP services with no port-forward."""
@@ -291,6 +322,11 @@ def run_selector(run_id: str) -> str:
     return f"{RUN_LABEL}={run_id}"
 
 
+def run_labels(run_id: str, lab: str) -> dict[str, str]:
+    """The labels on every object a run creates (RunScope deletes by the first)."""
+    return {RUN_LABEL: run_id, LAB_LABEL: lab, "app.kubernetes.io/component": "benchmark"}
+
+
 class RunScope:
     """Creates a run's objects with its labels; on exit deletes every object kind it created, by label.
 
@@ -310,7 +346,7 @@ class RunScope:
 
     @property
     def labels(self) -> dict[str, str]:
-        return {RUN_LABEL: self.run_id, LAB_LABEL: self.lab, "app.kubernetes.io/component": "benchmark"}
+        return run_labels(self.run_id, self.lab)
 
     def create(self, obj: dict[str, Any]) -> dict[str, Any]:
         with_labels(obj, self.labels)

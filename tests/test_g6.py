@@ -14,6 +14,7 @@ from benchmarks.g6.report import render_report
 from benchmarks.g6.result import G6Result
 from benchmarks.g6.targets import CONFIG_PATH, SimTarget, StackTarget
 from benchmarks.harness import PulumiStack, load_result, save_result
+from benchmarks.harness.server import http_server
 from benchmarks.metrics import GaugeStats, ServerMetrics
 from facts.catalogue import get_gpu, get_model
 from benchmarks.serving.sizing import roofline, size
@@ -92,8 +93,8 @@ def test_report_lists_errors_and_client_bound_points():
 
 @pytest.fixture(scope="module")
 def sim_url():
-    with SimTarget(model=MODEL, gpu="l4", speedup=4.0, seed=1, gpu_memory_utilization=0.9).serving(16) as url:
-        yield url
+    with SimTarget(model=MODEL, gpu="l4", speedup=4.0, seed=1, gpu_memory_utilization=0.9).serving(16) as server:
+        yield server.base_url
 
 
 def _stack_outputs(tmp_path: Path) -> dict:
@@ -154,7 +155,7 @@ def test_saved_outputs_give_model_and_server_parameters(tmp_path, sim_url):
 
 def test_an_unset_value_is_removed_again_after_ctrl_c(tmp_path, monkeypatch, sim_url):
     state = fake_pulumi(tmp_path, monkeypatch, _stack_outputs(tmp_path))
-    target = StackTarget(PulumiStack("g6"), sim_url, health_timeout_s=10)
+    target = StackTarget(PulumiStack("g6"), http_server(sim_url), health_timeout_s=10)
     with pytest.raises(KeyboardInterrupt), target.session(), target.serving(8):
         raise KeyboardInterrupt
     calls = pulumi_calls(state)
@@ -168,7 +169,7 @@ def test_a_stack_point_without_an_up_still_checks_the_server_is_reachable(tmp_pa
     from benchmarks.harness import HarnessError
 
     fake_pulumi(tmp_path, monkeypatch, _stack_outputs(tmp_path), config={CONFIG_PATH: "16"})
-    target = StackTarget(PulumiStack("g6"), "http://127.0.0.1:9", health_timeout_s=1)
+    target = StackTarget(PulumiStack("g6"), http_server("http://127.0.0.1:9"), health_timeout_s=1)
     with pytest.raises(HarnessError, match="cannot reach http://127.0.0.1:9"), target.session(), target.serving(16):
         pass
 

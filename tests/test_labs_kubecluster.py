@@ -63,6 +63,8 @@ class _Api(BaseHTTPRequestHandler):
             return self._send(200, CORE)
         if p == "/apis/batch/v1":
             return self._send(200, BATCH)
+        if p.endswith("/pods/follow-me/log") and query.get("follow") == "true":
+            return self._follow(query)
         if p.endswith("/log"):
             # As the API server does: a pod with several containers needs `container` (no default there).
             if p.endswith("/pods/two/log") and "container" not in query:
@@ -98,6 +100,26 @@ class _Api(BaseHTTPRequestHandler):
         if method == "DELETE":
             return self._send(200, {"kind": "Status", "apiVersion": "v1", "status": "Success"})
         return self._send(404, {"kind": "Status", "code": 404})
+
+    followed = threading.Event()  # set by the test once it has the first line
+
+    def _follow(self, query: dict) -> None:
+        """A log followed as the API server streams it: chunked, one write per line, held open until
+        the reader has the first line (so it must not wait for the end)."""
+        self.protocol_version = "HTTP/1.1"  # chunked needs it, as the API server answers
+        self.close_connection = True
+        self.send_response(200)
+        self.send_header("Content-Type", "text/plain")
+        self.send_header("Transfer-Encoding", "chunked")
+        self.end_headers()
+        def chunk(data: bytes) -> None:
+            self.wfile.write(b"%x\r\n%s\r\n" % (len(data), data))
+            self.wfile.flush()
+
+        chunk(b"gml-loadgen:progress 3 64\n")
+        # A reader that waits for more than what has arrived gets a different rest.
+        chunk(b"gml-loadgen:progress 9 64\nlast, no newline" if _Api.followed.wait(3) else b"the reader waited\n")
+        self.wfile.write(b"0\r\n\r\n")
 
     def do_GET(self):
         self._route("GET")
@@ -297,3 +319,15 @@ def test_the_lab_command_prints_that_one_line(plugin_without_account, server, tm
     assert done.returncode == 2 and done.stdout == ""
     (line,) = done.stderr.splitlines()
     assert line.startswith("g1: gke-gcloud-auth-plugin could not get a token (exit 1): ERROR: (gcloud.config.config-helper)")
+
+
+def test_a_followed_log_arrives_line_by_line_as_it_is_written(cluster):
+    _Api.calls.clear()
+    _Api.followed.clear()
+    lines = cluster.follow_log("llm", "follow-me", "loadgen")
+    assert next(lines) == "gml-loadgen:progress 3 64"  # before the server writes anything more
+    _Api.followed.set()
+    assert list(lines) == ["gml-loadgen:progress 9 64", "last, no newline"]
+    ((method, path, query, _),) = _Api.calls
+    assert (method, path) == ("GET", "/api/v1/namespaces/llm/pods/follow-me/log")
+    assert query["follow"] == "true" and query["container"] == "loadgen"

@@ -1,22 +1,25 @@
-"""The load generator against the simulator's ground truth and against real local servers that fail."""
+"""The load generator against the simulator's ground truth and against real local servers that
+misbehave, with hand-computed timings; and its output format, which a pod's log carries."""
 
 from __future__ import annotations
 
 import asyncio
 import json
 import socket
+import threading
 import time
-from collections.abc import AsyncIterator, Callable
-from contextlib import asynccontextmanager
+from collections.abc import Awaitable, Callable, Iterator
+from contextlib import contextmanager
 
 import httpx
 import pytest
-from aiohttp import web
 
 from benchmarks.g6.targets import SimTarget
-from benchmarks.loadgen import LoadSpec, Slo, Timeouts, run_load, summarize
+from benchmarks.loadgen import LoadgenError, LoadRun, LoadSpec, Record, Slo, Timeouts, run_load, summarize
+from benchmarks.loadgen import core
+from benchmarks.loadgen.core import Out, OutputReader, poisson_offsets, run_in_process
+from benchmarks.loadgen.runner import read_output
 from benchmarks.loadgen.stats import summarize_ms
-from benchmarks.loadgen.timers import poisson_offsets
 
 MODEL = "Qwen/Qwen2.5-0.5B-Instruct"
 
@@ -25,8 +28,8 @@ MODEL = "Qwen/Qwen2.5-0.5B-Instruct"
 def sim_url():
     """The simulator in its own process at real-time speed, so its timings dwarf client noise."""
     target = SimTarget(model=MODEL, gpu="l4", speedup=1.0, seed=1, gpu_memory_utilization=0.9)
-    with target.serving(32) as url:
-        yield url
+    with target.serving(32) as server:
+        yield server.base_url
 
 
 def _spec(base_url: str, **kw) -> LoadSpec:
@@ -37,7 +40,8 @@ def _spec(base_url: str, **kw) -> LoadSpec:
 @pytest.mark.parametrize("api", ["completions", "chat"])
 def test_client_ttft_and_itl_match_the_servers_ground_truth(sim_url, api):
     spec = _spec(sim_url, api=api)
-    run = asyncio.run(run_load(spec))
+    # One worker: requests reach the server in the order they were sent, so the two pair up by order.
+    run = run_load(spec, workers=1)
     truth = httpx.get(f"{sim_url}/sim/requests").json()
     # Pair each counted request with the server's record by arrival order (one clock: CLOCK_MONOTONIC).
     first_sent = min(r.sent for r in run.records)
@@ -67,83 +71,176 @@ def test_client_ttft_and_itl_match_the_servers_ground_truth(sim_url, api):
     assert stats.completed == 16 and stats.failed == 0
     assert stats.output_tokens == 16 * 32
     assert stats.ttft_ms.mean == pytest.approx(client_ttft * 1000)
+    assert stats.client.where == "local" and stats.client.workers == 1
 
 
-# -- real local servers that misbehave --------------------------------------------------------------
+# -- a real local server (raw asyncio HTTP/1.1) with known timings and known faults -------------------
 
 _CHUNK = json.dumps({"choices": [{"index": 0, "text": " x", "finish_reason": None}]}).encode()
+_HEAD = b"HTTP/1.1 200 OK\r\nContent-Type: text/event-stream\r\nTransfer-Encoding: chunked\r\n\r\n"
+
+Writer = asyncio.StreamWriter
+Handler = Callable[[Writer, dict], Awaitable[bool]]  # returns whether the connection may be reused
 
 
-async def _stream(request: web.Request, tokens: int, ttft_s: float, itl_s: float) -> web.StreamResponse:
-    resp = web.StreamResponse(headers={"Content-Type": "text/event-stream"})
-    await resp.prepare(request)
+def _chunked(data: bytes) -> bytes:
+    return b"%x\r\n%s\r\n" % (len(data), data)
+
+
+def _usage(tokens: int) -> bytes:
+    return b'data: {"choices":[],"usage":{"completion_tokens":%d}}\n\n' % tokens
+
+
+async def _stream(w: Writer, tokens: int, ttft_s: float, itl_s: float, stamps: list[float] | None = None) -> bool:
+    loop = asyncio.get_running_loop()
+    w.write(_HEAD)
     await asyncio.sleep(ttft_s)
     for i in range(tokens):
-        await resp.write(b"data: " + _CHUNK + b"\n\n")
+        if stamps is not None:
+            stamps.append(loop.time())  # before the write: the client may read it before a later stamp
+        w.write(_chunked(b"data: " + _CHUNK + b"\n\n"))
         if i < tokens - 1:
             await asyncio.sleep(itl_s)
-    await resp.write(b'data: {"choices":[],"usage":{"completion_tokens":%d}}\n\ndata: [DONE]\n\n' % tokens)
-    await resp.write_eof()
-    return resp
+    # The last chunk carries a chunk extension and trailers: legal HTTP/1.1 the client must walk past.
+    w.write(_chunked(_usage(tokens) + b"data: [DONE]\n\n") + b"0;ext=1\r\nX-Trailer: y\r\n\r\n")
+    await w.drain()
+    return True
 
 
-def _handlers() -> dict[str, Callable]:
+def _handlers() -> tuple[dict[str, Handler], dict[str, list]]:
     calls = {"flaky": 0, "mixed": 0}
+    truth: dict[str, list] = {"known": []}
 
-    async def ok(request):
-        return await _stream(request, 4, 0.02, 0.002)
+    async def ok(w, body):
+        return await _stream(w, 4, 0.02, 0.002)
 
-    async def flaky(request):  # every other request is an HTTP 500
+    async def known(w, body):  # TTFT 50 ms, then 5 tokens 10 ms apart: stamps kept by prompt for the test
+        stamps: list[float] = []
+        truth["known"].append((tuple(body["prompt"]), stamps))
+        return await _stream(w, 5, 0.05, 0.01, stamps)
+
+    async def flaky(w, body):  # every other request is an HTTP 500 with a length-framed body
         calls["flaky"] += 1
         if calls["flaky"] % 2:
-            return web.json_response({"error": {"message": "boom"}}, status=500)
-        return await _stream(request, 4, 0.02, 0.002)
+            data = b'{"error":{"message":"boom"}}'
+            w.write(b"HTTP/1.1 500 Internal Server Error\r\nContent-Length: %d\r\n\r\n%s" % (len(data), data))
+            return True
+        return await _stream(w, 4, 0.02, 0.002)
 
-    async def mixed(request):  # alternating fast and slow first tokens, for goodput
+    async def mixed(w, body):  # alternating fast and slow first tokens, for goodput
         calls["mixed"] += 1
-        return await _stream(request, 4, 0.005 if calls["mixed"] % 2 else 0.08, 0.002)
+        return await _stream(w, 4, 0.005 if calls["mixed"] % 2 else 0.08, 0.002)
 
-    async def drop(request):  # the connection dies mid-stream
-        resp = web.StreamResponse(headers={"Content-Type": "text/event-stream"})
-        await resp.prepare(request)
-        await resp.write(b"data: " + _CHUNK + b"\n\n")
+    async def close(w, body):
+        # HTTP/1.0 style: no length, no chunks, the body ends when the connection closes; CRLF event
+        # lines; two tokens per event after a role-only first event (the usage count is the truth).
+        w.write(b"HTTP/1.1 200 OK\r\nContent-Type: text/event-stream\r\nConnection: close\r\n\r\n")
+        await asyncio.sleep(0.02)
+        role = {"choices": [{"index": 0, "delta": {"role": "assistant", "content": ""}}]}
+        w.write(b"data: " + json.dumps(role).encode() + b"\r\n\r\n")
+        await asyncio.sleep(0.03)
+        two = {"choices": [{"index": 0, "delta": {"content": " x y"}}]}
+        for _ in range(3):
+            w.write(b"data: " + json.dumps(two).encode() + b"\r\n\r\n")
+            await asyncio.sleep(0.002)
+        w.write(_usage(6).replace(b"\n", b"\r\n") + b"data: [DONE]\r\n\r\n")
+        await w.drain()
+        return False
+
+    async def drop(w, body):  # the connection dies mid-stream
+        w.write(_HEAD + _chunked(b"data: " + _CHUNK + b"\n\n"))
         await asyncio.sleep(0.01)
-        request.transport.close()
-        return resp
+        return False
 
-    async def stall(request):  # headers, then nothing
-        resp = web.StreamResponse(headers={"Content-Type": "text/event-stream"})
-        await resp.prepare(request)
+    async def error_event(w, body):  # a 200 stream whose second event is an error
+        w.write(_HEAD + _chunked(b"data: " + _CHUNK + b"\n\n"))
+        w.write(_chunked(b'data: {"error":{"message":"engine died"}}\n\ndata: [DONE]\n\n') + b"0\r\n\r\n")
+        return True
+
+    async def stall(w, body):  # headers, then nothing
+        w.write(_HEAD)
         await asyncio.sleep(30)
-        return resp
+        return False
 
-    return {"ok": ok, "flaky": flaky, "mixed": mixed, "drop": drop, "stall": stall}
+    handlers = {"ok": ok, "known": known, "flaky": flaky, "mixed": mixed, "close": close, "drop": drop,
+                "error_event": error_event, "stall": stall}  # fmt: skip
+    return handlers, truth
 
 
-@asynccontextmanager
-async def local_server() -> AsyncIterator[str]:
-    app = web.Application()
-    for name, handler in _handlers().items():
-        app.router.add_post(f"/{name}/v1/completions", handler)
-    runner = web.AppRunner(app, shutdown_timeout=0.1)
-    await runner.setup()
-    site = web.TCPSite(runner, "127.0.0.1", 0)
-    await site.start()
-    port = site._server.sockets[0].getsockname()[1]
+@contextmanager
+def local_server() -> Iterator[tuple[str, dict[str, list]]]:
+    """The server on its own thread and loop; yields its base URL and the `known` handler's stamps."""
+    handlers, truth = _handlers()
+    started = threading.Event()
+    state: dict = {}
+
+    async def handle(reader: asyncio.StreamReader, writer: Writer) -> None:
+        try:
+            while True:
+                head = await reader.readuntil(b"\r\n\r\n")
+                path = head.split(b" ")[1].decode()
+                length = next(int(v) for k, _, v in (line.partition(b":") for line in head.split(b"\r\n"))
+                              if k.lower() == b"content-length")  # fmt: skip
+                body = json.loads(await reader.readexactly(length))
+                if not await handlers[path.split("/")[1]](writer, body):
+                    break
+        except (asyncio.IncompleteReadError, ConnectionError):
+            pass
+        finally:
+            writer.close()
+
+    async def main() -> None:
+        server = await asyncio.start_server(handle, "127.0.0.1", 0)
+        state["url"] = f"http://127.0.0.1:{server.sockets[0].getsockname()[1]}"
+        state["stop"] = asyncio.Event()
+        state["loop"] = asyncio.get_running_loop()
+        started.set()
+        async with server:
+            await state["stop"].wait()
+
+    thread = threading.Thread(target=asyncio.run, args=(main(),), daemon=True)
+    thread.start()
+    started.wait(5)
     try:
-        yield f"http://127.0.0.1:{port}"
+        yield state["url"], truth
     finally:
-        await runner.cleanup()
+        state["loop"].call_soon_threadsafe(state["stop"].set)
+        thread.join(5)
 
 
 def _run(path: str, **kw):
-    async def go():
-        async with local_server() as base:
-            spec = _spec(f"{base}/{path}", **kw)
-            return await run_load(spec), spec
-
-    run, spec = asyncio.run(go())
+    with local_server() as (base, _):
+        spec = _spec(f"{base}/{path}", **kw)
+        run = run_load(spec)
     return run, summarize(run, spec)
+
+
+def test_hand_computed_ttft_itl_and_e2e_from_a_server_with_known_timings():
+    """TTFT 50 ms, then 5 tokens 10 ms apart: TTFT 50, ITL 10, TPOT 10, E2E 50 + 4 x 10 = 90 ms. The
+    server's sleeps overshoot (up to ~1 ms each on a busy machine), so each figure is also held to the
+    server's own stamps of the same requests, which the client may exceed only by loopback's microseconds."""
+    with local_server() as (base, truth):
+        spec = _spec(f"{base}/known", concurrency=2, requests=8, warmup=0, output_len=5)
+        run = run_load(spec)
+    stats = summarize(run, spec)
+    assert stats.completed == 8 and stats.output_tokens == 40
+    # Two workers share the closed loop: every request once, two in flight at any time.
+    assert sorted(r.i for r in run.records) == list(range(8)) and stats.client.workers == 2
+    assert 50.0 <= stats.ttft_ms.p50 <= 57.0
+    assert 10.0 <= stats.itl_ms.p50 <= 12.0 and len([g for r in run.records for g in r.chunk_times[1:]]) == 32
+    assert 10.0 <= stats.tpot_ms.p50 <= 12.0
+    assert 90.0 <= stats.e2e_ms.p50 <= 100.0
+    # The server's stamps (taken just before each write), paired with the client's records by prompt:
+    # never a token read before it was written (10 us: the records' whole microseconds and the two
+    # clocks' readings), and gaps within 2 ms of the server's (its thread shares two busy cores and may
+    # be preempted between stamp and write; a token timed one read off would be 10 ms out).
+    prompts = [tuple(json.loads(body)["prompt"]) for body in core.build_bodies(spec.plan())]
+    server = dict(truth["known"])
+    for r in run.records:
+        srv = server[prompts[r.i]]
+        assert all(a - b >= -1e-5 for a, b in zip(r.chunk_times, srv))
+        gaps = [y - x for x, y in zip(r.chunk_times, r.chunk_times[1:])]
+        assert gaps == pytest.approx([y - x for x, y in zip(srv, srv[1:])], abs=2e-3)
 
 
 def test_http_errors_are_counted_apart_and_kept_out_of_latencies():
@@ -155,9 +252,21 @@ def test_http_errors_are_counted_apart_and_kept_out_of_latencies():
     assert stats.output_tokens == 6 * 4
 
 
-def test_dropped_streams_are_failures():
-    _, stats = _run("drop", concurrency=2, requests=4, warmup=0)
-    assert stats.failures == {"truncated_stream": 4}
+def test_a_body_ended_by_close_with_crlf_events_role_chunk_and_several_tokens_per_event():
+    run, stats = _run("close", concurrency=2, requests=4, warmup=0)
+    assert stats.completed == 4 and stats.failed == 0
+    # TTFT is the first content (50 ms), not the role-only event (20 ms); tokens from the usage count.
+    assert stats.ttft_ms.p50 >= 49.0
+    assert stats.output_tokens == 4 * 6 and all(len(r.chunk_times) == 3 for r in run.records)
+
+
+@pytest.mark.parametrize(
+    "path, failures",
+    [("drop", {"truncated_stream": 4}), ("error_event", {"server_error_event": 4})],
+)
+def test_broken_streams_are_failures(path, failures):
+    _, stats = _run(path, concurrency=2, requests=4, warmup=0)
+    assert stats.failures == failures
     assert stats.completed == 0 and stats.ttft_ms is None and stats.output_tokens_per_s == 0.0
 
 
@@ -166,7 +275,7 @@ def test_closed_port_is_a_connect_error():
         sock.bind(("127.0.0.1", 0))
         port = sock.getsockname()[1]  # bound, never listening: connections are refused
         spec = _spec(f"http://127.0.0.1:{port}", concurrency=2, requests=4, warmup=0)
-        stats = summarize(asyncio.run(run_load(spec)), spec)
+        stats = summarize(run_load(spec), spec)
     assert stats.failures == {"connect_error": 4}
 
 
@@ -182,7 +291,16 @@ def test_duration_bounds_a_point():
     run, stats = _run("ok", concurrency=2, requests=10_000, duration_s=0.5)
     assert stats.stopped_by == "duration"
     assert 0 < stats.completed < 10_000
-    assert time.monotonic() - start < 3
+    assert time.monotonic() - start < 4
+
+
+def test_open_loop_arrivals_are_split_between_workers_and_keep_their_schedule():
+    run, stats = _run("ok", concurrency=None, rate=100.0, requests=60, warmup=0, seed=5)
+    assert stats.completed == 60 and stats.client.workers == 2
+    offsets = poisson_offsets(100.0, 60, 5)
+    t0 = run.records[0].scheduled - offsets[0]
+    assert [r.scheduled - t0 for r in run.records] == pytest.approx(offsets, abs=2e-6)
+    assert stats.client_lag_ms.mean < 5.0
 
 
 def test_goodput_counts_only_requests_meeting_the_slo():
@@ -202,18 +320,37 @@ def test_latency_counts_from_the_scheduled_send_time_when_the_client_stalls():
             stalled.append(True)
             time.sleep(0.1)  # the client's loop is stuck; open-loop arrivals keep falling due
 
-    async def go():
-        async with local_server() as base:
-            spec = _spec(f"{base}/ok", concurrency=None, rate=200.0, requests=60, warmup=0, seed=3)
-            return await run_load(spec, on_done=block_once)
-
-    run = asyncio.run(go())
+    with local_server() as (base, _):
+        spec = _spec(f"{base}/ok", concurrency=None, rate=200.0, requests=60, warmup=0, seed=3)
+        run = run_in_process(spec.plan(), on_done=block_once)
     lags = [r.sent - r.scheduled for r in run.records]
     assert max(lags) >= 0.05
     for r in run.records:
         assert r.first_token - r.scheduled >= r.sent - r.scheduled + 0.015  # server TTFT is 20 ms
     late = [r for r in run.records if r.sent - r.scheduled >= 0.05]
     assert all(r.first_token - r.scheduled >= 0.07 for r in late)
+
+
+@pytest.mark.skipif(core.SO_TIMESTAMPNS is None, reason="kernel receive timestamps are read on Linux only")
+def test_a_read_is_timed_when_the_kernel_received_it_not_when_the_client_got_to_it():
+    """A client descheduled for 30 ms still times the data when it arrived (SO_TIMESTAMPNS)."""
+    with core.timestamping_on(), socket.create_server(("127.0.0.1", 0)) as listener:
+        time.sleep(0.05)  # the kernel turns timestamping on a moment after it is first asked for
+        client = socket.create_connection(listener.getsockname())
+        server, _ = listener.accept()
+        with client, server:
+            client.setsockopt(socket.SOL_SOCKET, core.SO_TIMESTAMPNS, 1)
+            sent = time.monotonic()
+            server.send(b"data: x\n\n")
+            time.sleep(0.03)  # the client is busy elsewhere
+            buffer = bytearray(1024)
+            nbytes, ancdata, _, _ = client.recvmsg_into([buffer], core.ANC_SIZE)
+            stamp, seen = core._Worker.stamp(ancdata)
+    assert nbytes == 9 and seen - sent >= 0.03
+    # At arrival, within loopback's microseconds (and the two clocks' reading apart: 0.1 ms allowed).
+    assert sent - 1e-4 <= stamp <= sent + 0.002
+    stamp, seen = core._Worker.stamp([])
+    assert stamp == seen  # no kernel stamp: the read's own time
 
 
 def test_poisson_schedule_is_seeded_and_has_the_asked_rate():
@@ -234,16 +371,13 @@ def test_percentiles_are_in_milliseconds():
 def test_summary_of_hand_timed_records():
     """ITL is the gap between consecutive chunks of one stream: the wait from send to the first
     chunk is TTFT, never an ITL. A failed request counts apart and times nothing."""
-    from benchmarks.loadgen.backend import RequestRecord
-    from benchmarks.loadgen.runner import LoadRun
-
-    a = RequestRecord(scheduled=10.000, dispatched=10.000, sent=10.001, first_token=10.100,
-                      end=10.151, chunk_times=[10.100, 10.120, 10.150], output_tokens=3)
-    b = RequestRecord(scheduled=10.050, dispatched=10.050, sent=10.052, first_token=10.250,
-                      end=10.261, chunk_times=[10.250, 10.260], output_tokens=2)
-    failed = RequestRecord(scheduled=10.060, dispatched=10.060, sent=10.061, end=10.070, error="http_500")
+    a = Record(i=0, scheduled=10.000, sent=10.001, first_token=10.100, end=10.151,
+               chunk_times=[10.100, 10.120, 10.150], output_tokens=3)
+    b = Record(i=1, scheduled=10.050, sent=10.052, first_token=10.250, end=10.261,
+               chunk_times=[10.250, 10.260], output_tokens=2)
+    failed = Record(i=2, scheduled=10.060, sent=10.061, first_token=None, end=10.070, error="http_500")
     spec = _spec("http://127.0.0.1:9", concurrency=2, requests=3, warmup=0)
-    stats = summarize(LoadRun(records=[a, b, failed], warmup=[], stopped_by="requests", wall_offset=0.0), spec)
+    stats = summarize(LoadRun(records=[a, b, failed], warmup=[], stopped_by="requests", wall_offset=0.0, client={}), spec)
     # ITLs by hand: a 20 and 30 ms, b 10 ms -> sorted 10, 20, 30; p90 at rank 1.8: 20 + 0.8 x 10.
     assert (stats.itl_ms.mean, stats.itl_ms.p50, stats.itl_ms.p90, stats.itl_ms.p99) == pytest.approx((20, 20, 28, 29.8))
     # TTFT from the scheduled send: a 100 ms, b 200 ms.
@@ -256,3 +390,43 @@ def test_summary_of_hand_timed_records():
     assert stats.window.seconds == pytest.approx(0.261)
     assert stats.requests_per_s == pytest.approx(2 / 0.261)
     assert stats.output_tokens_per_s == pytest.approx(5 / 0.261)
+
+
+# -- the output format: what a pod's log carries back ---------------------------------------------
+
+
+def _output(items: list[list], t0: float = 100.0) -> list[str]:
+    lines: list[str] = []
+    out = Out(lines.append, lambda: None)
+    out.progress(1, 2)
+    out.records(items, {"t0": t0, "wall_offset": 1.7e9})
+    return "".join(lines).splitlines()
+
+
+def test_records_survive_the_log_format_and_lost_lines_are_detected():
+    # Request 1: scheduled 1 ms after t0, sent 0.05 ms later, content at +31, +51, +71 ms, ended at +72 ms.
+    items = [[0, 0, 20, None, 500, [], 0, "http_500"], [1, 1000, 1050, 31000, 72000, [0, 20000, 20000], 3, None]]
+    lines = ["WARNING: something a library printed", *_output(items)]
+    progress: list[int] = []
+    spec = LoadSpec(base_url="http://x", model="m", concurrency=1, requests=1, warmup=1)
+    run = read_output(OutputReader(progress.append).feed_all(lines), spec, "test")
+    assert progress == [1]
+    (rec,) = run.records
+    assert (rec.scheduled, rec.sent, rec.first_token, rec.end) == pytest.approx((100.001, 100.00105, 100.031, 100.072))
+    assert rec.chunk_times == pytest.approx([100.031, 100.051, 100.071]) and rec.output_tokens == 3
+    assert run.warmup[0].error == "http_500" and run.stopped_by == "requests"
+
+    many = _output([[i, 0, 0, 1, 2, [0], 1, None] for i in range(3000)])
+    data = [i for i, line in enumerate(many) if line.startswith("gml-loadgen:data")]
+    assert len(data) > 1, "a long output is split into lines a container runtime keeps whole"
+    with pytest.raises(LoadgenError, match="corrupt|checksum"):
+        read_output(OutputReader().feed_all(many[: data[1]] + many[data[1] + 1 :]), spec, "test")
+    with pytest.raises(LoadgenError, match="without its records: boom"):
+        read_output(OutputReader().feed_all(["gml-loadgen:error boom"]), spec, "test")
+
+
+def test_a_bad_plan_is_refused_with_the_reason(capsys):
+    assert core.main(["/nonexistent/plan.json"]) == 2
+    assert capsys.readouterr().out.startswith("gml-loadgen:error ")
+    with pytest.raises(core.PlanError, match="exactly one of concurrency and rate"):
+        core.Plan.from_json(json.dumps({"base_url": "http://x", "model": "m", "requests": 1, "warmup": 0}))

@@ -4,7 +4,6 @@ direct-scrape arithmetic on hand-worked cases."""
 
 from __future__ import annotations
 
-import asyncio
 import json
 import socket
 import subprocess
@@ -37,7 +36,8 @@ def _free_port() -> int:
 def sim_and_prometheus(tmp_path_factory):
     prometheus = binary("prometheus")
     tmp = tmp_path_factory.mktemp("prometheus")
-    with SimTarget(model=MODEL, gpu="l4", speedup=2.0, seed=1, gpu_memory_utilization=0.9).serving(8) as sim:
+    with SimTarget(model=MODEL, gpu="l4", speedup=2.0, seed=1, gpu_memory_utilization=0.9).serving(8) as server:
+        sim = server.base_url
         config = tmp / "prometheus.yml"
         config.write_text(
             "global:\n  scrape_interval: 1s\n  evaluation_interval: 1s\n"
@@ -74,7 +74,7 @@ def test_promql_reads_the_servers_view_of_a_load_window(sim_and_prometheus):
     sim, prom = sim_and_prometheus
     # Twice max-num-seqs in flight: the server must show a full batch and a queue.
     spec = LoadSpec(base_url=sim, model=MODEL, input_len=128, output_len=64, concurrency=16, requests=200, duration_s=4.0)
-    stats = summarize(asyncio.run(run_load(spec)), spec)
+    stats = summarize(run_load(spec), spec)
     assert stats.completed > 16 and stats.failed == 0
 
     m = PrometheusClient.over_http(prom).window_metrics(stats.window.start.timestamp(), stats.window.end.timestamp())
@@ -135,18 +135,23 @@ class _ApiServer(BaseHTTPRequestHandler):
 
 
 @pytest.fixture()
-def api_server(sim_and_prometheus):
+def kubeconfig(sim_and_prometheus):
+    """A kubeconfig (as the stack outputs carry it) for the loopback API server in front of Prometheus."""
     _ApiServer.prometheus, _ApiServer.proxied = sim_and_prometheus[1], []
     server = ThreadingHTTPServer(("127.0.0.1", 0), _ApiServer)
     threading.Thread(target=server.serve_forever, daemon=True).start()
-    kubeconfig = {
+    yield json.dumps({
         "apiVersion": "v1", "kind": "Config", "current-context": "lab",
         "clusters": [{"name": "lab", "cluster": {"server": f"http://127.0.0.1:{server.server_port}"}}],
         "users": [{"name": "me", "user": {"token": "t0ken"}}],
         "contexts": [{"name": "lab", "context": {"cluster": "lab", "user": "me"}}],
-    }  # fmt: skip
-    yield KubeCluster.from_kubeconfig(json.dumps(kubeconfig))
+    })  # fmt: skip
     server.shutdown()
+
+
+@pytest.fixture()
+def api_server(kubeconfig):
+    return KubeCluster.from_kubeconfig(kubeconfig)
 
 
 def test_both_transports_read_the_same_prometheus(sim_and_prometheus, api_server):
@@ -161,6 +166,26 @@ def test_both_transports_read_the_same_prometheus(sim_and_prometheus, api_server
     assert sample.value == 1.0 and sample.labels["job"] == "sim"
     assert scalar(proxied.answer('sum(up{job="sim"})')) == 1.0
     assert _ApiServer.proxied == ["api/v1/query", "api/v1/query", "api/v1/query"]
+
+
+def test_an_in_cluster_g6_run_reads_its_windows_through_the_api_server(sim_and_prometheus, kubeconfig, tmp_path):
+    """What a g6 run with its client in the cluster reads: the window's server and GPU figures from the
+    stack's Prometheus through the API server, the same as a direct read of that Prometheus."""
+    from benchmarks.g6.cli import client_side, parser, resolve_params
+    from stacks.mockrun import run_stack
+
+    outputs = {**run_stack("g6").outputs, "kubeconfig": kubeconfig}
+    outputs["prometheus"] = {"namespace": "monitoring", "service": "kps-prometheus", "port": 9090}
+    path = tmp_path / "outputs.json"
+    path.write_text(json.dumps(outputs))
+    params = resolve_params(parser().parse_args(["--outputs", str(path)]), outputs)
+    client = client_side(params, outputs, cpus=2, log=lambda m: None)
+    assert params.client == "in-cluster" and client.runner.namespace == "llm"
+    end = time.time() - 2  # a window Prometheus has scraped past
+    proxied = client.prometheus.window_metrics(end - 6, end)
+    assert proxied == PrometheusClient.over_http(sim_and_prometheus[1]).window_metrics(end - 6, end)
+    assert proxied.running is not None and proxied.gpu_util is not None and proxied.kv_cache_usage is not None
+    assert _ApiServer.proxied and set(_ApiServer.proxied) <= {"api/v1/query", "api/v1/query_range"}
 
 
 def test_a_rejected_query_through_the_proxy_names_the_service_and_the_query(api_server):

@@ -1,9 +1,10 @@
 """`python -m benchmarks g6`: sweep max-num-seqs x concurrency against vLLM, the simulator or a stack.
 
-Against a real stack the client should run inside the cluster (a Job or a pod next to vLLM).
-For a quick look from a laptop, `kubectl port-forward -n NS svc/vllm 8000` and pass
-`--target http://127.0.0.1:8000`; but a port-forward is a single tunnel that shapes the numbers,
-and a `pulumi up` that changes max-num-seqs restarts the vLLM pod, which breaks it.
+Against a stack (--stack or --outputs) the load generator runs inside the cluster: one Job per
+point next to vLLM, on the system pool, its progress and records read back from the pod's log;
+this machine reads vLLM's /metrics through the API server. `--client-manifest DIR` writes what it
+would create, without touching the cluster. `--target URL` instead sends the load from this
+machine to a server it can reach (the simulator, or a server of your own).
 """
 
 from __future__ import annotations
@@ -13,18 +14,23 @@ import sys
 from collections.abc import Callable
 from datetime import UTC, datetime
 from pathlib import Path
-from typing import Any
+from typing import Any, NamedTuple
 
+import yaml
 from pydantic import ValidationError
+
+from benchmarks.cluster import ClusterError, KubeCluster
 
 from benchmarks.g6.config import LAB, G6Outputs, G6Params
 from benchmarks.g6.errors import G6Error
 from benchmarks.g6.plots import render_plots
 from benchmarks.g6.report import render_report
 from benchmarks.g6.result import G6Result
-from benchmarks.g6.sweep import Target, run_sweep
+from benchmarks.g6.incluster import DEFAULT_CPUS, ClusterRunner, manifests, proxy_server
+from benchmarks.g6.sweep import Target, load_specs, run_sweep
 from benchmarks.g6.targets import SimTarget, StackTarget, UrlTarget
 from benchmarks.harness import (
+    Endpoint,
     HarnessError,
     PrometheusRef,
     PulumiStack,
@@ -38,8 +44,12 @@ from benchmarks.harness import (
     tool_version,
 )
 from benchmarks.harness.results import client_cpus
-from benchmarks.loadgen import LoadgenError, Slo, Timeouts
-from benchmarks.metrics import MetricsError
+from benchmarks.harness.server import Server, http_server
+from benchmarks.labs.errors import LabError
+from benchmarks.labs.live import new_run_id
+from benchmarks.labs.stack import system_selector
+from benchmarks.loadgen import LoadgenError, LocalRunner, Slo, Timeouts
+from benchmarks.metrics import MetricsError, PrometheusClient
 from facts.catalogue import GPUS, MODELS, ServingError, get_gpu, get_model
 from benchmarks.serving.sizing import Sizing, size
 from stacks.cost_estimate import estimate_or_none, estimate_section, markdown
@@ -63,6 +73,12 @@ def _floats(text: str) -> list[float]:
         raise argparse.ArgumentTypeError(f"expected comma-separated numbers, got {text!r}") from None
 
 
+def _cpus(text: str) -> int:
+    if not text.isdigit() or int(text) < 1:
+        raise argparse.ArgumentTypeError(f"expected a whole number of CPUs, at least 1, got {text!r}")
+    return int(text)
+
+
 def parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(
         prog="python -m benchmarks g6",
@@ -78,6 +94,12 @@ def parser() -> argparse.ArgumentParser:
     src.add_argument("--stack", help="Pulumi stack: endpoint, model and server parameters from its outputs; "
                      "max-num-seqs is changed through `pulumi config set` + `pulumi up` and restored after")  # fmt: skip
     src.add_argument("--outputs", type=Path, help="stack outputs saved as JSON (`pulumi stack output --json --show-secrets`)")
+    client = p.add_argument_group("the in-cluster client (with --stack or --outputs and no --target)")
+    client.add_argument("--client-manifest", type=Path, metavar="DIR",
+                        help="write the ConfigMap and the Jobs the run would create as YAML into DIR, and stop")  # fmt: skip
+    client.add_argument("--client-cpus", type=_cpus, default=DEFAULT_CPUS,
+                        help=f"CPUs the load generator Job requests: one worker process each (default {DEFAULT_CPUS}, "
+                        "which leaves the controllers room on the e2-standard-4 system node; no CPU limit)")  # fmt: skip
     p.add_argument("--model", help="served model name (default: from the stack outputs)")
     p.add_argument("--api", choices=["completions", "chat"], default="completions")
     p.add_argument("--concurrency", type=_ints, help="closed-loop concurrency values (default 1,8,32)")
@@ -157,7 +179,7 @@ def resolve_params(args: argparse.Namespace, outputs: dict[str, Any] | None) -> 
         if base_url is None:
             # The client adds the OpenAI routes (/v1/...) itself: it wants the server's root.
             base_url = endpoint(outputs, bench.endpoint, LAB).server_url()
-            # A client without a URL override runs in-cluster: the stack's Prometheus is reachable too.
+            # A client without a URL override runs in-cluster: the stack's Prometheus holds the GPU series.
             if prometheus is None and "prometheus" in outputs:
                 prometheus = section(outputs, "prometheus", PrometheusRef, LAB).in_cluster_url()
     if not (args.model or bench.model):
@@ -166,6 +188,7 @@ def resolve_params(args: argparse.Namespace, outputs: dict[str, Any] | None) -> 
         target_kind="sim" if args.sim else "stack" if args.stack else "url",
         target="sim" if args.sim else base_url,
         stack=args.stack,
+        client="in-cluster" if outputs is not None and args.target is None else "local",
         model=args.model or bench.model,
         api=args.api,
         concurrency=[] if args.rate else args.concurrency or bench.sweep.concurrency or [1, 8, 32],
@@ -193,12 +216,15 @@ def resolve_params(args: argparse.Namespace, outputs: dict[str, Any] | None) -> 
     )
 
 
-def make_target(params: G6Params, health_timeout_s: float) -> tuple[G6Params, Target]:
-    """The target for `params`; with --sim, an unset max-num-seqs is named as the simulator's default."""
+def make_target(params: G6Params, health_timeout_s: float, server: Server | None = None) -> tuple[G6Params, Target]:
+    """The target for `params`; `server` is how this process reads a stack's vLLM (default: plain HTTP
+    at the target URL). With --sim, an unset max-num-seqs is named as the simulator's default."""
+    if params.target_kind != "sim":
+        server = server or http_server(params.target)
     if params.target_kind == "stack":
-        return params, StackTarget(PulumiStack(params.stack or ""), params.target, health_timeout_s)
+        return params, StackTarget(PulumiStack(params.stack or ""), server, health_timeout_s)
     if params.target_kind == "url":
-        return params, UrlTarget(params.target)
+        return params, UrlTarget(server)
     if params.max_num_seqs == [None]:
         default = _sizer(params)(None)
         params = params.model_copy(update={"max_num_seqs": [default.max_num_seqs if default else None]})
@@ -208,6 +234,59 @@ def make_target(params: G6Params, health_timeout_s: float) -> tuple[G6Params, Ta
         quantization=params.quantization,
     )  # fmt: skip
     return params, target
+
+
+def _vllm_endpoint(outputs: dict[str, Any]) -> Endpoint:
+    return endpoint(outputs, section(outputs, "benchmark", G6Outputs, LAB).endpoint, LAB)
+
+
+def client_manifest(outputs: dict[str, Any] | None, params: G6Params, cpus: int) -> list[dict[str, Any]]:
+    """The ConfigMap and one Job per point, as the in-cluster runner would create them."""
+    if outputs is None or params.client != "in-cluster":
+        raise G6Error("--client-manifest shows the in-cluster client: give --stack or --outputs, and no --target")
+    ep = _vllm_endpoint(outputs)
+    specs = [spec for _ in params.max_num_seqs for spec in load_specs(params, ep.server_url())]
+    return manifests(ep.namespace, system_selector(outputs), specs, cpus)
+
+
+def write_client_manifest(folder: Path, outputs: dict[str, Any] | None, params: G6Params, cpus: int) -> list[Path]:
+    """client_manifest as YAML files."""
+    objects = client_manifest(outputs, params, cpus)
+    folder.mkdir(parents=True, exist_ok=True)
+    paths = []
+    for obj in objects:
+        path = folder / f"{obj['kind'].lower()}-{obj['metadata']['name']}.yaml"
+        path.write_text(yaml.safe_dump(obj, sort_keys=False))
+        paths.append(path)
+    return paths
+
+
+class ClientSide(NamedTuple):
+    """Where the load generator runs and how this process reads the server and its Prometheus."""
+
+    runner: LocalRunner | ClusterRunner
+    server: Server | None  # None: plain HTTP at the target URL
+    prometheus: PrometheusClient | None
+
+
+def client_side(params: G6Params, outputs: dict[str, Any] | None, cpus: int, log: Callable[[str], None]) -> ClientSide:
+    """In the cluster (a Job per point; vLLM and Prometheus through the API server's service proxy)
+    when the run names a stack and no --target; this machine and plain HTTP otherwise. Nothing is
+    created until the runner is entered."""
+    over_http = PrometheusClient.over_http(params.prometheus) if params.prometheus else None
+    if params.client == "local" or outputs is None:
+        return ClientSide(LocalRunner(), None, over_http)
+    ep = _vllm_endpoint(outputs)
+    cluster = KubeCluster.from_kubeconfig(outputs.get("kubeconfig") or "")
+    run_id = new_run_id(LAB)
+    log(f"g6: run {run_id}; the load generator runs as Jobs in {ep.namespace}, labelled with it and deleted at the end")
+    runner = ClusterRunner(cluster, run_id, ep.namespace, system_selector(outputs), cpus=cpus, log=log)
+    # The stack's own Prometheus through the API server; a --prometheus URL of the user's, as given.
+    ref = section(outputs, "prometheus", PrometheusRef, LAB) if "prometheus" in outputs else None
+    prometheus = over_http
+    if ref is not None and params.prometheus == ref.in_cluster_url():
+        prometheus = PrometheusClient.through_service_proxy(cluster, ref)
+    return ClientSide(runner, proxy_server(cluster, ep), prometheus)
 
 
 def cost_section(outputs: dict[str, Any] | None, params: G6Params, seconds: float) -> str | None:
@@ -234,12 +313,20 @@ def run(argv: list[str]) -> int:
     started = datetime.now(UTC)
     try:
         outputs = read_stack_outputs(args)
-        params, target = make_target(resolve_params(args, outputs), args.health_timeout)
-        sizer = _sizer(params)
+        params = resolve_params(args, outputs)
+        if args.client_manifest is not None:
+            for path in write_client_manifest(args.client_manifest, outputs, params, args.client_cpus):
+                print(path)
+            return 0
         progress = RunProgress(enabled=not args.quiet)
-        with progress.running():
-            outcome = run_sweep(params, target, sizer, progress)
-    except (G6Error, HarnessError, LoadgenError, MetricsError, ServingError) as exc:
+        client = client_side(params, outputs, args.client_cpus, progress.log)
+        params, target = make_target(params, args.health_timeout, client.server)
+        sizer = _sizer(params)
+        # Exits run inner first: the runner deletes what it created in the cluster before a stack
+        # target's `pulumi up` puts the server's config back (minutes).
+        with target.session(), client.runner, progress.running():
+            outcome = run_sweep(params, target, client.runner, client.prometheus, sizer, progress)
+    except (G6Error, HarnessError, LoadgenError, MetricsError, ServingError, ClusterError, LabError) as exc:
         print(f"g6: {exc}", file=sys.stderr)
         return 2
     except ValidationError as exc:

@@ -47,6 +47,8 @@ class G6Params(BaseModel):
     target_kind: Literal["sim", "url", "stack"]
     target: str = Field(description="base URL, or 'sim' when each point starts its own simulator")
     stack: str | None = None
+    # Where the load generator ran: a Job per point in the stack's cluster, or this machine.
+    client: Literal["local", "in-cluster"] = "local"
     model: str
     api: Literal["completions", "chat"] = "completions"
     concurrency: list[int] = []

@@ -16,6 +16,23 @@ def _load(p: G6Point) -> str:
     return f"c={p.concurrency}" if p.concurrency is not None else f"{p.rate:g}/s"
 
 
+def _client(r: G6Result) -> str:
+    """Where the load generator ran, from what each point's runner reported."""
+    places = list(dict.fromkeys(p.client for p in r.points if p.client is not None))
+    if not places:
+        return f"{r.meta.client_host_cpus} CPUs"
+    counts = sorted({c.workers for c in places})
+    span = f"{counts[0]}" if len(counts) == 1 else f"{counts[0]}-{counts[-1]}"
+    pythons = ", ".join(sorted({c.python for c in places}))
+    workers = f"{span} worker process(es) (one per CPU, at most one per concurrent request) on Python {pythons}"
+    if places[0].where == "in-cluster":
+        nodes = ", ".join(dict.fromkeys(f"`{c.node}` ({c.machine_type or 'machine type unknown'})" for c in places))
+        return (f"in the cluster, a Job per point next to the server, on node {nodes}, {workers} "
+                f"(started from a machine with {r.meta.client_host_cpus} CPUs)")  # fmt: skip
+    hosts = ", ".join(dict.fromkeys(f"`{c.host}`, {c.cpus} CPUs" for c in places))
+    return f"this machine ({hosts}), {workers}"
+
+
 def _header(r: G6Result) -> str:
     m, p = r.meta, r.params
     target = {
@@ -44,7 +61,7 @@ def _header(r: G6Result) -> str:
         f"- SLOs for goodput: {p.slo.model_dump(exclude_none=True) or 'none'}",
         f"- Server metrics: direct /metrics scrapes every {p.scrape_interval_s:g} s"
         + (f"; GPU (DCGM) series from Prometheus at {p.prometheus}" if p.prometheus else ""),
-        f"- Client: {m.client_host_cpus} CPUs, benchmarks {m.tool_version}",
+        f"- Client: {_client(r)}; benchmarks {m.tool_version}",
         f"- Server versions: {', '.join(f'{k} {v}' for k, v in m.server_versions.items()) or 'not reported'}",
     ]
     if p.speedup != 1.0:

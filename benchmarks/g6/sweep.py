@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import asyncio
 from collections.abc import Callable
 from contextlib import AbstractContextManager
 from typing import NamedTuple, Protocol
@@ -11,8 +10,8 @@ from benchmarks.g6.analysis import analyse
 from benchmarks.g6.config import G6Params
 from benchmarks.g6.result import G6Point
 from benchmarks.harness import RunProgress
-from benchmarks.harness.server import server_versions
-from benchmarks.loadgen import LoadSpec, PointStats, run_load, summarize
+from benchmarks.harness.server import Server, server_versions
+from benchmarks.loadgen import LoadSpec, PointRunner, PointStats, summarize
 from benchmarks.metrics import MetricsError, PrometheusClient, Scraper, ServerMetrics, with_gpu_metrics
 from benchmarks.serving.sizing import Sizing
 
@@ -21,8 +20,8 @@ class Target(Protocol):
     def session(self) -> AbstractContextManager[None]:
         """Around the whole sweep (a stack restores its config on exit)."""
 
-    def serving(self, max_num_seqs: int | None) -> AbstractContextManager[str]:
-        """The server with this max-num-seqs in place; yields its base URL."""
+    def serving(self, max_num_seqs: int | None) -> AbstractContextManager[Server]:
+        """The server with this max-num-seqs in place."""
 
 
 def load_specs(params: G6Params, base_url: str) -> list[LoadSpec]:
@@ -46,24 +45,27 @@ def load_specs(params: G6Params, base_url: str) -> list[LoadSpec]:
     return [LoadSpec(rate=r, **common) for r in params.rate]
 
 
-async def _measure(
-    spec: LoadSpec, scrape_url: str | None, interval_s: float, on_done: Callable[[object], None]
+def measure_point(
+    spec: LoadSpec, runner: PointRunner, server: Server, scrape_interval_s: float, on_progress: Callable[[int], None]
 ) -> tuple[PointStats, ServerMetrics | None, str | None]:
-    scraper = Scraper(scrape_url, interval_s) if scrape_url else None
+    """One point: the load generator's figures, the server's own gauges scraped meanwhile, and the
+    error that kept the server's figures out, if any."""
+    # The server's gauges are scraped directly, as often as the client likes: a Prometheus scraping
+    # every 15 s holds one sample or none of a point of seconds.
+    scraper: Scraper | None = Scraper(lambda: server.get("/metrics"), scrape_interval_s, f"{server.where}/metrics")
     error = None
+    try:
+        scraper.start()
+    except MetricsError as exc:
+        scraper, error = None, str(exc)
+    stats = summarize(runner.run(spec, on_progress), spec)
+    metrics = None
     if scraper is not None:
         try:
-            await scraper.start()
-        except MetricsError as exc:
-            scraper, error = None, str(exc)
-    stats = summarize(await run_load(spec, on_done), spec)
-    server = None
-    if scraper is not None:
-        try:
-            server = await scraper.stop()
+            metrics = scraper.stop()
         except MetricsError as exc:
             error = str(exc)
-    return stats, server, error
+    return stats, metrics, error
 
 
 class SweepOutcome(NamedTuple):
@@ -75,53 +77,54 @@ class SweepOutcome(NamedTuple):
 def run_sweep(
     params: G6Params,
     target: Target,
+    runner: PointRunner,
+    prom: PrometheusClient | None,
     sizing: Callable[[int | None], Sizing | None],
     progress: RunProgress,
 ) -> SweepOutcome:
-    """All points of the grid, the errors met on the way and what the server said it was."""
-    prom = PrometheusClient.over_http(params.prometheus) if params.prometheus else None
+    """All points of the grid, the errors met on the way and what the server said it was.
+
+    `prom` (the stack's Prometheus, if any) adds the GPU series. The caller holds `target.session()`
+    and the runner's context around it.
+    """
     points: list[G6Point] = []
     errors: list[str] = []
     versions: dict[str, str] = {}
-    with target.session():
-        for mns in params.max_num_seqs:
-            with target.serving(mns) as base_url:
-                versions = versions or server_versions(base_url)
-                for spec in load_specs(params, base_url):
-                    load = f"c={spec.concurrency}" if spec.concurrency else f"rate={spec.rate}/s"
-                    label = f"max-num-seqs={mns if mns is not None else '?'} {load}"
-                    on_done = progress.point(label, spec.requests)
-                    # The server's own gauges are scraped directly, as often as the client likes: a
-                    # Prometheus scraping every 15 s holds one sample or none of a point of seconds.
-                    scrape_url = base_url.rstrip("/") + "/metrics"
-                    stats, server, error = asyncio.run(_measure(spec, scrape_url, params.scrape_interval_s, on_done))
-                    if prom is not None and stats.window is not None:
-                        try:
-                            server = with_gpu_metrics(
-                                server,
-                                prom.window_metrics(
-                                    stats.window.start.timestamp(), stats.window.end.timestamp(), params.scrape_interval_s
-                                ),
-                            )
-                        except MetricsError as exc:
-                            error = str(exc)
-                    if error:
-                        errors.append(f"{label}: server metrics: {error}")
-                    if stats.failed:
-                        errors.append(f"{label}: {stats.failed} failed requests {stats.failures}")
-                    analysis = analyse(
-                        output_tokens_per_s=stats.output_tokens_per_s,
-                        mean_decoding=stats.mean_decoding,
-                        concurrency=stats.concurrency,
-                        server=server,
-                        max_num_seqs=mns,
-                        sizing=sizing(mns),
-                        context_len=params.context_len,
-                        speedup=params.speedup,
-                    )
-                    points.append(
-                        G6Point.model_validate(
-                            {**dict(stats), "max_num_seqs": mns, "server": server, **dict(analysis)}
+    for mns in params.max_num_seqs:
+        with target.serving(mns) as endpoint:
+            versions = versions or server_versions(endpoint)
+            for spec in load_specs(params, endpoint.base_url):
+                load = f"c={spec.concurrency}" if spec.concurrency else f"rate={spec.rate}/s"
+                label = f"max-num-seqs={mns if mns is not None else '?'} {load}"
+                on_progress = progress.point(label, spec.requests)
+                stats, server, error = measure_point(spec, runner, endpoint, params.scrape_interval_s, on_progress)
+                if prom is not None and stats.window is not None:
+                    try:
+                        server = with_gpu_metrics(
+                            server,
+                            prom.window_metrics(
+                                stats.window.start.timestamp(), stats.window.end.timestamp(), params.scrape_interval_s
+                            ),
                         )
+                    except MetricsError as exc:
+                        error = str(exc)
+                if error:
+                    errors.append(f"{label}: server metrics: {error}")
+                if stats.failed:
+                    errors.append(f"{label}: {stats.failed} failed requests {stats.failures}")
+                analysis = analyse(
+                    output_tokens_per_s=stats.output_tokens_per_s,
+                    mean_decoding=stats.mean_decoding,
+                    concurrency=stats.concurrency,
+                    server=server,
+                    max_num_seqs=mns,
+                    sizing=sizing(mns),
+                    context_len=params.context_len,
+                    speedup=params.speedup,
+                )
+                points.append(
+                    G6Point.model_validate(
+                        {**dict(stats), "max_num_seqs": mns, "server": server, **dict(analysis)}
                     )
+                )
     return SweepOutcome(points, errors, versions)

@@ -5,6 +5,9 @@
   and the load generator do not share one interpreter's lock (that would shape the numbers).
 - StackTarget: `pulumi config set --path vllm.max_num_seqs N` then `pulumi up`, waits for the
   endpoint to be healthy, and restores the original value when the sweep ends, however it ends.
+
+Each yields the `Server` in place: the URL the load generator sends to and how this process reads
+the server (for a stack whose client runs in the cluster, through the API server's service proxy).
 """
 
 from __future__ import annotations
@@ -22,7 +25,7 @@ import httpx
 
 from benchmarks.g6.errors import G6Error
 from benchmarks.harness import PulumiStack
-from benchmarks.harness.server import check_reachable, wait_healthy
+from benchmarks.harness.server import Server, check_reachable, http_server, wait_healthy
 
 CONFIG_PATH = "vllm.max_num_seqs"  # the project's `gke-ml-labs:vllm` object, field max_num_seqs
 _SIM_START_TIMEOUT_S = 30.0
@@ -30,17 +33,17 @@ _REPO = Path(__file__).resolve().parents[2]
 
 
 class UrlTarget:
-    def __init__(self, base_url: str) -> None:
-        self.base_url = base_url
+    def __init__(self, server: Server) -> None:
+        self.server = server
 
     @contextmanager
     def session(self) -> Iterator[None]:
         yield
 
     @contextmanager
-    def serving(self, max_num_seqs: int | None) -> Iterator[str]:
-        check_reachable(self.base_url)
-        yield self.base_url
+    def serving(self, max_num_seqs: int | None) -> Iterator[Server]:
+        check_reachable(self.server)
+        yield self.server
 
 
 def _free_port() -> int:
@@ -88,7 +91,7 @@ class SimTarget:
         yield
 
     @contextmanager
-    def serving(self, max_num_seqs: int | None) -> Iterator[str]:
+    def serving(self, max_num_seqs: int | None) -> Iterator[Server]:
         port = _free_port()
         argv = [sys.executable, "-m", "benchmarks.sim", *self.args, "--port", str(port)]
         if max_num_seqs is not None:
@@ -103,7 +106,7 @@ class SimTarget:
                 proc.wait()
                 log.seek(0)
                 raise G6Error(f"the simulator did not start ({' '.join(argv[2:])}): {log.read()[-800:]}")
-            yield base_url
+            yield http_server(base_url)
         finally:
             log.close()
             if proc.poll() is None:
@@ -116,9 +119,9 @@ class SimTarget:
 
 
 class StackTarget:
-    def __init__(self, stack: PulumiStack, base_url: str, health_timeout_s: float) -> None:
+    def __init__(self, stack: PulumiStack, server: Server, health_timeout_s: float) -> None:
         self.stack = stack
-        self.base_url = base_url
+        self.server = server
         self.health_timeout_s = health_timeout_s
         self._original: str | None = None
         self._current: str | None = None
@@ -139,14 +142,14 @@ class StackTarget:
                 self._current = self._original
 
     @contextmanager
-    def serving(self, max_num_seqs: int | None) -> Iterator[str]:
+    def serving(self, max_num_seqs: int | None) -> Iterator[Server]:
         if max_num_seqs is not None and str(max_num_seqs) != self._current:
             self.stack.config_set(CONFIG_PATH, str(max_num_seqs))
             self._current = str(max_num_seqs)  # set before `up`: a failed up must still be undone
             self.stack.up()
-            wait_healthy(self.base_url, self.health_timeout_s)
+            wait_healthy(self.server, self.health_timeout_s)
         else:
-            # No `up` to wait for: still fail fast if the client cannot reach the server (an in-cluster
-            # URL from a laptop), rather than record a point where every request failed to connect.
-            check_reachable(self.base_url)
-        yield self.base_url
+            # No `up` to wait for: still fail fast if the server cannot be reached, rather than record
+            # a point where every request failed to connect.
+            check_reachable(self.server)
+        yield self.server

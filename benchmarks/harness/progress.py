@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import sys
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 
@@ -10,11 +11,13 @@ from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, T
 
 
 class RunProgress:
-    """One bar per point; `point()` returns the callback the load generator calls per request."""
+    """One bar per point; `point()` returns the callback the load generator's runner calls with the
+    number of counted requests done."""
 
     def __init__(self, enabled: bool = True) -> None:
+        self._enabled = enabled
         console = Console(stderr=True, quiet=not enabled)
-        # A low refresh rate: the display thread competes with the load generator for the GIL.
+        # A low refresh rate: the display costs CPU on the machine the load generator may share.
         self._progress = Progress(
             TextColumn("{task.description}"),
             BarColumn(),
@@ -29,6 +32,13 @@ class RunProgress:
         with self._progress:
             yield self
 
-    def point(self, label: str, total: int) -> Callable[[object], None]:
+    def log(self, message: str) -> None:
+        """A line above the bars (on stderr, as the bars; shown even when the bars are not)."""
+        if self._enabled:
+            self._progress.console.print(message, markup=False, highlight=False)
+        else:
+            print(message, file=sys.stderr)
+
+    def point(self, label: str, total: int) -> Callable[[int], None]:
         task = self._progress.add_task(label, total=total)
-        return lambda _record: self._progress.advance(task)
+        return lambda done: self._progress.update(task, completed=done)

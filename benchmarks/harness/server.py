@@ -1,55 +1,79 @@
-"""What a target server says about itself: health and versions (vLLM's /version, /v1/models)."""
+"""A server under test as this process sees it: where the load generator sends, how this process
+reads the server (plain HTTP, or through the API server's service proxy), its health and versions."""
 
 from __future__ import annotations
 
+import json
 import time
+from collections.abc import Callable
+from dataclasses import dataclass
 
 import httpx
 
 from benchmarks.harness.errors import HarnessError
 
+# GET a path of the server; the body as text. Raises HarnessError when there is no answer or the
+# status is not 2xx, with a message naming the server and the path.
+Reader = Callable[[str], str]
 
-def server_versions(base_url: str, timeout_s: float = 5.0) -> dict[str, str]:
+
+@dataclass(frozen=True)
+class Server:
+    """`base_url` is where the load generator sends requests (an in-cluster URL when it runs in the
+    cluster); `get` is how this process reads the server, which may be a different way in."""
+
+    base_url: str
+    get: Reader
+    where: str  # how `get` reaches it, for messages
+
+
+def http_server(base_url: str, timeout_s: float = 10.0) -> Server:
+    """A server this process reaches at the same URL as the load generator."""
+    root = base_url.rstrip("/")
+
+    def get(path: str) -> str:
+        try:
+            resp = httpx.get(root + path, timeout=timeout_s)
+        except httpx.HTTPError as exc:
+            raise HarnessError(f"cannot reach {base_url}: {exc or type(exc).__name__}") from exc
+        if not resp.is_success:
+            raise HarnessError(f"GET {root}{path} answered HTTP {resp.status_code}")
+        return resp.text
+
+    return Server(base_url=base_url, get=get, where=base_url)
+
+
+def server_versions(server: Server) -> dict[str, str]:
     """Whatever of /version and /v1/models the server answers, flattened to strings."""
     found: dict[str, str] = {}
-    with httpx.Client(base_url=base_url, timeout=timeout_s) as client:
-        try:
-            resp = client.get("/version")
-            if resp.status_code == 200:
-                found["server_version"] = str(resp.json().get("version"))
-        except (httpx.HTTPError, ValueError):
-            pass
-        try:
-            resp = client.get("/v1/models")
-            if resp.status_code == 200:
-                for card in resp.json().get("data", []):
-                    for key in ("id", "root", "owned_by", "max_model_len"):
-                        if card.get(key) is not None:
-                            found[f"model.{key}"] = str(card[key])
-        except (httpx.HTTPError, ValueError):
-            pass
+    try:
+        found["server_version"] = str(json.loads(server.get("/version")).get("version"))
+    except (HarnessError, ValueError, AttributeError):
+        pass
+    try:
+        for card in json.loads(server.get("/v1/models")).get("data", []):
+            for key in ("id", "root", "owned_by", "max_model_len"):
+                if card.get(key) is not None:
+                    found[f"model.{key}"] = str(card[key])
+    except (HarnessError, ValueError, AttributeError):
+        pass
     return found
 
 
-def check_reachable(base_url: str, timeout_s: float = 10.0) -> None:
+def check_reachable(server: Server) -> None:
     """Fail fast on a target nothing listens on, instead of timing out every request of a sweep."""
-    try:
-        httpx.get(base_url.rstrip("/") + "/v1/models", timeout=timeout_s)
-    except httpx.HTTPError as exc:
-        raise HarnessError(f"cannot reach {base_url}: {exc or type(exc).__name__}") from exc
+    server.get("/v1/models")
 
 
-def wait_healthy(base_url: str, timeout_s: float, poll_s: float = 2.0) -> None:
-    """Wait until GET /health answers 200, e.g. after a `pulumi up` restarted the server."""
+def wait_healthy(server: Server, timeout_s: float, poll_s: float = 2.0) -> None:
+    """Wait until GET /health answers, e.g. after a `pulumi up` restarted the server."""
     deadline = time.monotonic() + timeout_s
     last = "no answer"
     while time.monotonic() < deadline:
         try:
-            resp = httpx.get(base_url.rstrip("/") + "/health", timeout=5.0)
-            if resp.status_code == 200:
-                return
-            last = f"HTTP {resp.status_code}"
-        except httpx.HTTPError as exc:
-            last = str(exc) or type(exc).__name__
+            server.get("/health")
+            return
+        except HarnessError as exc:
+            last = str(exc)
         time.sleep(poll_s)
-    raise HarnessError(f"{base_url}/health not healthy within {timeout_s:.0f}s (last: {last})")
+    raise HarnessError(f"{server.where}/health not healthy within {timeout_s:.0f}s (last: {last})")

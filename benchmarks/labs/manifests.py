@@ -1,6 +1,7 @@
 """Every Kubernetes object a lab benchmark creates, written as YAML without a cluster: each lab's own
-`build_workloads`, fed with what its stack file would export (the program run under Pulumi mocks,
-stacks.mockrun). For reading what a benchmark will run before paying for it, and for policy scanners.
+`build_workloads` (g6: its in-cluster client, as `--client-manifest` writes it, one point), fed with
+what its stack file would export (the program run under Pulumi mocks, stacks.mockrun). For reading
+what a benchmark will run before paying for it, and for policy scanners.
 
     python -m benchmarks.labs.manifests --out DIR [lab ...]
 """
@@ -15,16 +16,22 @@ from typing import Any
 
 import yaml
 
-from benchmarks.labs.examples import LABS
+from benchmarks.__main__ import LABS as BENCHMARKS
 from stacks.loader import ConfigError
 from stacks.mockrun import run_stack
 
 
+LABS = tuple(sorted(BENCHMARKS))
 RUN_ID = "plan-0000"  # object names end in a run's last four characters
 
 
 def workloads(lab: str, outputs: dict[str, Any]) -> list[dict[str, Any]]:
     """The objects `python -m benchmarks <lab>` creates first, built from the stack's outputs."""
+    if lab == "g6":
+        from benchmarks.g6 import cli
+
+        args = cli.parser().parse_args(["--outputs", "outputs.json", "--concurrency", "1"])
+        return cli.client_manifest(outputs, cli.resolve_params(args, outputs), args.client_cpus)
     return importlib.import_module(f"benchmarks.labs.{lab}").build_workloads(outputs, run_id=RUN_ID)
 
 

@@ -11,7 +11,7 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
-from podspec.security import restricted
+from podspec.security import TMP, Scratch, restricted
 
 SCRIPTS = Path(__file__).resolve().parent / "scripts"
 SCRIPT_MOUNT = "/scripts"
@@ -32,14 +32,14 @@ def meta(name: str, namespace: str | None, labels: dict[str, str] | None = None)
     return out
 
 
+def config_map(name: str, namespace: str, files: dict[str, str]) -> dict[str, Any]:
+    """A ConfigMap of files (key = file name), mounted at SCRIPT_MOUNT by `pod_spec`."""
+    return {"apiVersion": "v1", "kind": "ConfigMap", "metadata": meta(name, namespace), "data": dict(files)}
+
+
 def scripts_config_map(name: str, namespace: str, scripts: list[str]) -> dict[str, Any]:
     """A ConfigMap holding the named scripts from benchmarks/labs/scripts/ (key = file name)."""
-    return {
-        "apiVersion": "v1",
-        "kind": "ConfigMap",
-        "metadata": meta(name, namespace),
-        "data": {s: script_text(s) for s in scripts},
-    }
+    return config_map(name, namespace, {s: script_text(s) for s in scripts})
 
 
 def container(
@@ -82,10 +82,12 @@ def pod_spec(
     scripts_config_map: str | None = None,
     restart_policy: str = "Never",
     service_account: str | None = None,
+    scratch: tuple[Scratch, ...] = (TMP,),
+    home: str | None = TMP.path,
 ) -> dict[str, Any]:
-    """A restricted pod spec (as nobody, read-only root, /tmp writable and HOME, no token: benchmark
-    pods never call the API); GPU pods pass the GPU pool's selector and tolerations, everything else
-    the system pool's selector (both from the stack outputs: benchmarks.labs.stack)."""
+    """A restricted pod spec (as nobody, read-only root with `scratch` writable and HOME there, no
+    token: benchmark pods never call the API); GPU pods pass the GPU pool's selector and tolerations,
+    everything else the system pool's selector (both from the stack outputs: benchmarks.labs.stack)."""
     spec: dict[str, Any] = {
         "restartPolicy": restart_policy,
         "nodeSelector": dict(node_selector),
@@ -98,7 +100,7 @@ def pod_spec(
         spec["volumes"] = [{"name": "scripts", "configMap": {"name": scripts_config_map}}]
     if service_account:
         spec["serviceAccountName"] = service_account
-    return restricted(spec)
+    return restricted(spec, scratch=scratch, home=home)
 
 
 def namespace(name: str, labels: dict[str, str] | None = None) -> dict[str, Any]:
@@ -119,6 +121,7 @@ def job(
     backoff_limit: int = 0,
     suspend: bool | None = None,
     active_deadline_s: int | None = None,
+    ttl_after_finished_s: int | None = None,
 ) -> dict[str, Any]:
     """A batch Job running `spec` once (no retries unless asked: a retry would blur the timing)."""
     job_spec: dict[str, Any] = {
@@ -129,4 +132,6 @@ def job(
         job_spec["suspend"] = suspend
     if active_deadline_s is not None:
         job_spec["activeDeadlineSeconds"] = active_deadline_s
+    if ttl_after_finished_s is not None:
+        job_spec["ttlSecondsAfterFinished"] = ttl_after_finished_s
     return {"apiVersion": "batch/v1", "kind": "Job", "metadata": meta(name, namespace, labels), "spec": job_spec}

@@ -1,10 +1,13 @@
-"""Load generator: OpenAI-compatible streaming backend, send-time schedules, asyncio runner, statistics.
+"""Load generator: a stdlib-only core (core.py: requests, schedules, timing, its output format) run in
+its own process, here or in the cluster (runner.py), and the statistics of its records (stats.py).
 
-Stages: backend (HTTP/SSE) -> timers (when to send) -> runner (stop conditions) -> stats (collector).
+Stages: spec (what one point is) -> runner (where the core runs) -> core (timers, HTTP/SSE, records)
+-> stats (collector).
 """
 
+from benchmarks.loadgen.core import LoadRun, Record
 from benchmarks.loadgen.errors import LoadgenError
-from benchmarks.loadgen.runner import LoadRun, run_load
+from benchmarks.loadgen.runner import LocalRunner, PointRunner, run_load
 from benchmarks.loadgen.spec import LoadSpec, Slo, Timeouts
 from benchmarks.loadgen.stats import Goodput, LagSummary, PointStats, Summary, summarize
 
@@ -14,7 +17,10 @@ __all__ = [
     "LoadRun",
     "LoadSpec",
     "LoadgenError",
+    "LocalRunner",
+    "PointRunner",
     "PointStats",
+    "Record",
     "Slo",
     "Summary",
     "Timeouts",

@@ -2,9 +2,9 @@
 
 Raw asyncio HTTP/1.1 (keep-alive, chunked SSE) so that the server costs little CPU: fixed TTFT and
 ITL (or ITL spread by a seeded +-jitter share, so streams drift out of lockstep), `max_tokens`
-content chunks, a usage chunk, `[DONE]`. It records its own TTFT per request
-(request read -> first content chunk written) and the monotonic arrival and first-token stamps
-(comparable with the client's: CLOCK_MONOTONIC is system-wide) at GET /truth. Run it as
+content chunks, a usage chunk, `[DONE]`. It records, per request, the monotonic stamps of its
+arrival (request read) and of every content chunk written (comparable with the client's:
+CLOCK_MONOTONIC is system-wide), served at GET /truth. Run it as
 `python -m benchmarks.loadgen.fastserver --port P --ttft-ms 30 --itl-ms 20`.
 """
 
@@ -49,7 +49,7 @@ class FastServer:
         self.jitter = jitter
         self.rng = random.Random(0)
         self.arrivals: list[float] = []
-        self.first_tokens: list[float] = []
+        self.tokens: list[list[float]] = []
 
     async def handle(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
         loop = asyncio.get_running_loop()
@@ -63,7 +63,7 @@ class FastServer:
                         length = int(line[15:])
                 body = await reader.readexactly(length) if length else b""
                 if head.startswith(b"GET /truth"):
-                    truth = {"arrival": self.arrivals, "first_token": self.first_tokens}
+                    truth = {"arrival": self.arrivals, "tokens": self.tokens}
                     data = json.dumps(truth).encode()
                     writer.write(
                         b"HTTP/1.1 200 OK\r\nContent-Type: application/json\r\n"
@@ -73,11 +73,12 @@ class FastServer:
                 tokens = json.loads(body).get("max_tokens", 16)
                 writer.write(_HEAD)
                 await asyncio.sleep(self.ttft_s)
+                stamps: list[float] = []
+                self.arrivals.append(arrival)
+                self.tokens.append(stamps)
                 for i in range(tokens):
                     writer.write(_TOKEN_CHUNK)
-                    if i == 0:
-                        self.arrivals.append(arrival)
-                        self.first_tokens.append(loop.time())
+                    stamps.append(loop.time())
                     if i < tokens - 1:
                         spread = 1.0 + self.jitter * (2.0 * self.rng.random() - 1.0) if self.jitter else 1.0
                         await asyncio.sleep(self.itl_s * spread)

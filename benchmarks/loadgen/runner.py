@@ -1,77 +1,88 @@
-"""Drive one load point on a single asyncio loop, bounded by request count and seconds.
+"""Run one load point: the load generator core in its own process, here or in the cluster.
 
-Every request carries its scheduled send time; latencies are measured from it, so queueing in the
-client (coordinated omission) shows up as latency and as client lag instead of vanishing.
+`PointRunner` is the whole interface: a LoadSpec in, a LoadRun (per-request records) out, with
+progress reported as counted requests complete; used inside `with runner:` (a runner that creates
+things, the in-cluster one, deletes them on the way out). `LocalRunner` runs the core on this
+machine with `python -I -S` (the standard library only: what a pod runs); benchmarks.g6.incluster
+runs it as a Job.
+Both read the core's output with the same `OutputReader`.
 """
 
 from __future__ import annotations
 
-import asyncio
+import subprocess
+import sys
+from dataclasses import replace
 from collections.abc import Callable
-from dataclasses import dataclass
+from pathlib import Path
+from typing import Protocol
 
-from yarl import URL
-
-from benchmarks.loadgen.backend import (
-    RequestRecord,
-    build_bodies,
-    endpoint_path,
-    make_session,
-    send_request,
-    wall_clock_offset,
-)
+from benchmarks.loadgen import core
+from benchmarks.loadgen.core import LoadRun, OutputError, OutputReader
+from benchmarks.loadgen.errors import LoadgenError
 from benchmarks.loadgen.spec import LoadSpec
-from benchmarks.loadgen.timers import poisson_offsets, sleep_until
+
+CORE_PATH = Path(core.__file__).resolve()
+# Isolated (-I: no PYTHON* variables, no user site), no site-packages at all (-S: a virtualenv's
+# interpreter would keep its own under -I alone), no bytecode written (-B: a pod's root filesystem is
+# read-only). The core needs the standard library only, here and in a pod.
+CORE_FLAGS = ("-I", "-S", "-B")
+
+Progress = Callable[[int], None]
 
 
-@dataclass(frozen=True, slots=True)
-class LoadRun:
-    """Counted requests of one point, the warm-up's apart, and how the point ended."""
+class PointRunner(Protocol):
+    def run(self, spec: LoadSpec, on_progress: Progress | None = None) -> LoadRun:
+        """Run one point; `on_progress(done)` as counted requests complete."""
 
-    records: list[RequestRecord]
-    warmup: list[RequestRecord]
-    stopped_by: str  # "requests" or "duration"
-    wall_offset: float  # add to a monotonic stamp to get time.time()
+    def __enter__(self) -> PointRunner: ...
+
+    def __exit__(self, *exc: object) -> None: ...
 
 
-async def run_load(spec: LoadSpec, on_done: Callable[[RequestRecord], None] | None = None) -> LoadRun:
-    """Run `spec.warmup_requests` uncounted requests, then `spec.requests` counted ones."""
-    total = spec.warmup_requests + spec.requests
-    bodies = build_bodies(spec, total)
-    url = URL(spec.base_url.rstrip("/") + endpoint_path(spec.api))
-    slots: list[RequestRecord | None] = [None] * total
-    loop = asyncio.get_running_loop()
-    async with make_session(spec) as session:
-        t0 = loop.time()
-        deadline = t0 + spec.duration_s if spec.duration_s is not None else float("inf")
+def read_output(reader: OutputReader, spec: LoadSpec, what: str) -> LoadRun:
+    """The LoadRun in what `reader` has read; a LoadgenError naming `what` when it is incomplete."""
+    try:
+        return reader.result(spec.warmup_requests, spec.requests)
+    except OutputError as exc:
+        raise LoadgenError(f"{what}: {exc}") from None
 
-        async def one(i: int, scheduled: float) -> RequestRecord:
-            rec = await send_request(session, url, bodies[i], RequestRecord(scheduled), spec.timeouts)
-            slots[i] = rec
-            if on_done is not None and i >= spec.warmup_requests:
-                on_done(rec)
-            return rec
 
-        if spec.concurrency is not None:
-            issued = 0
+def placed(run: LoadRun, **where: object) -> LoadRun:
+    """`run` with what the runner knows of where the core ran added to the core's own report."""
+    return replace(run, client={**run.client, **where})
 
-            async def worker() -> None:
-                nonlocal issued
-                scheduled = t0
-                while issued < total and scheduled < deadline:
-                    i, issued = issued, issued + 1
-                    scheduled = (await one(i, scheduled)).end
 
-            await asyncio.gather(*(worker() for _ in range(spec.concurrency)))
-        else:
-            tasks = []
-            for i, offset in enumerate(poisson_offsets(spec.rate or 1.0, total, spec.seed)):
-                if t0 + offset >= deadline:
-                    break
-                await sleep_until(t0 + offset)
-                tasks.append(asyncio.create_task(one(i, t0 + offset)))
-            await asyncio.gather(*tasks)
-    counted = [r for r in slots[spec.warmup_requests :] if r is not None]
-    warmup = [r for r in slots[: spec.warmup_requests] if r is not None]
-    stopped_by = "requests" if len(counted) == spec.requests else "duration"
-    return LoadRun(records=counted, warmup=warmup, stopped_by=stopped_by, wall_offset=wall_clock_offset())
+class LocalRunner:
+    """The core as a child process of this one, its output read from a pipe as it comes."""
+
+    def __init__(self, workers: int | None = None) -> None:
+        self.workers = workers
+
+    def __enter__(self) -> LocalRunner:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        pass  # each point's processes end with the point
+
+    def run(self, spec: LoadSpec, on_progress: Progress | None = None) -> LoadRun:
+        # stderr joins stdout, as in a pod's log: the reader keeps what is not output for error messages.
+        proc = subprocess.Popen(
+            [sys.executable, *CORE_FLAGS, str(CORE_PATH)],
+            stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
+        )  # fmt: skip
+        try:
+            assert proc.stdin is not None and proc.stdout is not None
+            proc.stdin.write(spec.plan(self.workers).to_json())
+            proc.stdin.close()
+            reader = OutputReader(on_progress).feed_all(proc.stdout)
+            return placed(read_output(reader, spec, f"load generator against {spec.base_url}"), where="local")
+        finally:
+            if proc.poll() is None:
+                proc.terminate()
+            proc.wait()
+
+
+def run_load(spec: LoadSpec, on_progress: Progress | None = None, workers: int | None = None) -> LoadRun:
+    """One point on this machine."""
+    return LocalRunner(workers).run(spec, on_progress)

@@ -6,6 +6,7 @@ from typing import Literal
 
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
+from benchmarks.loadgen.core import Plan
 from benchmarks.loadgen.errors import LoadgenError
 
 
@@ -15,6 +16,7 @@ class Timeouts(BaseModel):
     model_config = ConfigDict(frozen=True, extra="forbid")
 
     connect_s: float = Field(5.0, gt=0)
+    # Until the first bytes of the response body (a chat stream's role-only chunk counts).
     first_token_s: float = Field(120.0, gt=0)
     total_s: float = Field(600.0, gt=0)
 
@@ -56,6 +58,11 @@ class LoadSpec(BaseModel):
 
     @model_validator(mode="after")
     def _one_arrival_process(self) -> LoadSpec:
+        if not self.base_url.startswith("http://"):
+            raise LoadgenError(
+                f"load spec: {self.base_url} is not an http:// URL; the load generator speaks plain HTTP, "
+                "as vLLM's OpenAI server does"
+            )
         if (self.concurrency is None) == (self.rate is None):
             raise LoadgenError(
                 f"load spec for {self.base_url}: give exactly one of concurrency (closed loop) "
@@ -71,3 +78,23 @@ class LoadSpec(BaseModel):
         if self.concurrency is not None:
             return self.concurrency
         return max(1, round(self.rate or 1))
+
+    def plan(self, workers: int | None = None) -> Plan:
+        """What the load generator core runs; `workers` processes (default: one per CPU it may use)."""
+        return Plan(
+            base_url=self.base_url,
+            model=self.model,
+            requests=self.requests,
+            warmup=self.warmup_requests,
+            api=self.api,
+            input_len=self.input_len,
+            output_len=self.output_len,
+            concurrency=self.concurrency,
+            rate=self.rate,
+            duration_s=self.duration_s,
+            seed=self.seed,
+            connect_s=self.timeouts.connect_s,
+            first_token_s=self.timeouts.first_token_s,
+            total_s=self.timeouts.total_s,
+            workers=workers,
+        )

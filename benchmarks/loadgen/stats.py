@@ -4,12 +4,12 @@ from __future__ import annotations
 
 from collections import Counter
 from datetime import UTC, datetime
+from typing import Literal
 
 import numpy as np
 from pydantic import BaseModel, ConfigDict
 
-from benchmarks.loadgen.backend import RequestRecord
-from benchmarks.loadgen.runner import LoadRun
+from benchmarks.loadgen.core import LoadRun, Record
 from benchmarks.loadgen.spec import LoadSpec, Slo
 
 
@@ -53,6 +53,21 @@ class Window(BaseModel):
     seconds: float
 
 
+class ClientPlace(BaseModel):
+    """Where the load generator ran for a point, as it reported itself (and, in-cluster, its node)."""
+
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+    where: Literal["local", "in-cluster"]
+    host: str
+    node: str | None = None
+    machine_type: str | None = None
+    cpus: int
+    workers: int
+    python: str
+    cpu_s: float | None = None
+
+
 class PointStats(BaseModel):
     """Client-side figures of one point; failed requests are counted apart from the latencies."""
 
@@ -82,6 +97,7 @@ class PointStats(BaseModel):
     goodput: Goodput | None
     window: Window | None
     stopped_by: str
+    client: ClientPlace | None = None
 
 
 def summarize_ms(values_s: list[float] | np.ndarray) -> Summary | None:
@@ -93,14 +109,14 @@ def summarize_ms(values_s: list[float] | np.ndarray) -> Summary | None:
     return Summary(mean=float(a.mean()), p50=float(p50), p90=float(p90), p99=float(p99))
 
 
-def _tpot_s(r: RequestRecord) -> float | None:
+def _tpot_s(r: Record) -> float | None:
     # TPOT from token counts, not chunk gaps: a chunk may carry several tokens.
     if r.first_token is None or r.output_tokens < 2:
         return None
     return (r.end - r.first_token) / (r.output_tokens - 1)
 
 
-def _meets(r: RequestRecord, slo: Slo) -> bool:
+def _meets(r: Record, slo: Slo) -> bool:
     tpot = _tpot_s(r)
     checks = (
         (slo.ttft_ms, (r.first_token or r.end) - r.scheduled),
@@ -119,7 +135,7 @@ def client_lag_limit_ms(spec: LoadSpec, ttft: Summary) -> float:
     return max(spec.max_client_lag_ms, LAG_SHARE_OF_TTFT * ttft.p50)
 
 
-def _in_window(ok: list[RequestRecord], start: float, end: float) -> tuple[float, int, float]:
+def _in_window(ok: list[Record], start: float, end: float) -> tuple[float, int, float]:
     """(output tokens, completions, decoding request-seconds) falling inside [start, end]."""
     tokens, done, decoding = 0.0, 0, 0.0
     for r in ok:
@@ -183,4 +199,12 @@ def summarize(run: LoadRun, spec: LoadSpec) -> PointStats:
         goodput=goodput,
         window=window,
         stopped_by=run.stopped_by,
+        client=_place(run),
     )
+
+
+def _place(run: LoadRun) -> ClientPlace | None:
+    """The runner's report of where it ran (none for a run without one, e.g. in-process in a test)."""
+    if "where" not in run.client:
+        return None
+    return ClientPlace.model_validate({k: run.client.get(k) for k in ClientPlace.model_fields})

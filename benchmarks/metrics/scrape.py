@@ -1,18 +1,18 @@
-"""Direct /metrics scraping for when no Prometheus is reachable.
+"""Direct /metrics scraping: the server's own gauges every second, more often than a Prometheus scrapes.
 
-Scrapes are fetched during the point but parsed only afterwards: parsing costs milliseconds of
-CPU, and on the load generator's event loop that would show up as client lag.
+Scrapes are fetched on a background thread during the point (the load generator runs in its own
+processes) and parsed only afterwards.
 """
 
 from __future__ import annotations
 
-import asyncio
 import math
 import statistics
+import threading
 import time
 from collections import defaultdict
+from collections.abc import Callable
 
-import aiohttp
 from prometheus_client.parser import text_string_to_metric_families
 
 from benchmarks.metrics.errors import MetricsError
@@ -98,46 +98,38 @@ def metrics_from_scrapes(scrapes: list[Scrape]) -> ServerMetrics:
 
 
 class Scraper:
-    """Fetches `url` every `interval_s` on the running loop until stopped; parses at the end."""
+    """Calls `fetch` (one /metrics scrape: a plain GET, or through the API server's service proxy)
+    every `interval_s` on a background thread until stopped; parses the scrapes at the end."""
 
-    def __init__(self, url: str, interval_s: float = 1.0, timeout_s: float = 5.0) -> None:
-        self.url = url
+    def __init__(self, fetch: Callable[[], str], interval_s: float = 1.0, where: str = "/metrics") -> None:
+        self.fetch = fetch
         self.interval_s = interval_s
-        self.timeout_s = timeout_s
+        self.where = where
         self._raw: list[tuple[float, str]] = []
-        self._stop = asyncio.Event()
-        self._task: asyncio.Task[None] | None = None
-        self._session: aiohttp.ClientSession | None = None
+        self._last_error = "no answer"
+        self._stop = threading.Event()
+        self._thread: threading.Thread | None = None
 
-    async def _fetch(self) -> None:
-        assert self._session is not None
+    def _fetch(self) -> None:
         try:
-            async with self._session.get(self.url) as resp:
-                if resp.status == 200:
-                    self._raw.append((time.time(), await resp.text()))
-        except (aiohttp.ClientError, TimeoutError):
-            pass  # a missed scrape only thins the series; start and end are checked in stop()
+            self._raw.append((time.time(), self.fetch()))
+        except Exception as exc:  # one missed scrape only thins the series; start and end are checked
+            self._last_error = str(exc) or type(exc).__name__
 
-    async def _loop(self) -> None:
-        while not self._stop.is_set():
-            try:
-                await asyncio.wait_for(self._stop.wait(), self.interval_s)
-            except TimeoutError:
-                await self._fetch()
+    def _loop(self) -> None:
+        while not self._stop.wait(self.interval_s):
+            self._fetch()
 
-    async def start(self) -> None:
-        self._session = aiohttp.ClientSession(timeout=aiohttp.ClientTimeout(total=self.timeout_s))
-        await self._fetch()
+    def start(self) -> None:
+        self._fetch()
         if not self._raw:
-            await self._session.close()
-            raise MetricsError(f"cannot scrape {self.url}: no answer within {self.timeout_s}s")
-        self._task = asyncio.create_task(self._loop())
+            raise MetricsError(f"cannot scrape {self.where}: {self._last_error}")
+        self._thread = threading.Thread(target=self._loop, name="metrics-scraper", daemon=True)
+        self._thread.start()
 
-    async def stop(self) -> ServerMetrics:
+    def stop(self) -> ServerMetrics:
         self._stop.set()
-        if self._task is not None:
-            await self._task
-        await self._fetch()
-        assert self._session is not None
-        await self._session.close()
+        if self._thread is not None:
+            self._thread.join()
+        self._fetch()
         return metrics_from_scrapes([Scrape(t, text) for t, text in self._raw])

@@ -1,0 +1,332 @@
+"""g6's in-cluster load generator: the ConfigMap and Jobs built from the g6 stack's outputs against
+the Kubernetes schema and the restricted Pod Security Standard, the shipped core run exactly as the
+pod runs it, and the runner's cluster layer (create, follow the log, collect, delete on failure and
+Ctrl-C) against a double that plays the kubelet with recorded API objects."""
+
+from __future__ import annotations
+
+import copy
+import json
+import subprocess
+import sys
+from pathlib import Path
+from typing import Any
+
+import pod_security
+import pytest
+import schemas
+import yaml
+
+from benchmarks.cluster import RUN_LABEL, ClusterError, WaitTimeout
+from benchmarks.g6 import main
+from benchmarks.g6.incluster import CONTAINER, CORE_FILE, ClusterRunner, proxy_server
+from benchmarks.g6.targets import SimTarget
+from benchmarks.harness import Endpoint, HarnessError
+from benchmarks.labs import images, objects
+from benchmarks.loadgen import LoadgenError, LoadSpec, summarize
+from benchmarks.loadgen.core import PLAN_ENV, OutputReader, Plan
+from podspec.security import waived
+
+MODEL = "Qwen/Qwen2.5-0.5B-Instruct"
+RECORDED = json.loads((Path(__file__).parent / "data" / "g6" / "loadgen-pod.json").read_text())
+GPU_TAINT = "nvidia.com/gpu"
+SYSTEM = {"gke-ml-labs/pool": "system"}  # the g6 stack's system_pool.node_selector
+
+
+@pytest.fixture(scope="module")
+def g6_outputs(tmp_path_factory) -> Path:
+    """The outputs the g6 stack file really exports (the program under mocks), saved as a file."""
+    from stacks.mockrun import run_stack
+
+    path = tmp_path_factory.mktemp("g6") / "outputs.json"
+    path.write_text(json.dumps(run_stack("g6").outputs))
+    return path
+
+
+@pytest.fixture(scope="module")
+def sim_url():
+    with SimTarget(model=MODEL, gpu="l4", speedup=4.0, seed=1, gpu_memory_utilization=0.9).serving(16) as server:
+        yield server.base_url
+
+
+def _manifest(g6_outputs: Path, tmp_path: Path, *extra: str) -> list[dict[str, Any]]:
+    out = tmp_path / "manifest"
+    assert main(["--outputs", str(g6_outputs), "--client-manifest", str(out), "--concurrency", "1,64", *extra]) == 0
+    return [yaml.safe_load(p.read_text()) for p in sorted(out.iterdir())]
+
+
+def _pod(job: dict[str, Any]) -> dict[str, Any]:
+    return job["spec"]["template"]["spec"]
+
+
+def test_client_manifest_is_valid_kubernetes_on_the_system_pool(g6_outputs, tmp_path):
+    objs = _manifest(g6_outputs, tmp_path)
+    outputs = json.loads(g6_outputs.read_text())
+    kinds = [o["kind"] for o in objs]
+    # One ConfigMap, and a Job per point: the outputs' one max-num-seqs (saved outputs describe the
+    # server that runs) x concurrency 1 and 64.
+    assert sorted(kinds) == ["ConfigMap", "Job", "Job"]
+    for obj in objs:
+        schemas.validate_core(obj)
+        assert obj["metadata"]["namespace"] == outputs["endpoints"]["vllm"]["namespace"]
+        assert obj["metadata"]["labels"][RUN_LABEL] == "g6-manifest"
+    for job in (o for o in objs if o["kind"] == "Job"):
+        pod = _pod(job)
+        assert job["spec"]["template"]["metadata"]["labels"][RUN_LABEL] == "g6-manifest"
+        # Placement: the system pool, never the GPU node: no GPU request, no toleration of its taint.
+        assert pod["nodeSelector"] == outputs["system_pool"]["node_selector"] == SYSTEM
+        assert pod["nodeSelector"] != outputs["gpu_pool"]["node_selector"]
+        assert not any(t.get("key") == GPU_TAINT or t.get("operator") == "Exists" for t in pod.get("tolerations", []))
+        (c,) = pod["containers"]
+        assert GPU_TAINT not in json.dumps(c["resources"])
+        # A CPU request that leaves the e2-standard-4 system node's controllers room, and no CPU limit.
+        assert c["resources"]["requests"]["cpu"] == "2" and "cpu" not in c["resources"]["limits"]
+        assert c["image"] == images.PYTHON and ":" in c["image"] and not c["image"].endswith(":latest")
+        assert c["command"][:4] == ["python", "-I", "-S", "-B"]
+        # What the pod runs: the core, its plan against the stack's in-cluster vLLM URL, one worker a CPU.
+        env = {e["name"]: e.get("value") for e in c["env"]}
+        plan = Plan.from_json(env[PLAN_ENV])
+        assert plan.base_url == "http://vllm.llm.svc.cluster.local:8000" and plan.workers == 2
+        assert plan.model == outputs["benchmark"]["model"]
+        assert {"name": "NODE_NAME", "valueFrom": {"fieldRef": {"fieldPath": "spec.nodeName"}}} in c["env"]
+
+
+def test_client_pod_meets_the_restricted_pod_security_standard(g6_outputs, tmp_path):
+    job = next(o for o in _manifest(g6_outputs, tmp_path, "--client-cpus", "3") if o["kind"] == "Job")
+    ((workload, pod),) = pod_security.pod_specs(job)
+    # Restricted, and of the project's own rules only the CPU limit is missing, on purpose (waived).
+    assert pod_security.level(pod_security.findings(pod)) == "restricted"
+    assert {f.rule for f in pod_security.findings(pod)} == {"cpu-limit"} == waived(workload)
+    assert pod["securityContext"]["runAsNonRoot"] is True and pod["securityContext"]["runAsUser"] > 0
+    (c,) = pod["containers"]
+    assert c["securityContext"]["readOnlyRootFilesystem"] is True and pod["automountServiceAccountToken"] is False
+    # The one writable place is an emptyDir in memory at /dev/shm.
+    writable = [m for m in c["volumeMounts"] if not m.get("readOnly")]
+    assert [m["mountPath"] for m in writable] == ["/dev/shm"]
+    assert {"name": "shm", "emptyDir": {"sizeLimit": "16Mi", "medium": "Memory"}} in pod["volumes"]
+    assert c["resources"]["requests"]["cpu"] == "3"
+    assert job["spec"]["backoffLimit"] == 0 and job["spec"]["ttlSecondsAfterFinished"] > 0
+
+
+def test_client_manifest_needs_the_in_cluster_client(g6_outputs, tmp_path, capsys):
+    rc = main(["--outputs", str(g6_outputs), "--target", "http://127.0.0.1:9", "--client-manifest", str(tmp_path / "m")])
+    assert rc == 2
+    assert "--client-manifest shows the in-cluster client" in capsys.readouterr().err
+    assert not (tmp_path / "m").exists()
+
+
+def test_the_shipped_core_runs_isolated_against_the_simulator(g6_outputs, tmp_path, sim_url):
+    """The ConfigMap's file, as the pod sees it, under a plain isolated interpreter with no site-packages,
+    with the Job's own plan pointed at the simulator on loopback: records the analysis accepts."""
+    objs = _manifest(g6_outputs, tmp_path, "--requests", "12", "--input-len", "32", "--output-len", "16")
+    (cm,) = [o for o in objs if o["kind"] == "ConfigMap"]
+    job = next(o for o in objs if o["kind"] == "Job" and "concurrency\": 64" not in json.dumps(o))
+    mount = tmp_path / "scripts"
+    mount.mkdir()
+    for name, text in cm["data"].items():
+        (mount / name).write_text(text)
+    (c,) = _pod(job)["containers"]
+    plan = json.loads(next(e["value"] for e in c["env"] if e["name"] == PLAN_ENV))
+    plan.update(base_url=sim_url, model=MODEL)  # the simulator on loopback, serving its own model
+    command = [sys.executable, *c["command"][1:]]
+    command[-1] = command[-1].replace(objects.SCRIPT_MOUNT, str(mount))
+    done = subprocess.run(command, env={PLAN_ENV: json.dumps(plan), "NODE_NAME": "node-a"}, cwd=tmp_path,
+                          capture_output=True, text=True, timeout=120)  # fmt: skip
+    assert done.returncode == 0, done.stdout + done.stderr
+    spec = LoadSpec(base_url=sim_url, model=MODEL, concurrency=1, requests=12, input_len=32, output_len=16)
+    reader = OutputReader().feed_all(done.stdout.splitlines())
+    stats = summarize(reader.result(plan["warmup"], plan["requests"]), spec)
+    assert stats.completed == 12 and stats.failed == 0 and stats.output_tokens == 12 * 16
+    assert stats.ttft_ms.p50 > 0 and stats.itl_ms is not None
+    assert reader.start["node"] == "node-a" and reader.start["workers"] == 1  # one in flight needs one worker
+
+
+# -- the runner's cluster layer ----------------------------------------------------------------------
+
+
+class Kubelet:
+    """A `Cluster` that plays the kubelet for the load generator's Jobs: it runs each Job's container
+    command on this machine (the ConfigMap's files in a folder standing for the mount; `-S` too, as
+    this interpreter is a virtualenv's), answers pod lists with the recorded pod in the phase the
+    process is in, and hands out its output as the pod's log."""
+
+    def __init__(self, tmp: Path, *, pending: bool = False, follow_breaks_after: int | None = None) -> None:
+        self.tmp = tmp
+        self.pending = pending
+        self.follow_breaks_after = follow_breaks_after
+        self.created: list[dict[str, Any]] = []
+        self.deleted: list[tuple[str, str, str | None, str]] = []
+        self.procs: dict[str, subprocess.Popen[str]] = {}
+        self.output: dict[str, list[str]] = {}
+        self.node = RECORDED["node"]
+
+    def create(self, obj: dict[str, Any]) -> dict[str, Any]:
+        self.created.append(copy.deepcopy(obj))
+        name = obj["metadata"]["name"]
+        if obj["kind"] == "ConfigMap":
+            (self.tmp / name).mkdir()
+            for file, text in obj["data"].items():
+                (self.tmp / name / file).write_text(text)
+        elif obj["kind"] == "Job" and not self.pending:
+            pod = obj["spec"]["template"]["spec"]
+            (c,) = pod["containers"]
+            mount = self.tmp / pod["volumes"][0]["configMap"]["name"]
+            command = [sys.executable, "-S", *c["command"][1:-1], c["command"][-1].replace(objects.SCRIPT_MOUNT, str(mount))]
+            env = {e["name"]: e["value"] for e in c["env"] if "value" in e} | {"NODE_NAME": self.node["metadata"]["name"]}
+            self.procs[name] = subprocess.Popen(command, env=env, cwd=self.tmp, stdout=subprocess.PIPE,
+                                                stderr=subprocess.STDOUT, text=True)  # fmt: skip
+            self.output[name] = []
+        return obj
+
+    def _pod(self, job: str) -> dict[str, Any]:
+        proc = self.procs.get(job)
+        if proc is None:
+            phase = "pod_pending"
+        elif proc.poll() is None:
+            phase = "pod_running"
+        else:
+            phase = "pod_succeeded" if proc.returncode == 0 else "pod_failed"
+        pod = json.loads(json.dumps(RECORDED[phase]).replace("JOB", job))
+        if proc is not None and proc.returncode:
+            pod["status"]["containerStatuses"][0]["state"]["terminated"]["exitCode"] = proc.returncode
+        return pod
+
+    def list(self, api_version, kind, namespace=None, label_selector=None):
+        if kind == "Node":
+            return [self.node]
+        assert kind == "Pod" and label_selector.startswith("batch.kubernetes.io/job-name=")
+        return [self._pod(label_selector.split("=", 1)[1])]
+
+    def follow_log(self, namespace, name, container=None):
+        assert container == CONTAINER
+        job = name.rsplit("-", 1)[0]
+        proc = self.procs[job]
+        assert proc.stdout is not None
+        for n, line in enumerate(proc.stdout):
+            self.output[job].append(line)
+            if n == self.follow_breaks_after:
+                raise ClusterError(f"the log stream of pod {namespace}/{name} broke: connection reset")
+            yield line.rstrip("\n")
+
+    def pod_log(self, namespace, name, container=None):
+        job = name.rsplit("-", 1)[0]
+        rest, _ = self.procs[job].communicate(timeout=60)
+        self.output[job].append(rest)
+        return "".join(self.output[job])
+
+    def delete_labelled(self, api_version, kind, namespace, label_selector):
+        self.deleted.append((api_version, kind, namespace, label_selector))
+        if kind == "Job":  # background propagation: the Job's pods are killed
+            for proc in self.procs.values():
+                if proc.poll() is None:
+                    proc.kill()
+                    proc.wait()
+
+    def service_get(self, namespace, service, port, path, params):
+        raise ClusterError(f"GET {path} on service {namespace}/{service}:{port} answered HTTP 503: no endpoints")
+
+    def server_version(self):
+        return {"gitVersion": "v1.35.7-gke.1219000"}
+
+
+def _spec(url: str, **kw) -> LoadSpec:
+    return LoadSpec(**{"base_url": url, "model": MODEL, "input_len": 32, "output_len": 16, "concurrency": 4,
+                       "requests": 12, **kw})  # fmt: skip
+
+
+def _deleted_kinds(kubelet: Kubelet, run_id: str) -> set[str]:
+    assert all(sel == f"{RUN_LABEL}={run_id}" for *_, sel in kubelet.deleted)
+    return {kind for _, kind, _, _ in kubelet.deleted}
+
+
+def test_runner_creates_follows_collects_and_deletes(tmp_path, sim_url):
+    kubelet = Kubelet(tmp_path)
+    progress: dict[int, list[int]] = {1: [], 4: []}
+    with ClusterRunner(kubelet, "g6-12010914-ab12", "llm", SYSTEM, cpus=2, poll_s=0.05, log=lambda m: None) as runner:
+        runs = [runner.run(_spec(sim_url, concurrency=c), progress[c].append) for c in (1, 4)]
+        assert not kubelet.deleted
+    stats = [summarize(run, _spec(sim_url)) for run in runs]
+    assert all(s.completed == 12 and s.failed == 0 for s in stats)
+    # Where the client ran: the recorded node and its machine type, from the pod and the Node's labels.
+    place = stats[1].client
+    assert (place.where, place.node, place.machine_type) == ("in-cluster", RECORDED["node"]["metadata"]["name"], "e2-standard-4")
+    assert place.workers == 2 and stats[0].client.workers == 1
+    # The bar's figures, streamed from the pod's log as the point ran: rising to the counted requests.
+    assert all(p and p == sorted(p) and p[-1] == 12 for p in progress.values())
+    kinds = [(o["kind"], o["metadata"]["name"]) for o in kubelet.created]
+    assert kinds == [("ConfigMap", "g6-12010914-ab12-loadgen"), ("Job", "g6-12010914-ab12-load-1"), ("Job", "g6-12010914-ab12-load-2")]
+    assert all(o["metadata"]["labels"][RUN_LABEL] == "g6-12010914-ab12" for o in kubelet.created)
+    assert _deleted_kinds(kubelet, "g6-12010914-ab12") == {"Job", "ConfigMap", "Pod"}
+
+
+def test_a_broken_log_stream_falls_back_to_the_whole_log(tmp_path, sim_url):
+    kubelet = Kubelet(tmp_path, follow_breaks_after=1)
+    seen: list[str] = []
+    with ClusterRunner(kubelet, "g6-12010914-cd34", "llm", SYSTEM, poll_s=0.05, log=seen.append) as runner:
+        run = runner.run(_spec(sim_url))
+    assert len(run.records) == 12 and all(r.ok for r in run.records)
+    assert any("broke" in m for m in seen)
+
+
+def test_a_failing_load_generator_is_an_error_and_still_cleaned_up(tmp_path):
+    kubelet = Kubelet(tmp_path)
+    with pytest.raises(LoadgenError, match=r"exit code 2 .*cannot resolve vllm\.nowhere\.invalid"):
+        with ClusterRunner(kubelet, "g6-12010914-ef56", "llm", SYSTEM, poll_s=0.05, log=lambda m: None) as runner:
+            runner.run(_spec("http://vllm.nowhere.invalid:8000"))
+    assert _deleted_kinds(kubelet, "g6-12010914-ef56") == {"Job", "ConfigMap", "Pod"}
+
+
+def test_ctrl_c_while_following_deletes_everything(tmp_path, sim_url):
+    kubelet = Kubelet(tmp_path)
+
+    def interrupt(done: int) -> None:
+        raise KeyboardInterrupt
+
+    with pytest.raises(KeyboardInterrupt):
+        with ClusterRunner(kubelet, "g6-12010914-0a0b", "llm", SYSTEM, poll_s=0.05, log=lambda m: None) as runner:
+            runner.run(_spec(sim_url, requests=200), interrupt)
+    assert _deleted_kinds(kubelet, "g6-12010914-0a0b") == {"Job", "ConfigMap", "Pod"}
+    assert all(p.poll() is not None for p in kubelet.procs.values()), "the running client was stopped"
+
+
+def test_a_pod_that_cannot_be_scheduled_says_why(tmp_path):
+    kubelet = Kubelet(tmp_path, pending=True)
+    with pytest.raises(WaitTimeout, match="Unschedulable: 0/2 nodes are available: 1 Insufficient cpu"):
+        with ClusterRunner(kubelet, "g6-12010914-1c1d", "llm", SYSTEM, start_timeout_s=0.1, poll_s=0.02, log=lambda m: None) as runner:
+            runner.run(_spec("http://vllm.llm.svc.cluster.local:8000"))
+    assert _deleted_kinds(kubelet, "g6-12010914-1c1d") == {"Job", "ConfigMap", "Pod"}
+
+
+def test_the_server_is_read_through_the_api_servers_service_proxy(tmp_path):
+    ep = Endpoint(namespace="llm", service="vllm", port=8000, path="/v1", protocol="openai")
+    server = proxy_server(Kubelet(tmp_path), ep)
+    assert server.base_url == "http://vllm.llm.svc.cluster.local:8000"
+    with pytest.raises(HarnessError, match="GET /metrics on service llm/vllm:8000 answered HTTP 503"):
+        server.get("/metrics")
+
+
+def test_core_file_is_what_the_config_map_carries(tmp_path):
+    from benchmarks.g6.incluster import config_map
+    from benchmarks.loadgen.runner import CORE_PATH
+
+    assert config_map("x", "llm")["data"] == {CORE_FILE: CORE_PATH.read_text()}
+    # Nothing but the standard library: the file imports no module of this project or a third party.
+    imports = [line.split()[1] for line in CORE_PATH.read_text().splitlines() if line.startswith(("import ", "from "))]
+    assert all(m.split(".")[0] in sys.stdlib_module_names or m == "__future__" for m in imports), imports
+
+
+def test_the_report_says_where_the_client_ran():
+    from benchmarks.g6.report import render_report
+    from benchmarks.g6.result import G6Result
+    from benchmarks.harness import load_result
+    from benchmarks.loadgen.stats import ClientPlace
+
+    result = load_result(G6Result, Path(__file__).parent / "data" / "g6-result.json")
+    node = RECORDED["node"]["metadata"]["name"]
+    place = ClientPlace(where="in-cluster", host="g6-12010914-ab12-load-1-8mx2q", node=node,
+                        machine_type="e2-standard-4", cpus=4, workers=2, python="3.12.8", cpu_s=1.2)  # fmt: skip
+    points = [p.model_copy(update={"client": place, "client_bound": i == 0}) for i, p in enumerate(result.points)]
+    report = render_report(result.model_copy(update={"points": points}))
+    assert f"- Client: in the cluster, a Job per point next to the server, on node `{node}` (e2-standard-4)" in report
+    assert "2 worker process(es)" in report and "Python 3.12.8" in report
+    assert "**client-bound**" in report  # a point the client shaped is still flagged
