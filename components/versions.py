@@ -21,6 +21,10 @@ class Chart:
         return self.repo.startswith("oci://")
 
 
+# Images are pinned by tag, not by digest (checkov CKV_K8S_43), here and in benchmarks/labs/images.py:
+# no registry can be reached from where this program is built and tested, so a digest written here
+# could not be verified, and a wrong one would fail every pull. Pods pull IfNotPresent
+# (podspec.security.IMAGE_PULL_POLICY), so a node keeps running the image it pulled first.
 
 # --- Platform components of labs g1-g4 and g8 (brief D) ---
 KUBE_PROMETHEUS_STACK = Chart(

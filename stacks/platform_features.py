@@ -78,6 +78,11 @@ class Kueue(_Feature):
     # Above the time a GPU node takes from zero to allocatable GPUs (up to ~15 min, FACTS.md), or
     # Kueue would evict every first job while its node is still booting.
     pods_ready_timeout_min: int = Field(20, ge=5, le=120, description="waitForPodsReady timeout in minutes")
+    # On, Kueue admits nothing else until the last admitted job's pods are Ready (minutes on a GPU pool at
+    # zero); the g3 report attributes each wait to quota or to this, from the Workloads' conditions.
+    block_admission: bool = Field(
+        True, description="waitForPodsReady.blockAdmission: admit one job at a time until its pods are Ready"
+    )
 
     @property
     def job_demand(self) -> dict[str, float]:

@@ -233,12 +233,14 @@ def test_a_stalled_call_ends_at_the_request_timeout(server):
 
 
 def test_the_stacks_kubeconfig_authenticates_through_the_exec_plugin(server, tmp_path, monkeypatch):
-    """The kubeconfig the stack exports (components.cluster.kubeconfig) runs gke-gcloud-auth-plugin and
-    sends its token; here a stand-in plugin on PATH answers as the real one does (an ExecCredential)."""
+    """The kubeconfig the stack exports (components.cluster.kubeconfig) runs gke-gcloud-auth-plugin with
+    Application Default Credentials and sends its token; here a stand-in plugin on PATH answers as the
+    real one does (an ExecCredential), and only when asked for ADC (else it would use gcloud's account)."""
     from components.cluster import kubeconfig
 
     plugin = tmp_path / "gke-gcloud-auth-plugin"
-    plugin.write_text("#!/bin/sh\necho '{\"kind\": \"ExecCredential\", \"apiVersion\": "
+    plugin.write_text("#!/bin/sh\n[ \"$*\" = --use_application_default_credentials ] || exit 1\n"
+                      "echo '{\"kind\": \"ExecCredential\", \"apiVersion\": "
                       "\"client.authentication.k8s.io/v1beta1\", \"status\": {\"token\": \"ya29.plugin\", "
                       "\"expirationTimestamp\": \"2099-01-01T00:00:00Z\"}}'\n")
     plugin.chmod(0o755)

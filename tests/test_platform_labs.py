@@ -242,7 +242,7 @@ def test_g4_installs_the_pinned_v1_overlay_and_a_two_worker_job_validates():
     assert specs["Master"]["replicas"] + specs["Worker"]["replicas"] == bench["world_size"] == 2
     for spec in specs.values():
         pod = spec["template"]["spec"]
-        assert pod["containers"][0]["resources"]["limits"] == {"nvidia.com/gpu": "1"}
+        assert pod["containers"][0]["resources"]["limits"]["nvidia.com/gpu"] == "1"
         assert pod["tolerations"] == GpuPlacement().tolerations
 
 

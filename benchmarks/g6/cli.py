@@ -240,15 +240,21 @@ def _vllm_endpoint(outputs: dict[str, Any]) -> Endpoint:
     return endpoint(outputs, section(outputs, "benchmark", G6Outputs, LAB).endpoint, LAB)
 
 
-def write_client_manifest(folder: Path, outputs: dict[str, Any] | None, params: G6Params, cpus: int) -> list[Path]:
-    """The ConfigMap and one Job per point, as the in-cluster runner would create them, as YAML files."""
+def client_manifest(outputs: dict[str, Any] | None, params: G6Params, cpus: int) -> list[dict[str, Any]]:
+    """The ConfigMap and one Job per point, as the in-cluster runner would create them."""
     if outputs is None or params.client != "in-cluster":
         raise G6Error("--client-manifest shows the in-cluster client: give --stack or --outputs, and no --target")
     ep = _vllm_endpoint(outputs)
     specs = [spec for _ in params.max_num_seqs for spec in load_specs(params, ep.server_url())]
+    return manifests(ep.namespace, system_selector(outputs), specs, cpus)
+
+
+def write_client_manifest(folder: Path, outputs: dict[str, Any] | None, params: G6Params, cpus: int) -> list[Path]:
+    """client_manifest as YAML files."""
+    objects = client_manifest(outputs, params, cpus)
     folder.mkdir(parents=True, exist_ok=True)
     paths = []
-    for obj in manifests(ep.namespace, system_selector(outputs), specs, cpus):
+    for obj in objects:
         path = folder / f"{obj['kind'].lower()}-{obj['metadata']['name']}.yaml"
         path.write_text(yaml.safe_dump(obj, sort_keys=False))
         paths.append(path)
