@@ -88,7 +88,7 @@ KNATIVE_SERVING_CORE = (
 KOURIER = (
     f"https://github.com/knative-extensions/net-kourier/releases/download/{KNATIVE_SERVING_VERSION}/kourier.yaml"
 )
-# v0.11.2: inside the range public GKE programs pinned (FACTS.md); every server arg we pass
+# v0.11.2: inside the range public GKE programs pinned (v0.11.2 to v0.28.0, read 2026-11); every server arg we pass
 # (--model, --dtype, --max-num-seqs, --max-model-len, --gpu-memory-utilization, --quantization,
 # --port) and the module entry point vllm.entrypoints.openai.api_server exist there.
 VLLM_IMAGE = "docker.io/vllm/vllm-openai:v0.11.2"

@@ -39,7 +39,7 @@ PROBE_PERIOD_S = 10
 SKIP_AWAIT = {"pulumi.com/skipAwait": "true"}
 # The Deployment does: `pulumi up` returns once the new server is ready, so a g6 sweep that changed
 # max-num-seqs measures the new server, never the old one on its way out. Its deadline covers a GPU
-# node from zero and the driver install (up to ~15 min, FACTS.md) plus the startup probe's allowance.
+# node from zero and the driver install (up to ~15 min on GKE) plus the startup probe's allowance.
 NODE_FROM_ZERO_MIN = 20
 
 
