@@ -6,7 +6,7 @@ STACK ?= dev
 LAB ?= $(STACK)
 OUT ?= results
 
-.PHONY: venv test plan g6-sim preflight status cost clean
+.PHONY: venv test plan g6-sim g6-kv-sim g6-quant-sim preflight status cost clean
 
 # A target's required variables, checked before anything runs (no venv, no python): one line naming
 # those missing and an example.
@@ -37,6 +37,12 @@ plan: venv ## offline plan of a stack: make plan STACK=g6
 
 g6-sim: venv ## the g6 sweep against the simulated L4; report in $(OUT)/
 	$(BIN)/python -m benchmarks g6 --sim --model Qwen/Qwen2.5-1.5B-Instruct --max-num-seqs 8,32 --concurrency 1,8,32 --requests 64 --out $(OUT)
+
+g6-kv-sim: venv ## g6's KV-cache experiment against the simulated L4 (about 2 minutes)
+	$(BIN)/python -m benchmarks g6 --sim --experiment kv --model Qwen/Qwen2.5-1.5B-Instruct --out $(OUT)
+
+g6-quant-sim: venv ## g6's quantization experiment against the simulated L4 (about 40 s)
+	$(BIN)/python -m benchmarks g6 --sim --experiment quant --variants bf16,fp8,awq --out $(OUT)
 
 preflight: venv ## before `pulumi up`: credentials, APIs, L4 quota, L4 zones: make preflight LAB=g6
 	$(BIN)/python -m ops.preflight --stack $(LAB)

@@ -61,6 +61,10 @@ class Cluster(Protocol):
 
     def service_get(self, namespace: str, service: str, port: int, path: str, params: dict[str, str]) -> str: ...
 
+    def service_post(
+        self, namespace: str, service: str, port: int, path: str, body: dict[str, Any], timeout_s: float
+    ) -> str: ...
+
     def pod_get(self, namespace: str, pod: str, port: int, path: str) -> str: ...
 
     def server_version(self) -> dict[str, Any]: ...
@@ -203,33 +207,49 @@ class KubeCluster:
 
     def service_get(self, namespace: str, service: str, port: int, path: str, params: dict[str, str]) -> str:
         """GET through the API server's service proxy: reaches ClusterIP services with no port-forward."""
-        return self._proxy_get(f"/api/v1/namespaces/{namespace}/services/{service}:{port}/proxy/{path.lstrip('/')}",
-                               f"service {namespace}/{service}:{port}", path, params)
+        return self._proxy("GET", _service_proxy(namespace, service, port, path),
+                           f"service {namespace}/{service}:{port}", path, params)
+
+    def service_post(
+        self, namespace: str, service: str, port: int, path: str, body: dict[str, Any], timeout_s: float
+    ) -> str:
+        """POST a JSON body through the API server's service proxy, within `timeout_s`."""
+        return self._proxy("POST", _service_proxy(namespace, service, port, path),
+                           f"service {namespace}/{service}:{port}", path, {}, body, timeout_s)
 
     def pod_get(self, namespace: str, pod: str, port: int, path: str) -> str:
         """GET through the API server's pod proxy: one pod's own endpoint (e.g. a model server's metrics)."""
-        return self._proxy_get(f"/api/v1/namespaces/{namespace}/pods/{pod}:{port}/proxy/{path.lstrip('/')}",
-                               f"pod {namespace}/{pod}:{port}", path, {})
+        return self._proxy("GET", f"/api/v1/namespaces/{namespace}/pods/{pod}:{port}/proxy/{path.lstrip('/')}",
+                           f"pod {namespace}/{pod}:{port}", path, {})
 
-    def _proxy_get(self, resource_path: str, where: str, path: str, params: dict[str, str]) -> str:
+    def _proxy(
+        self, method: str, resource_path: str, where: str, path: str, params: dict[str, str],
+        body: dict[str, Any] | None = None, timeout_s: float | None = None,
+    ) -> str:  # fmt: skip
+        headers = {"Content-Type": "application/json"} if body is not None else None
         request = self._api_client.param_serialize(
-            method="GET", resource_path=resource_path, query_params=list(params.items()), auth_settings=["BearerToken"]
-        )
+            method=method, resource_path=resource_path, query_params=list(params.items()), header_params=headers,
+            body=body, auth_settings=["BearerToken"],
+        )  # fmt: skip
         try:
-            response = self._api_client.call_api(*request, _request_timeout=self._timeout)
+            response = self._api_client.call_api(*request, _request_timeout=timeout_s or self._timeout)
             response.read()
         except Exception as e:
-            raise ClusterError(f"GET {path} on {where} failed: {brief(e)}") from e
+            raise ClusterError(f"{method} {path} on {where} failed: {brief(e)}") from e
         text = response.data.decode(errors="replace")
         # call_api does not raise on an error status: the proxy's 503 (no ready endpoints) or 404 (no
         # such service or pod) would otherwise reach the caller as if the service had answered.
         if not 200 <= response.status <= 299:
-            raise ClusterError(f"GET {path} on {where} answered HTTP {response.status}: {text[:300]}")
+            raise ClusterError(f"{method} {path} on {where} answered HTTP {response.status}: {text[:300]}")
         return text
 
     def server_version(self) -> dict[str, Any]:
         """GET /version as the server wrote it (camelCase), which discovery has already fetched."""
         return dict(self._dyn.version["kubernetes"])
+
+
+def _service_proxy(namespace: str, service: str, port: int, path: str) -> str:
+    return f"/api/v1/namespaces/{namespace}/services/{service}:{port}/proxy/{path.lstrip('/')}"
 
 
 def brief(error: Exception) -> str:

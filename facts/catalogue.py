@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import json
 from pathlib import Path
-from typing import Any
+from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
 
@@ -116,6 +116,26 @@ GPUS: dict[str, GpuSpec] = {
 }
 
 
+class CheckpointQuantization(BaseModel):
+    """How a checkpoint's own weights are quantized (config.json `quantization_config`): vLLM reads
+    it and picks the kernel itself (awq_marlin / gptq_marlin on Ampere and newer)."""
+
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+    method: Literal["awq", "gptq"]
+    bits: Literal[4, 8]
+    group_size: int = Field(gt=0, description="weights sharing one fp16 scale and one zero point")
+
+    @property
+    def bytes_per_weight(self) -> float:
+        """Packed weight bits plus, per group, an fp16 scale and a zero point of `bits` bits."""
+        return self.bits / 8 + (2 + self.bits / 8) / self.group_size
+
+    @property
+    def label(self) -> str:
+        return f"{self.method} int{self.bits}"
+
+
 class ModelSpec(BaseModel):
     """Architecture facts of a llama/qwen2/mistral-style decoder (GQA attention, gated MLP)."""
 
@@ -136,6 +156,7 @@ class ModelSpec(BaseModel):
     parameter_count_override: int | None = Field(
         default=None, gt=0, description="use instead of the count derived from the architecture"
     )
+    quantization: CheckpointQuantization | None = Field(default=None, description="the checkpoint's own")
 
     @model_validator(mode="after")
     def _heads_divide(self) -> ModelSpec:
@@ -211,6 +232,7 @@ class ModelSpec(BaseModel):
             )
         heads = config["num_attention_heads"]
         head_dim = config.get("head_dim") or config["hidden_size"] // heads
+        quant = config.get("quantization_config")
         try:
             return cls(
                 name=name,
@@ -226,6 +248,9 @@ class ModelSpec(BaseModel):
                 # Qwen2 always carries q/k/v biases; llama-style configs say so explicitly.
                 qkv_bias=config.get("model_type") == "qwen2" or bool(config.get("attention_bias", False)),
                 torch_dtype=config.get("torch_dtype") or config.get("dtype") or "bfloat16",
+                quantization=None if quant is None else CheckpointQuantization(
+                    method=quant.get("quant_method"), bits=quant.get("bits"), group_size=quant.get("group_size")
+                ),
             )
         except ValidationError as exc:
             raise ServingError(f"config.json for {name!r} is not a usable decoder config: {exc}") from exc
@@ -279,6 +304,20 @@ MODELS: dict[str, ModelSpec] = {
         _hf("meta-llama/Llama-3.1-8B-Instruct", model_type="llama", num_hidden_layers=32, hidden_size=4096,
             num_attention_heads=32, num_key_value_heads=8, intermediate_size=14336, vocab_size=128256,
             max_position_embeddings=131072, tie_word_embeddings=False, torch_dtype="bfloat16"),
+        # The publisher's quantized checkpoints of the default model (FACTS.md, 2026-12-01): the
+        # Qwen2.5-1.5B architecture with the decoder layers' matmuls at 4 or 8 bits in groups of 128,
+        # embeddings in fp16. The GPTQ-Int8 file (1.81 GB) is 1.34 GB of 8-bit layers plus one 0.47 GB
+        # embedding, shared with the output head; the AWQ file (1.61 GB) is 0.68 GB of 4-bit layers plus
+        # two such matrices, so its output head is stored apart and sized that way.
+        *(
+            _hf(f"Qwen/Qwen2.5-1.5B-Instruct-{suffix}", model_type="qwen2", num_hidden_layers=28,
+                hidden_size=1536, num_attention_heads=12, num_key_value_heads=2, intermediate_size=8960,
+                vocab_size=151936, max_position_embeddings=32768, tie_word_embeddings=tied, torch_dtype="float16",
+                quantization_config={"quant_method": method, "bits": bits, "group_size": 128})
+            for suffix, method, bits, tied in (
+                ("AWQ", "awq", 4, False), ("GPTQ-Int8", "gptq", 8, True), ("GPTQ-Int4", "gptq", 4, True)
+            )
+        ),
     )
 }
 

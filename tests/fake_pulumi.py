@@ -12,12 +12,15 @@ import sys
 from pathlib import Path
 
 
-def fake_pulumi(tmp_path: Path, monkeypatch, outputs: dict, config: dict | None = None, fail_up_at: str | None = None) -> Path:
-    """A `pulumi` on PATH that records its argv, keeps config in a file and prints `outputs`."""
+def fake_pulumi(
+    tmp_path: Path, monkeypatch, outputs: dict, config: dict | None = None, fail_up_if: dict | None = None
+) -> Path:
+    """A `pulumi` on PATH that records its argv, keeps config in a file and prints `outputs`;
+    `up` fails while the config holds every key/value of `fail_up_if`."""
     bin_dir = tmp_path / "bin"
     bin_dir.mkdir()
     state = tmp_path / "pulumi-state.json"
-    state.write_text(json.dumps({"outputs": outputs, "config": config or {}, "fail_up_at": fail_up_at}))
+    state.write_text(json.dumps({"outputs": outputs, "config": config or {}, "fail_up_if": fail_up_if}))
     script = bin_dir / "pulumi"
     script.write_text(
         f"#!{sys.executable}\n"
@@ -38,7 +41,8 @@ def fake_pulumi(tmp_path: Path, monkeypatch, outputs: dict, config: dict | None 
         "elif args[:2] == ['config', 'rm']:\n"
         "    cfg.pop(args[3], None)\n"
         "elif args[0] == 'up':\n"
-        "    if state['fail_up_at'] is not None and cfg.get('vllm.max_num_seqs') == state['fail_up_at']:\n"
+        "    fail = state['fail_up_if']\n"
+        "    if fail and all(cfg.get(k) == v for k, v in fail.items()):\n"
         "        sys.exit('error: update failed')\n"
         "json.dump(state, open(state_path, 'w'))\n"
     )

@@ -10,11 +10,13 @@ import pytest
 from benchmarks.g6 import main
 from benchmarks.g6.analysis import analyse
 from benchmarks.g6.plots import PLOTS, render_plots
+from benchmarks.g6.price import cheapest
 from benchmarks.g6.report import render_report
 from benchmarks.g6.result import G6Result
-from benchmarks.g6.targets import CONFIG_PATH, SimTarget, StackTarget
+from benchmarks.g6.targets import ServerSettings, SimTarget, StackTarget
 from benchmarks.harness import PulumiStack, load_result, save_result
 from benchmarks.harness.server import http_server
+from benchmarks.loadgen import Slo
 from benchmarks.metrics import GaugeStats, ServerMetrics
 from facts.catalogue import get_gpu, get_model
 from benchmarks.serving.sizing import roofline, size
@@ -22,6 +24,7 @@ from fake_pulumi import fake_pulumi, pulumi_calls
 
 FIXTURE = Path(__file__).parent / "data" / "g6-result.json"
 MODEL = "Qwen/Qwen2.5-0.5B-Instruct"
+CONFIG_PATH = "vllm.max_num_seqs"  # the stack config field a sweep changes
 SMALL = ["--input-len", "64", "--output-len", "64", "--quiet"]
 
 
@@ -53,6 +56,13 @@ def test_sim_sweep_leaves_result_report_and_plots(tmp_path):
     assert (folder / "report.md").read_text() == render_report(result)
     for name in PLOTS:
         assert (folder / name).read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+    # Priced as Pulumi.g6.yaml runs the GPU node: g2-standard-4 spot in us-central1, which the price
+    # catalogue lists as its VM part ($0.05874/h) plus one L4 ($0.2231/h), with its 100 GB pd-balanced
+    # boot disk ($0.10 per GiB-month over 730 h), at the GPU's throughput (x2 slower than the simulator).
+    per_hour = 0.05874 + 0.2231 + 100 * 0.10 / 730
+    assert result.gpu_price.usd_per_hour == pytest.approx(per_hour)
+    for p in result.points:
+        assert p.usd_per_million_output_tokens == pytest.approx(per_hour / (p.output_tokens_per_s / 2 * 3600) * 1e6)
 
 
 def test_result_round_trips_through_json(tmp_path):
@@ -79,6 +89,27 @@ def test_report_and_plots_from_a_stored_result(tmp_path):
     assert all(p.stat().st_size > 10_000 for p in paths)
 
 
+def test_the_cheapest_point_within_the_slos_is_named():
+    result = load_result(G6Result, FIXTURE)
+    a, b, *_ = result.points
+    cheap, dear = (a, b) if a.output_tokens_per_s > b.output_tokens_per_s else (b, a)
+    priced = [("cheap", cheap.model_copy(update={"usd_per_million_output_tokens": 0.05})),
+              ("dear", dear.model_copy(update={"usd_per_million_output_tokens": 0.50}))]  # fmt: skip
+    params = result.params.model_copy(update={"slo": Slo()})  # speedup x2: the GPU's latencies are twice these
+    assert "none given" in cheapest(priced, params) and "The cheapest point is **cheap**" in cheapest(priced, params)
+    loose = params.model_copy(update={"slo_itl_ms": 2 * max(cheap.itl_ms.p99, dear.itl_ms.p99) + 1})
+    assert "The cheapest point that meets them is **cheap**" in cheapest(priced, loose)
+    # A TTFT limit between the two points' (doubled) p99s leaves only the one with the lower TTFT.
+    low, high = sorted([cheap, dear], key=lambda p: p.ttft_ms.p99)
+    between = params.model_copy(update={"slo": Slo(ttft_ms=low.ttft_ms.p99 * 2 + 0.1)})
+    assert high.ttft_ms.p99 * 2 > between.slo.ttft_ms
+    winner = "cheap" if low is cheap else "dear"
+    assert f"meets them is **{winner}**" in cheapest(priced, between)
+    none = params.model_copy(update={"slo": Slo(ttft_ms=0.001)})
+    text = cheapest(priced, none)
+    assert "No point meets them" in text and "cheap" in text and "TTFT p99" in text
+
+
 def test_report_lists_errors_and_client_bound_points():
     result = load_result(G6Result, FIXTURE)
     points = [p.model_copy(update={"client_bound": i == 0}) for i, p in enumerate(result.points)]
@@ -93,7 +124,7 @@ def test_report_lists_errors_and_client_bound_points():
 
 @pytest.fixture(scope="module")
 def sim_url():
-    with SimTarget(model=MODEL, gpu="l4", speedup=4.0, seed=1, gpu_memory_utilization=0.9).serving(16) as server:
+    with SimTarget(gpu="l4", speedup=4.0, seed=1, base=ServerSettings(model=MODEL)).serving(ServerSettings(max_num_seqs=16)) as server:
         yield server.base_url
 
 
@@ -129,7 +160,7 @@ def test_stack_sweep_changes_max_num_seqs_through_pulumi_and_restores_it(tmp_pat
 
 
 def test_stack_sweep_restores_the_original_value_when_an_up_fails(tmp_path, monkeypatch, sim_url, capsys):
-    state = fake_pulumi(tmp_path, monkeypatch, _stack_outputs(tmp_path), config={CONFIG_PATH: "16"}, fail_up_at="8")
+    state = fake_pulumi(tmp_path, monkeypatch, _stack_outputs(tmp_path), config={CONFIG_PATH: "16"}, fail_up_if={CONFIG_PATH: "8"})
     rc = main(["--stack", "g6", "--target", sim_url, "--requests", "2", "--out", str(tmp_path / "out"), *SMALL])
     assert rc == 2
     assert "update failed" in capsys.readouterr().err
@@ -156,7 +187,7 @@ def test_saved_outputs_give_model_and_server_parameters(tmp_path, sim_url):
 def test_an_unset_value_is_removed_again_after_ctrl_c(tmp_path, monkeypatch, sim_url):
     state = fake_pulumi(tmp_path, monkeypatch, _stack_outputs(tmp_path))
     target = StackTarget(PulumiStack("g6"), http_server(sim_url), health_timeout_s=10)
-    with pytest.raises(KeyboardInterrupt), target.session(), target.serving(8):
+    with pytest.raises(KeyboardInterrupt), target.session(), target.serving(ServerSettings(max_num_seqs=8)):
         raise KeyboardInterrupt
     calls = pulumi_calls(state)
     assert calls[-2:] == [["config", "rm", "--path", CONFIG_PATH, "-s", "g6"], ["up", "--yes", "--skip-preview", "-s", "g6"]]
@@ -170,7 +201,7 @@ def test_a_stack_point_without_an_up_still_checks_the_server_is_reachable(tmp_pa
 
     fake_pulumi(tmp_path, monkeypatch, _stack_outputs(tmp_path), config={CONFIG_PATH: "16"})
     target = StackTarget(PulumiStack("g6"), http_server("http://127.0.0.1:9"), health_timeout_s=1)
-    with pytest.raises(HarnessError, match="cannot reach http://127.0.0.1:9"), target.session(), target.serving(16):
+    with pytest.raises(HarnessError, match="cannot reach http://127.0.0.1:9"), target.session(), target.serving(ServerSettings(max_num_seqs=16)):
         pass
 
 

@@ -9,6 +9,7 @@ import copy
 import json
 import subprocess
 import sys
+import time
 from pathlib import Path
 from typing import Any
 
@@ -20,8 +21,9 @@ import yaml
 from benchmarks.cluster import RUN_LABEL, ClusterError, WaitTimeout
 from benchmarks.g6 import main
 from benchmarks.g6.incluster import CONTAINER, CORE_FILE, ClusterRunner, proxy_server
-from benchmarks.g6.targets import SimTarget
+from benchmarks.g6.targets import ServerSettings, SimTarget
 from benchmarks.harness import Endpoint, HarnessError
+from benchmarks.harness.server import Server, http_server
 from benchmarks.labs import images, objects
 from benchmarks.loadgen import LoadgenError, LoadSpec, summarize
 from benchmarks.loadgen.core import PLAN_ENV, OutputReader, Plan
@@ -45,7 +47,7 @@ def g6_outputs(tmp_path_factory) -> Path:
 
 @pytest.fixture(scope="module")
 def sim_url():
-    with SimTarget(model=MODEL, gpu="l4", speedup=4.0, seed=1, gpu_memory_utilization=0.9).serving(16) as server:
+    with SimTarget(gpu="l4", speedup=4.0, seed=1, base=ServerSettings(model=MODEL)).serving(ServerSettings(max_num_seqs=16)) as server:
         yield server.base_url
 
 
@@ -148,16 +150,22 @@ class Kubelet:
     """A `Cluster` that plays the kubelet for the load generator's Jobs: it runs each Job's container
     command on this machine (the ConfigMap's files in a folder standing for the mount; `-S` too, as
     this interpreter is a virtualenv's), answers pod lists with the recorded pod in the phase the
-    process is in, and hands out its output as the pod's log."""
+    process is in, and keeps its output in a log file, as a kubelet does: a follow tails the file, and
+    the whole log is the file, however much of it a broken follow had read."""
 
-    def __init__(self, tmp: Path, *, pending: bool = False, follow_breaks_after: int | None = None) -> None:
+    def __init__(
+        self, tmp: Path, *, pending: bool = False, follow_breaks_after: int | None = None, vllm: str | None = None
+    ) -> None:
         self.tmp = tmp
         self.pending = pending
         self.follow_breaks_after = follow_breaks_after
+        # `vllm`: a server on loopback standing for the stack's vLLM Service: the pods' plans are pointed
+        # at it, and the service proxy forwards to it (every other Service answers 503, no endpoints).
+        self.vllm = vllm
+        self.proxied: list[tuple[str, str, str]] = []  # (method, service, path)
         self.created: list[dict[str, Any]] = []
         self.deleted: list[tuple[str, str, str | None, str]] = []
         self.procs: dict[str, subprocess.Popen[str]] = {}
-        self.output: dict[str, list[str]] = {}
         self.node = RECORDED["node"]
 
     def create(self, obj: dict[str, Any]) -> dict[str, Any]:
@@ -173,9 +181,11 @@ class Kubelet:
             mount = self.tmp / pod["volumes"][0]["configMap"]["name"]
             command = [sys.executable, "-S", *c["command"][1:-1], c["command"][-1].replace(objects.SCRIPT_MOUNT, str(mount))]
             env = {e["name"]: e["value"] for e in c["env"] if "value" in e} | {"NODE_NAME": self.node["metadata"]["name"]}
-            self.procs[name] = subprocess.Popen(command, env=env, cwd=self.tmp, stdout=subprocess.PIPE,
-                                                stderr=subprocess.STDOUT, text=True)  # fmt: skip
-            self.output[name] = []
+            if self.vllm is not None:
+                env[PLAN_ENV] = json.dumps({**json.loads(env[PLAN_ENV]), "base_url": self.vllm})
+            with self._log(name).open("w") as log:
+                self.procs[name] = subprocess.Popen(command, env=env, cwd=self.tmp, stdout=log,
+                                                    stderr=subprocess.STDOUT, text=True)  # fmt: skip
         return obj
 
     def _pod(self, job: str) -> dict[str, Any]:
@@ -197,22 +207,33 @@ class Kubelet:
         assert kind == "Pod" and label_selector.startswith("batch.kubernetes.io/job-name=")
         return [self._pod(label_selector.split("=", 1)[1])]
 
+    def _log(self, job: str) -> Path:
+        return self.tmp / f"{job}.log"
+
     def follow_log(self, namespace, name, container=None):
+        """Whole lines as the container writes them, until it has ended and every line is out."""
         assert container == CONTAINER
         job = name.rsplit("-", 1)[0]
         proc = self.procs[job]
-        assert proc.stdout is not None
-        for n, line in enumerate(proc.stdout):
-            self.output[job].append(line)
-            if n == self.follow_breaks_after:
-                raise ClusterError(f"the log stream of pod {namespace}/{name} broke: connection reset")
-            yield line.rstrip("\n")
+        with self._log(job).open() as log:
+            n, pending = 0, ""
+            while True:
+                ended = proc.poll() is not None  # before the read: what it wrote before ending is in the file
+                pending += log.readline()
+                if pending.endswith("\n") or (ended and pending):
+                    if n == self.follow_breaks_after:
+                        raise ClusterError(f"the log stream of pod {namespace}/{name} broke: connection reset")
+                    yield pending.rstrip("\n")
+                    n, pending = n + 1, ""
+                elif ended:
+                    return
+                else:
+                    time.sleep(0.005)  # as `tail -f` polls a file that has no new line yet
 
     def pod_log(self, namespace, name, container=None):
         job = name.rsplit("-", 1)[0]
-        rest, _ = self.procs[job].communicate(timeout=60)
-        self.output[job].append(rest)
-        return "".join(self.output[job])
+        self.procs[job].wait(timeout=60)
+        return self._log(job).read_text()
 
     def delete_labelled(self, api_version, kind, namespace, label_selector):
         self.deleted.append((api_version, kind, namespace, label_selector))
@@ -222,8 +243,23 @@ class Kubelet:
                     proc.kill()
                     proc.wait()
 
+    def _vllm(self, method: str, namespace: str, service: str, port: int, path: str) -> Server:
+        self.proxied.append((method, service, path))
+        if self.vllm is None or service != "vllm":
+            raise ClusterError(f"{method} {path} on service {namespace}/{service}:{port} answered HTTP 503: no endpoints")
+        return http_server(self.vllm)
+
     def service_get(self, namespace, service, port, path, params):
-        raise ClusterError(f"GET {path} on service {namespace}/{service}:{port} answered HTTP 503: no endpoints")
+        try:
+            return self._vllm("GET", namespace, service, port, path).get(path)
+        except HarnessError as exc:
+            raise ClusterError(str(exc)) from exc
+
+    def service_post(self, namespace, service, port, path, body, timeout_s):
+        try:
+            return self._vllm("POST", namespace, service, port, path).post(path, body, timeout_s)
+        except HarnessError as exc:
+            raise ClusterError(str(exc)) from exc
 
     def server_version(self):
         return {"gitVersion": "v1.35.7-gke.1219000"}
@@ -330,3 +366,83 @@ def test_the_report_says_where_the_client_ran():
     assert f"- Client: in the cluster, a Job per point next to the server, on node `{node}` (e2-standard-4)" in report
     assert "2 worker process(es)" in report and "Python 3.12.8" in report
     assert "**client-bound**" in report  # a point the client shaped is still flagged
+
+
+# -- the experiments through the same runner ---------------------------------------------------------
+
+
+def test_client_manifest_of_the_experiments_shows_their_points(g6_outputs, tmp_path):
+    """kv: the first wave at each length, at the batch the sizing predicts; quant: each variant's points
+    against the checkpoint it serves."""
+    outputs = json.loads(g6_outputs.read_text())
+    model = outputs["benchmark"]["model"]
+    out = tmp_path / "kv"
+    assert main(["--outputs", str(g6_outputs), "--client-manifest", str(out), "--experiment", "kv",
+                 "--context-len", "1024,2048"]) == 0  # fmt: skip
+    plans = [Plan.from_json(next(e["value"] for e in _pod(yaml.safe_load(p.read_text()))["containers"][0]["env"]
+                                 if e["name"] == PLAN_ENV)) for p in sorted(out.glob("job-*.yaml"))]  # fmt: skip
+    # Half prompt, half output; one wave of C sequences (C requests, no warm-up), capped by max-num-seqs.
+    assert [(p.input_len, p.output_len) for p in plans] == [(512, 512), (1024, 1024)]
+    assert all(p.requests == p.concurrency and p.warmup == 0 for p in plans)
+    assert all(p.concurrency == outputs["benchmark"]["max_num_seqs"] for p in plans)
+    out = tmp_path / "quant"
+    assert main(["--outputs", str(g6_outputs), "--client-manifest", str(out), "--experiment", "quant",
+                 "--variants", "awq"]) == 0  # fmt: skip
+    plans = [Plan.from_json(next(e["value"] for e in _pod(yaml.safe_load(p.read_text()))["containers"][0]["env"]
+                                 if e["name"] == PLAN_ENV)) for p in sorted(out.glob("job-*.yaml"))]  # fmt: skip
+    assert [(p.model, p.concurrency) for p in plans] == [(f"{model}-AWQ", 1), (f"{model}-AWQ", 64)]
+
+
+@pytest.fixture
+def in_cluster(tmp_path, sim_url, monkeypatch) -> Kubelet:
+    """The stack's cluster as the Kubelet double, its vLLM the simulator: what `--outputs` connects to."""
+    from benchmarks.cluster import KubeCluster
+
+    kubelet = Kubelet(tmp_path / "cluster", vllm=sim_url)
+    kubelet.tmp.mkdir()
+    monkeypatch.setattr(KubeCluster, "from_kubeconfig", classmethod(lambda cls, kubeconfig: kubelet))
+    return kubelet
+
+
+SMALL = ["--model", MODEL, "--concurrency", "2", "--input-len", "32", "--output-len", "16", "--quiet"]
+
+
+def test_the_kv_experiment_runs_its_waves_as_jobs_and_reads_vllm_through_the_proxy(g6_outputs, tmp_path, in_cluster):
+    from benchmarks.g6.experiments.kv import KvResult
+    from benchmarks.harness import load_result
+
+    out = tmp_path / "out"
+    rc = main(["--outputs", str(g6_outputs), "--experiment", "kv", "--context-len", "64,128", *SMALL, "--out", str(out)])
+    (folder,) = out.iterdir()
+    result = load_result(KvResult, folder)
+    assert rc == 0, result.meta.errors
+    assert [(p.context_len, p.concurrency) for p in result.probes] == [(64, 2), (128, 2)]
+    assert all(p.point.completed == 2 and p.point.client.where == "in-cluster" for p in result.probes)
+    # vLLM's block count came through the API server's service proxy, as did the scrapes.
+    assert result.cache is not None and ("GET", "vllm", "/metrics") in in_cluster.proxied
+    # A Prometheus without endpoints costs the points their GPU series, not the run.
+    assert any("server metrics" in e and "kps-prometheus:9090 answered HTTP 503" in e for e in result.meta.errors)
+    jobs = [o for o in in_cluster.created if o["kind"] == "Job"]
+    assert len(jobs) == 2 and _deleted_kinds(in_cluster, jobs[0]["metadata"]["labels"][RUN_LABEL]) == {"Job", "ConfigMap", "Pod"}
+
+
+def test_the_quant_experiment_runs_its_points_as_jobs_and_scores_quality_through_the_proxy(
+    g6_outputs, tmp_path, in_cluster
+):
+    from benchmarks.g6.experiments.quant import QuantResult
+    from benchmarks.harness import load_result
+
+    out = tmp_path / "out"
+    rc = main(["--outputs", str(g6_outputs), "--experiment", "quant", "--variants", "bf16", "--requests", "2",
+               "--quality-prompts", "2", *SMALL, "--out", str(out)])  # fmt: skip
+    (folder,) = out.iterdir()
+    (variant,) = load_result(QuantResult, folder).variants
+    assert rc == 0 and variant.error is None
+    assert [p.client.where for p in variant.points] == ["in-cluster"]
+    jobs = [o for o in in_cluster.created if o["kind"] == "Job"]
+    assert [Plan.from_json(next(e["value"] for e in _pod(j)["containers"][0]["env"] if e["name"] == PLAN_ENV)).model
+            for j in jobs] == [MODEL]  # fmt: skip
+    # The quality requests went from here through the service proxy; the simulator has no
+    # log-probabilities, which is what the variant's quality says.
+    assert ("POST", "vllm", "/v1/completions") in in_cluster.proxied
+    assert variant.quality is None and "no prompt log-probabilities" in variant.quality_note

@@ -61,7 +61,7 @@ def test_outputs_errors_say_what_is_missing(tmp_path):
 
 
 def test_pulumi_config_round_trip_and_failures(tmp_path, monkeypatch):
-    state = fake_pulumi(tmp_path, monkeypatch, OUTPUTS, fail_up_at="3")
+    state = fake_pulumi(tmp_path, monkeypatch, OUTPUTS, fail_up_if={"vllm.max_num_seqs": "3"})
     stack = PulumiStack("g6")
     assert stack.config_get("vllm.max_num_seqs") is None
     stack.config_set("vllm.max_num_seqs", "3")

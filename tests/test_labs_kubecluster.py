@@ -219,6 +219,19 @@ def test_an_error_status_from_the_service_proxy_is_an_error_not_an_answer(cluste
         cluster.service_get("monitoring", "down", 9090, "api/v1/query", {"query": "up"})
 
 
+def test_a_post_through_the_service_proxy_carries_its_json_body(cluster):
+    """What the g6 quality score sends to vLLM's completions route from outside the cluster."""
+    _Api.calls.clear()
+    _Api.content_types.clear()
+    body = {"model": "m", "prompt": "Hi", "max_tokens": 1, "echo": True, "logprobs": 1}
+    answer = cluster.service_post("llm", "vllm", 8000, "/v1/completions", body, timeout_s=5)
+    assert json.loads(answer)["status"] == "success"
+    assert _Api.calls[-1] == ("POST", "/api/v1/namespaces/llm/services/vllm:8000/proxy/v1/completions", {}, body)
+    assert _Api.content_types[-1] == "application/json" and _Api.auth[-1] == "Bearer t0ken"
+    with pytest.raises(ClusterError, match=r"POST /v1/completions on service llm/down:8000 answered HTTP 503"):
+        cluster.service_post("llm", "down", 8000, "/v1/completions", body, timeout_s=5)
+
+
 def test_logs_of_a_pod_with_several_containers_name_the_container(cluster):
     with pytest.raises(ClusterError, match="a container name must be specified"):
         cluster.pod_log("ns", "two")

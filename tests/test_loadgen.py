@@ -14,7 +14,7 @@ from contextlib import contextmanager
 import httpx
 import pytest
 
-from benchmarks.g6.targets import SimTarget
+from benchmarks.g6.targets import ServerSettings, SimTarget
 from benchmarks.loadgen import LoadgenError, LoadRun, LoadSpec, Record, Slo, Timeouts, run_load, summarize
 from benchmarks.loadgen import core
 from benchmarks.loadgen.core import Out, OutputReader, poisson_offsets, run_in_process
@@ -27,8 +27,8 @@ MODEL = "Qwen/Qwen2.5-0.5B-Instruct"
 @pytest.fixture(scope="module")
 def sim_url():
     """The simulator in its own process at real-time speed, so its timings dwarf client noise."""
-    target = SimTarget(model=MODEL, gpu="l4", speedup=1.0, seed=1, gpu_memory_utilization=0.9)
-    with target.serving(32) as server:
+    target = SimTarget(gpu="l4", speedup=1.0, seed=1, base=ServerSettings(model=MODEL))
+    with target.serving(ServerSettings(max_num_seqs=32)) as server:
         yield server.base_url
 
 
@@ -54,13 +54,20 @@ def test_client_ttft_and_itl_match_the_servers_ground_truth(sim_url, api):
     gaps = sorted((r.first_token - r.scheduled) - t["ttft_s"] for r, t in zip(client, server))
     client_ttft = sum(r.first_token - r.scheduled for r in client) / 16
     server_ttft = sum(t["ttft_s"] for t in server) / 16
-    # Stated tolerance: per request, the client's TTFT is never below the server's, and the median
-    # gap is within 2 ms + 5% (typically 1-1.5 ms here, about half of it the simulator's own HTTP
-    # stack: it stamps the token before writing it). The means agree within 3 ms + 10%: on two
-    # shared cores one request in ~50 meets a ~15 ms scheduling hiccup on one side or the other.
+    # Per request, the client's TTFT is never below the server's, and the server never has a request
+    # before the client sent it (one clock on both sides).
     assert gaps[0] >= -1e-4
-    assert gaps[len(gaps) // 2] <= 0.002 + 0.05 * server_ttft
-    assert client_ttft - server_ttft <= 0.003 + 0.10 * server_ttft
+    assert all(t["arrival_s"] >= r.sent - 1e-4 for r, t in zip(client, server))
+    # The rest of the gap is partly the server's: it stamps `arrival_s` when its handler runs, after
+    # its HTTP stack read the request. On shared cores the simulator's process waits a scheduler
+    # slice there now and then (the whole gap's median then reaches 4-5 ms with two CPU burners
+    # running), so the client's own error is what it adds: its lag before sending, and how long after
+    # the server stamped the first token the client stamped its arrival (the server's write path
+    # included, about 0.2 ms). Stated tolerance: median within 2 ms + 5% (typically 0.1-0.4 ms here),
+    # mean within 3 ms + 10% (a starved client merges reads, and a merged read carries the later stamp).
+    own = sorted((r.sent - r.scheduled) + (r.first_token - t["first_token_s"]) for r, t in zip(client, server))
+    assert own[len(own) // 2] <= 0.002 + 0.05 * server_ttft
+    assert sum(own) / len(own) <= 0.003 + 0.10 * server_ttft
 
     # The summary's ITL against the server's own inter-token gaps (31 per request of 32 tokens).
     server_itl = [g for t in server for g in t["itl_s"]]

@@ -16,7 +16,7 @@ import httpx
 import pytest
 
 from benchmarks.cluster import ClusterError, KubeCluster
-from benchmarks.g6.targets import SimTarget
+from benchmarks.g6.targets import ServerSettings, SimTarget
 from benchmarks.harness import PrometheusRef
 from benchmarks.loadgen import LoadSpec, run_load, summarize
 from benchmarks.metrics import MetricsError, PrometheusClient, histogram_quantile, metrics_from_scrapes, scalar, vector
@@ -36,7 +36,7 @@ def _free_port() -> int:
 def sim_and_prometheus(tmp_path_factory):
     prometheus = binary("prometheus")
     tmp = tmp_path_factory.mktemp("prometheus")
-    with SimTarget(model=MODEL, gpu="l4", speedup=2.0, seed=1, gpu_memory_utilization=0.9).serving(8) as server:
+    with SimTarget(gpu="l4", speedup=2.0, seed=1, base=ServerSettings(model=MODEL)).serving(ServerSettings(max_num_seqs=8)) as server:
         sim = server.base_url
         config = tmp / "prometheus.yml"
         config.write_text(

@@ -8,12 +8,37 @@ from __future__ import annotations
 
 from pydantic import BaseModel, ConfigDict
 
+from benchmarks.g6.config import G6Params
 from benchmarks.g6.result import Bound
 from benchmarks.metrics import ServerMetrics
-from benchmarks.serving.sizing import Sizing, roofline
+from facts.catalogue import ServingError, get_gpu, get_model
+from benchmarks.serving.sizing import Sizing, roofline, size
 
 # KV use at or above this counts as full: vLLM preempts as soon as a step finds no free block.
 KV_FULL = 0.95
+
+
+def size_for(params: G6Params, max_num_seqs: int | None, model: str | None = None) -> Sizing:
+    """What vLLM would allocate for `model` (default: the run's) with the run's server settings;
+    ServingError where vLLM would refuse to start, or the model or GPU is not in the catalogue."""
+    spec = get_model(model or params.model)
+    return size(
+        spec,
+        get_gpu(params.gpu or "l4"),
+        max_model_len=params.max_model_len,
+        gpu_memory_utilization=params.gpu_memory_utilization,
+        dtype=spec.torch_dtype,
+        quantization=params.quantization,
+        max_num_seqs=max_num_seqs,
+    )
+
+
+def predict(params: G6Params, max_num_seqs: int | None, model: str | None = None) -> Sizing | None:
+    """size_for(), or None where it has no answer."""
+    try:
+        return size_for(params, max_num_seqs, model)
+    except ServingError:
+        return None
 
 
 class Analysis(BaseModel):

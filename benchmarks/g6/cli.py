@@ -1,4 +1,8 @@
-"""`python -m benchmarks g6`: sweep max-num-seqs x concurrency against vLLM, the simulator or a stack.
+"""`python -m benchmarks g6`: vLLM serving measured against the simulator, a server or a stack.
+
+Experiments (--experiment): `sweep` (default) max-num-seqs x concurrency, TTFT against throughput;
+`kv` how many sequences of each context length fit in the KV cache, and what paging buys;
+`quant` what quantized variants (--variants) buy in memory and throughput and cost in quality.
 
 Against a stack (--stack or --outputs) the load generator runs inside the cluster: one Job per
 point next to vLLM, on the system pool, its progress and records read back from the pod's log;
@@ -13,6 +17,7 @@ import argparse
 import sys
 from collections.abc import Callable
 from datetime import UTC, datetime
+from functools import partial
 from pathlib import Path
 from typing import Any, NamedTuple
 
@@ -20,15 +25,22 @@ import yaml
 from pydantic import ValidationError
 
 from benchmarks.cluster import ClusterError, KubeCluster
-
+from benchmarks.g6.analysis import predict
 from benchmarks.g6.config import LAB, G6Outputs, G6Params
 from benchmarks.g6.errors import G6Error
+from benchmarks.g6.experiments.kv import DEFAULT_CONTEXT_LENS, KvParams, check_lengths, first_waves, kv_result, run_kv
+from benchmarks.g6.experiments.kv import DEFAULT_GPU_MEMORY_UTILIZATION as KV_GPU_MEMORY_UTILIZATION
+from benchmarks.g6.experiments.kv_report import render_kv_plots, render_kv_report
+from benchmarks.g6.experiments.quant import CHECKPOINTS, DEFAULT_CONCURRENCY, DEFAULT_VARIANTS, QuantParams, quant_result, run_quant
+from benchmarks.g6.experiments.quant import planned_specs as quant_specs
+from benchmarks.g6.experiments.quant_report import render_quant_plots, render_quant_report
 from benchmarks.g6.plots import render_plots
+from benchmarks.g6.price import gpu_price
 from benchmarks.g6.report import render_report
-from benchmarks.g6.result import G6Result
+from benchmarks.g6.result import G6Result, GpuPrice
 from benchmarks.g6.incluster import DEFAULT_CPUS, ClusterRunner, manifests, proxy_server
-from benchmarks.g6.sweep import Target, load_specs, run_sweep
-from benchmarks.g6.targets import SimTarget, StackTarget, UrlTarget
+from benchmarks.g6.sweep import Measurement, Target, load_specs, run_sweep
+from benchmarks.g6.targets import ServerSettings, SimTarget, StackTarget, UrlTarget
 from benchmarks.harness import (
     Endpoint,
     HarnessError,
@@ -48,15 +60,18 @@ from benchmarks.harness.server import Server, http_server
 from benchmarks.labs.errors import LabError
 from benchmarks.labs.live import new_run_id
 from benchmarks.labs.stack import system_selector
-from benchmarks.loadgen import LoadgenError, LocalRunner, Slo, Timeouts
+from benchmarks.loadgen import LoadgenError, LoadSpec, LocalRunner, Slo, Timeouts
 from benchmarks.metrics import MetricsError, PrometheusClient
-from facts.catalogue import GPUS, MODELS, ServingError, get_gpu, get_model
-from benchmarks.serving.sizing import Sizing, size
-from stacks.cost_estimate import estimate_or_none, estimate_section, markdown
+from facts.catalogue import GPUS, ServingError
+from stacks.cost_estimate import CostEstimate, estimate_or_none, estimate_section, markdown
 from stacks.stackfile import load_config
 
 SIM_SPEEDUP = 4.0  # default time compression of --sim: the README's sweep then runs in about a minute
 SIM_SCRAPE_S = 0.5
+EXPERIMENTS = ("sweep", "kv", "quant")
+# Counted requests per point: the sweep's grid, and the quant experiment's two points per variant. A
+# kv probe is one wave of as many requests as its concurrency.
+DEFAULT_REQUESTS = {"sweep": 64, "quant": 32}
 
 
 def _ints(text: str) -> list[int]:
@@ -79,6 +94,14 @@ def _cpus(text: str) -> int:
     return int(text)
 
 
+def _variants(text: str) -> list[str]:
+    names = [x.strip() for x in text.split(",") if x.strip()]
+    unknown = [n for n in names if n not in CHECKPOINTS]
+    if unknown or not names:
+        raise argparse.ArgumentTypeError(f"unknown variant(s) {unknown or text!r}; allowed: {', '.join(CHECKPOINTS)}")
+    return names
+
+
 def parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(
         prog="python -m benchmarks g6",
@@ -86,13 +109,16 @@ def parser() -> argparse.ArgumentParser:
         formatter_class=argparse.RawDescriptionHelpFormatter,
         epilog="offline: python -m benchmarks g6 --sim --model Qwen/Qwen2.5-1.5B-Instruct --max-num-seqs 8,32 "
         "--concurrency 1,8,32 --requests 64 --out results\n"
-        "real stack (client in-cluster): python -m benchmarks g6 --stack g6 --out results",
+        "        python -m benchmarks g6 --sim --experiment kv --model Qwen/Qwen2.5-1.5B-Instruct --out results\n"
+        "        python -m benchmarks g6 --sim --experiment quant --variants bf16,fp8,awq --out results\n"
+        "real stack (client in-cluster): python -m benchmarks g6 --stack g6 [--experiment kv|quant] --out results",
     )
     src = p.add_argument_group("target (one of --sim, --target, --stack, --outputs; --target may override a stack's endpoint)")
     src.add_argument("--sim", action="store_true", help="start the simulated vLLM backend for each max-num-seqs value")
     src.add_argument("--target", help="base URL of an OpenAI-compatible server, e.g. http://127.0.0.1:8000")
     src.add_argument("--stack", help="Pulumi stack: endpoint, model and server parameters from its outputs; "
-                     "max-num-seqs is changed through `pulumi config set` + `pulumi up` and restored after")  # fmt: skip
+                     "server settings (max-num-seqs, a variant's model and quantization, the kv experiment's "
+                     "memory) change through `pulumi config set` + `pulumi up` and are restored after")  # fmt: skip
     src.add_argument("--outputs", type=Path, help="stack outputs saved as JSON (`pulumi stack output --json --show-secrets`)")
     client = p.add_argument_group("the in-cluster client (with --stack or --outputs and no --target)")
     client.add_argument("--client-manifest", type=Path, metavar="DIR",
@@ -102,12 +128,14 @@ def parser() -> argparse.ArgumentParser:
                         "which leaves the controllers room on the e2-standard-4 system node; no CPU limit)")  # fmt: skip
     p.add_argument("--model", help="served model name (default: from the stack outputs)")
     p.add_argument("--api", choices=["completions", "chat"], default="completions")
-    p.add_argument("--concurrency", type=_ints, help="closed-loop concurrency values (default 1,8,32)")
+    p.add_argument("--concurrency", type=_ints,
+                   help="closed-loop concurrency values (sweep: default 1,8,32; quant: 1,64; kv: fixed waves "
+                   "at every length instead of the search around the prediction)")  # fmt: skip
     p.add_argument("--rate", type=_floats, help="open-loop Poisson request rates per second, instead of --concurrency")
     p.add_argument("--max-num-seqs", type=_ints, help="server batch sizes to sweep (needs --sim or --stack for more than one)")
     p.add_argument("--input-len", type=int, default=256, help="prompt tokens per request")
     p.add_argument("--output-len", type=int, default=128, help="output tokens per request (ignore_eos)")
-    p.add_argument("--requests", type=int, default=64, help="counted requests per point, after the warm-up")
+    p.add_argument("--requests", type=int, help="counted requests per point, after the warm-up (sweep 64, quant 32)")
     p.add_argument("--warmup", type=int, help="uncounted requests first (default: one per worker / one second)")
     p.add_argument("--duration", type=float, help="stop sending after this many seconds per point")
     p.add_argument("--seed", type=int, default=0)
@@ -117,6 +145,7 @@ def parser() -> argparse.ArgumentParser:
     p.add_argument("--slo-ttft-ms", type=float)
     p.add_argument("--slo-tpot-ms", type=float)
     p.add_argument("--slo-e2e-ms", type=float)
+    p.add_argument("--slo-itl-ms", type=float, help="ITL p99 limit for the cheapest point within SLOs")
     p.add_argument("--max-client-lag-ms", type=float, default=1.0, help="lag p99 above which a point is client-bound")
     p.add_argument("--timeout-connect", type=float, default=5.0)
     p.add_argument("--timeout-first-token", type=float, default=120.0)
@@ -125,35 +154,21 @@ def parser() -> argparse.ArgumentParser:
     sim = p.add_argument_group("simulator and sizing")
     sim.add_argument("--gpu", help=f"GPU of the server ({', '.join(GPUS)}); default l4 for --sim, else from the outputs")
     sim.add_argument("--speedup", type=float, help=f"--sim only: divide simulated time by this (default {SIM_SPEEDUP:g})")
-    sim.add_argument("--gpu-memory-utilization", type=float)
+    sim.add_argument("--gpu-memory-utilization", type=float,
+                     help=f"the server's (kv: default {KV_GPU_MEMORY_UTILIZATION:g}, applied to the server)")  # fmt: skip
     sim.add_argument("--max-model-len", type=int)
     sim.add_argument("--quantization", choices=["fp8", "awq", "gptq"])
-    p.add_argument("--out", type=Path, default=Path("results"), help="results go to OUT/g6-<UTC time>/")
+    exp = p.add_argument_group("experiments")
+    exp.add_argument("--experiment", choices=EXPERIMENTS, default="sweep")
+    exp.add_argument("--context-len", type=_ints, help="kv: tokens per sequence, half prompt and half output "
+                     f"(default {','.join(map(str, DEFAULT_CONTEXT_LENS))}, at most max-model-len)")  # fmt: skip
+    exp.add_argument("--variants", type=_variants, help=f"quant: comma-separated, the first is the baseline "
+                     f"(default {','.join(DEFAULT_VARIANTS)}; allowed: {', '.join(CHECKPOINTS)})")  # fmt: skip
+    exp.add_argument("--quality-prompts", type=int, default=16, help="quant: prompts of the quality score")
+    exp.add_argument("--quality-tokens", type=int, default=64, help="quant: greedy continuation tokens per prompt")
+    p.add_argument("--out", type=Path, default=Path("results"), help="results go to OUT/g6[-kv|-quant]-<UTC time>/")
     p.add_argument("--quiet", action="store_true", help="no progress display")
     return p
-
-
-def _sizer(params: G6Params) -> Callable[[int | None], Sizing | None]:
-    """max_num_seqs -> Sizing as vLLM would compute it, or None outside the catalogue."""
-    if params.model not in MODELS or params.gpu not in GPUS:
-        return lambda mns: None
-
-    def sizing(mns: int | None) -> Sizing | None:
-        model = get_model(params.model)
-        try:
-            return size(
-                model,
-                get_gpu(params.gpu or "l4"),
-                max_model_len=params.max_model_len,
-                gpu_memory_utilization=params.gpu_memory_utilization,
-                dtype=model.torch_dtype,
-                quantization=params.quantization,
-                max_num_seqs=mns,
-            )
-        except ServingError:
-            return None
-
-    return sizing
 
 
 def _check_sources(args: argparse.Namespace) -> None:
@@ -163,6 +178,15 @@ def _check_sources(args: argparse.Namespace) -> None:
         raise G6Error("say what to measure: --sim, --target URL, --stack STACK or --outputs FILE")
     if args.rate and args.concurrency:
         raise G6Error("give either --concurrency (closed loop) or --rate (open-loop Poisson), not both")
+    if args.experiment != "sweep" and (args.rate or (args.max_num_seqs and len(args.max_num_seqs) > 1)):
+        raise G6Error(f"--experiment {args.experiment} runs closed-loop points on one server: drop --rate and "
+                      "give at most one --max-num-seqs")  # fmt: skip
+    if args.experiment == "quant" and not (args.sim or args.stack) and args.variants and len(args.variants) > 1:
+        raise G6Error("--experiment quant with --target/--outputs measures the one variant that server runs: "
+                      "give one --variants value, or --stack/--sim to switch between variants")  # fmt: skip
+    if args.experiment != "sweep" and args.max_num_seqs and not args.sim:
+        raise G6Error(f"--max-num-seqs with --experiment {args.experiment} sets the simulator's; a stack or server "
+                      "runs its own (set vllm.max_num_seqs in the stack to change it)")  # fmt: skip
 
 
 def read_stack_outputs(args: argparse.Namespace) -> dict[str, Any] | None:
@@ -182,22 +206,37 @@ def resolve_params(args: argparse.Namespace, outputs: dict[str, Any] | None) -> 
             # A client without a URL override runs in-cluster: the stack's Prometheus holds the GPU series.
             if prometheus is None and "prometheus" in outputs:
                 prometheus = section(outputs, "prometheus", PrometheusRef, LAB).in_cluster_url()
+    if args.sim:
+        # --sim stands in for the g6 stack as Pulumi.g6.yaml configures vLLM (flags still win).
+        vllm = load_config(LAB).vllm
+        bench = bench.model_copy(update={"model": vllm.model, "max_model_len": vllm.max_model_len,
+                                         "gpu_memory_utilization": vllm.gpu_memory_utilization})  # fmt: skip
     if not (args.model or bench.model):
-        raise G6Error("--model is required without --stack/--outputs")
+        raise G6Error("--model is required with --target (or give --stack/--outputs)")
+    experiment = args.experiment
+    # The kv experiment runs a server it can change (the simulator, a stack) at its own memory setting.
+    changeable = args.sim or args.stack
+    utilization = args.gpu_memory_utilization or (
+        KV_GPU_MEMORY_UTILIZATION if experiment == "kv" and changeable else bench.gpu_memory_utilization or 0.9
+    )
+    max_model_len = args.max_model_len or bench.max_model_len
+    concurrency = {"sweep": bench.sweep.concurrency or [1, 8, 32], "quant": list(DEFAULT_CONCURRENCY), "kv": []}
+    sweep_grid = experiment == "sweep" and args.stack and bench.sweep.max_num_seqs
     return G6Params(
+        experiment=experiment,
         target_kind="sim" if args.sim else "stack" if args.stack else "url",
         target="sim" if args.sim else base_url,
         stack=args.stack,
         client="in-cluster" if outputs is not None and args.target is None else "local",
         model=args.model or bench.model,
         api=args.api,
-        concurrency=[] if args.rate else args.concurrency or bench.sweep.concurrency or [1, 8, 32],
+        concurrency=[] if args.rate else args.concurrency or concurrency[experiment],
         rate=args.rate or [],
         # Only a stack can change the server between points; saved outputs describe the one running.
-        max_num_seqs=args.max_num_seqs or (args.stack and bench.sweep.max_num_seqs) or [bench.max_num_seqs],
+        max_num_seqs=args.max_num_seqs or sweep_grid or [bench.max_num_seqs],
         input_len=args.input_len,
         output_len=args.output_len,
-        requests=args.requests,
+        requests=args.requests or DEFAULT_REQUESTS.get(experiment, 1),
         duration_s=args.duration,
         warmup=args.warmup,
         seed=args.seed,
@@ -205,12 +244,13 @@ def resolve_params(args: argparse.Namespace, outputs: dict[str, Any] | None) -> 
             connect_s=args.timeout_connect, first_token_s=args.timeout_first_token, total_s=args.timeout_total
         ),
         slo=Slo(ttft_ms=args.slo_ttft_ms, tpot_ms=args.slo_tpot_ms, e2e_ms=args.slo_e2e_ms),
+        slo_itl_ms=args.slo_itl_ms,
         max_client_lag_ms=args.max_client_lag_ms,
         prometheus=prometheus,
         scrape_interval_s=args.scrape_interval or (SIM_SCRAPE_S if args.sim else 1.0),
         gpu=args.gpu or bench.gpu or ("l4" if args.sim else None),
-        gpu_memory_utilization=args.gpu_memory_utilization or bench.gpu_memory_utilization or 0.9,
-        max_model_len=args.max_model_len or bench.max_model_len,
+        gpu_memory_utilization=utilization,
+        max_model_len=max_model_len,
         quantization=args.quantization or bench.quantization,
         speedup=args.speedup or (SIM_SPEEDUP if args.sim else 1.0),
     )
@@ -226,32 +266,56 @@ def make_target(params: G6Params, health_timeout_s: float, server: Server | None
     if params.target_kind == "url":
         return params, UrlTarget(server)
     if params.max_num_seqs == [None]:
-        default = _sizer(params)(None)
+        default = predict(params, None)
         params = params.model_copy(update={"max_num_seqs": [default.max_num_seqs if default else None]})
-    target = SimTarget(
-        model=params.model, gpu=params.gpu or "l4", speedup=params.speedup, seed=params.seed,
-        gpu_memory_utilization=params.gpu_memory_utilization, max_model_len=params.max_model_len,
-        quantization=params.quantization,
-    )  # fmt: skip
-    return params, target
+    single = params.max_num_seqs[0] if len(params.max_num_seqs) == 1 else None
+    server = {"model": params.model, "gpu_memory_utilization": params.gpu_memory_utilization,
+              "max_model_len": params.max_model_len, "quantization": params.quantization, "max_num_seqs": single}  # fmt: skip
+    base = ServerSettings(**{name: value for name, value in server.items() if value is not None})
+    return params, SimTarget(gpu=params.gpu or "l4", speedup=params.speedup, seed=params.seed, base=base)
+
+
+def stack_gpu_price(outputs: dict[str, Any] | None, params: G6Params) -> GpuPrice | None:
+    """The GPU node's price the stack's cost estimate uses; for the simulator, Pulumi.g6.yaml's."""
+    if outputs is not None:
+        saved = outputs.get("cost_estimate")
+        if not isinstance(saved, dict):
+            return None
+        return gpu_price(CostEstimate.model_validate(saved), "from the stack's outputs")
+    if params.target_kind != "sim":
+        return None
+    est = estimate_or_none(load_config(LAB))
+    return None if est is None else gpu_price(est, "as Pulumi.g6.yaml configures the g6 stack")
 
 
 def _vllm_endpoint(outputs: dict[str, Any]) -> Endpoint:
     return endpoint(outputs, section(outputs, "benchmark", G6Outputs, LAB).endpoint, LAB)
 
 
-def client_manifest(outputs: dict[str, Any] | None, params: G6Params, cpus: int) -> list[dict[str, Any]]:
+def planned_specs(params: G6Params, kv: KvParams, quant: QuantParams, base_url: str) -> list[LoadSpec]:
+    """The load points the run's experiment sends, as far as they are known before it starts."""
+    if params.experiment == "kv":
+        return first_waves(params, kv, base_url)
+    if params.experiment == "quant":
+        return quant_specs(params, quant, base_url)
+    return [spec for _ in params.max_num_seqs for spec in load_specs(params, base_url)]
+
+
+def client_manifest(
+    outputs: dict[str, Any] | None, params: G6Params, kv: KvParams, quant: QuantParams, cpus: int
+) -> list[dict[str, Any]]:
     """The ConfigMap and one Job per point, as the in-cluster runner would create them."""
     if outputs is None or params.client != "in-cluster":
         raise G6Error("--client-manifest shows the in-cluster client: give --stack or --outputs, and no --target")
     ep = _vllm_endpoint(outputs)
-    specs = [spec for _ in params.max_num_seqs for spec in load_specs(params, ep.server_url())]
-    return manifests(ep.namespace, system_selector(outputs), specs, cpus)
+    return manifests(ep.namespace, system_selector(outputs), planned_specs(params, kv, quant, ep.server_url()), cpus)
 
 
-def write_client_manifest(folder: Path, outputs: dict[str, Any] | None, params: G6Params, cpus: int) -> list[Path]:
+def write_client_manifest(
+    folder: Path, outputs: dict[str, Any] | None, params: G6Params, kv: KvParams, quant: QuantParams, cpus: int
+) -> list[Path]:
     """client_manifest as YAML files."""
-    objects = client_manifest(outputs, params, cpus)
+    objects = client_manifest(outputs, params, kv, quant, cpus)
     folder.mkdir(parents=True, exist_ok=True)
     paths = []
     for obj in objects:
@@ -301,11 +365,34 @@ def cost_section(outputs: dict[str, Any] | None, params: G6Params, seconds: floa
         return None
     gpu_hours = seconds * params.speedup / 3600
     return markdown(est) + (
-        f"\nThis sweep ran {seconds / 60:.1f} min against the simulator at x{params.speedup:g}; on the real "
+        f"\nThis run took {seconds / 60:.1f} min against the simulator at x{params.speedup:g}; on the real "
         f"L4 it would keep the GPU node up about {gpu_hours * 60:.0f} min: about "
         f"${gpu_hours * est.per_hour_gpu_up:.2f} at the rate above (plus the time the pool takes to scale "
         "up and back to zero).\n"
     )
+
+
+def _meta(params: G6Params, argv: list[str], started: datetime, versions: dict[str, str], errors: list[str]) -> RunMeta:
+    return RunMeta(
+        lab=LAB,
+        target=params.target,
+        model=params.model,
+        started_at=started,
+        finished_at=datetime.now(UTC),
+        client_host_cpus=client_cpus(),
+        tool_version=tool_version(),
+        command=["python", "-m", "benchmarks", LAB, *argv],
+        server_versions=versions,
+        errors=errors,
+    )
+
+
+def experiment_params(args: argparse.Namespace, params: G6Params) -> tuple[KvParams, QuantParams]:
+    """The kv and quant experiments' settings from the command line."""
+    kv = KvParams(context_lens=args.context_len or list(DEFAULT_CONTEXT_LENS), concurrency=params.concurrency)
+    quant = QuantParams(variants=args.variants or list(DEFAULT_VARIANTS), quality_prompts=args.quality_prompts,
+                        quality_tokens=args.quality_tokens)  # fmt: skip
+    return kv, quant
 
 
 def run(argv: list[str]) -> int:
@@ -314,45 +401,58 @@ def run(argv: list[str]) -> int:
     try:
         outputs = read_stack_outputs(args)
         params = resolve_params(args, outputs)
+        kv, quant = experiment_params(args, params)
+        if params.experiment == "kv":
+            check_lengths(params, kv)  # before anything starts
         if args.client_manifest is not None:
-            for path in write_client_manifest(args.client_manifest, outputs, params, args.client_cpus):
+            for path in write_client_manifest(args.client_manifest, outputs, params, kv, quant, args.client_cpus):
                 print(path)
             return 0
         progress = RunProgress(enabled=not args.quiet)
         client = client_side(params, outputs, args.client_cpus, progress.log)
         params, target = make_target(params, args.health_timeout, client.server)
-        sizer = _sizer(params)
+        price = stack_gpu_price(outputs, params)
+        how = Measurement(client.runner, client.prometheus, progress, price)
         # Exits run inner first: the runner deletes what it created in the cluster before a stack
         # target's `pulumi up` puts the server's config back (minutes).
         with target.session(), client.runner, progress.running():
-            outcome = run_sweep(params, target, client.runner, client.prometheus, sizer, progress)
+            if params.experiment == "kv":
+                outcome = run_kv(params, kv, target, how)
+            elif params.experiment == "quant":
+                outcome = run_quant(params, quant, target, how)
+            else:
+                outcome = run_sweep(params, target, partial(predict, params), how)
     except (G6Error, HarnessError, LoadgenError, MetricsError, ServingError, ClusterError, LabError) as exc:
         print(f"g6: {exc}", file=sys.stderr)
         return 2
     except ValidationError as exc:
         print(f"g6: invalid parameters: {exc}", file=sys.stderr)
         return 2
-    result = G6Result(
-        meta=RunMeta(
-            lab=LAB,
-            target=params.target,
-            model=params.model,
-            started_at=started,
-            finished_at=datetime.now(UTC),
-            client_host_cpus=client_cpus(),
-            tool_version=tool_version(),
-            command=["python", "-m", "benchmarks", LAB, *argv],
-            server_versions=outcome.server_versions,
-            errors=outcome.errors,
-        ),
-        params=params,
-        sizing=[s for mns in params.max_num_seqs if (s := sizer(mns)) is not None],
-        points=outcome.points,
-        cost=cost_section(outputs, params, (datetime.now(UTC) - started).total_seconds()),
-    )
-    folder = new_run_folder(args.out, LAB, started)
+    meta = _meta(params, argv, started, outcome.server_versions, outcome.errors)
+    cost = cost_section(outputs, params, (datetime.now(UTC) - started).total_seconds())
+    if params.experiment == "kv":
+        result = kv_result(meta, params, kv, outcome, price, cost)
+        folder = new_run_folder(args.out, f"{LAB}-kv", started)
+        render_kv_plots(result, folder)
+        report, ok = render_kv_report(result), all(p.point.completed for p in result.probes)
+    elif params.experiment == "quant":
+        result = quant_result(meta, params, quant, outcome, price, cost)
+        folder = new_run_folder(args.out, f"{LAB}-quant", started)
+        render_quant_plots(result, folder)
+        report, ok = render_quant_report(result), all(v.error is None for v in result.variants)
+    else:
+        result = G6Result(
+            meta=meta,
+            params=params,
+            sizing=[s for mns in params.max_num_seqs if (s := predict(params, mns)) is not None],
+            points=outcome.points,
+            cost=cost,
+            gpu_price=price,
+        )
+        folder = new_run_folder(args.out, LAB, started)
+        render_plots(result, folder)
+        report, ok = render_report(result), all(p.completed for p in outcome.points)
     save_result(result, folder)
-    render_plots(result, folder)
-    (folder / "report.md").write_text(render_report(result))
+    (folder / "report.md").write_text(report)
     print(folder)
-    return 0 if all(p.completed for p in outcome.points) else 1
+    return 0 if ok else 1

@@ -44,6 +44,7 @@ class G6Params(BaseModel):
 
     model_config = ConfigDict(frozen=True, extra="forbid")
 
+    experiment: Literal["sweep", "kv", "quant"] = "sweep"
     target_kind: Literal["sim", "url", "stack"]
     target: str = Field(description="base URL, or 'sim' when each point starts its own simulator")
     stack: str | None = None
@@ -62,6 +63,7 @@ class G6Params(BaseModel):
     seed: int = 0
     timeouts: Timeouts = Timeouts()
     slo: Slo = Slo()
+    slo_itl_ms: float | None = Field(None, gt=0, description="ITL p99 limit for the cheapest point within SLOs")
     max_client_lag_ms: float = Field(1.0, gt=0)
     prometheus: str | None = None
     scrape_interval_s: float = Field(1.0, gt=0)
@@ -73,7 +75,8 @@ class G6Params(BaseModel):
 
     @model_validator(mode="after")
     def _coherent(self) -> G6Params:
-        if bool(self.concurrency) == bool(self.rate):
+        # The kv experiment may leave concurrency to its search; the others need one arrival process.
+        if self.concurrency and self.rate or not (self.concurrency or self.rate or self.experiment == "kv"):
             raise G6Error("give either --concurrency (closed loop) or --rate (open-loop Poisson), not both")
         changeable = self.target_kind in ("sim", "stack")
         if len(self.max_num_seqs) > 1 and not changeable:

@@ -89,15 +89,22 @@ def job(
 
 def proxy_server(cluster: Cluster, endpoint: Endpoint) -> Server:
     """vLLM as this process reaches it: through the API server's service proxy."""
+    ns, service, port = endpoint.namespace, endpoint.service, endpoint.port
 
     def get(path: str) -> str:
         try:
-            return cluster.service_get(endpoint.namespace, endpoint.service, endpoint.port, path, {})
+            return cluster.service_get(ns, service, port, path, {})
         except ClusterError as exc:
             raise HarnessError(str(exc)) from exc
 
-    where = f"service {endpoint.namespace}/{endpoint.service}:{endpoint.port} through the API server"
-    return Server(base_url=endpoint.server_url(), get=get, where=where)
+    def post(path: str, body: dict[str, Any], timeout_s: float) -> str:
+        try:
+            return cluster.service_post(ns, service, port, path, body, timeout_s)
+        except ClusterError as exc:
+            raise HarnessError(str(exc)) from exc
+
+    where = f"service {ns}/{service}:{port} through the API server"
+    return Server(base_url=endpoint.server_url(), get=get, post=post, where=where)
 
 
 def _phase(pods: list[dict[str, Any]]) -> str:

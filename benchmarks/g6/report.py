@@ -2,25 +2,29 @@
 
 from __future__ import annotations
 
+from benchmarks.g6.config import G6Params
 from benchmarks.g6.plots import PLOTS
-from benchmarks.g6.result import G6Point, G6Result
+from benchmarks.g6.price import cheapest, slo_text
+from benchmarks.g6.result import G6Point, G6Result, GpuPrice
+from benchmarks.harness import RunMeta
 from benchmarks.harness.markdown import num, table
 from benchmarks.loadgen import Summary
 
 
-def _ms(s: Summary | None) -> str | None:
+def latency_pair(s: Summary | None) -> str | None:
+    """"p50 / p99" of a latency summary, for a table cell."""
     return None if s is None else f"{s.p50:.1f} / {s.p99:.1f}"
 
 
-def _load(p: G6Point) -> str:
+def load_label(p: G6Point) -> str:
     return f"c={p.concurrency}" if p.concurrency is not None else f"{p.rate:g}/s"
 
 
-def _client(r: G6Result) -> str:
+def client_text(meta: RunMeta, points: list[G6Point]) -> str:
     """Where the load generator ran, from what each point's runner reported."""
-    places = list(dict.fromkeys(p.client for p in r.points if p.client is not None))
+    places = list(dict.fromkeys(p.client for p in points if p.client is not None))
     if not places:
-        return f"{r.meta.client_host_cpus} CPUs"
+        return f"{meta.client_host_cpus} CPUs"
     counts = sorted({c.workers for c in places})
     span = f"{counts[0]}" if len(counts) == 1 else f"{counts[0]}-{counts[-1]}"
     pythons = ", ".join(sorted({c.python for c in places}))
@@ -28,27 +32,76 @@ def _client(r: G6Result) -> str:
     if places[0].where == "in-cluster":
         nodes = ", ".join(dict.fromkeys(f"`{c.node}` ({c.machine_type or 'machine type unknown'})" for c in places))
         return (f"in the cluster, a Job per point next to the server, on node {nodes}, {workers} "
-                f"(started from a machine with {r.meta.client_host_cpus} CPUs)")  # fmt: skip
+                f"(started from a machine with {meta.client_host_cpus} CPUs)")  # fmt: skip
     hosts = ", ".join(dict.fromkeys(f"`{c.host}`, {c.cpus} CPUs" for c in places))
     return f"this machine ({hosts}), {workers}"
 
 
-def _header(r: G6Result) -> str:
-    m, p = r.meta, r.params
-    target = {
+def target_text(p: G6Params) -> str:
+    return {
         "sim": f"the simulated vLLM backend ({p.gpu}, speedup x{p.speedup:g})",
         "url": f"the server at {p.target}",
         "stack": f"stack `{p.stack}` at {p.target}",
     }[p.target_kind]
+
+
+def context_lines(m: RunMeta, p: G6Params, points: list[G6Point]) -> list[str]:
+    """The "What was run" bullets every g6 report shares: command, limits, metrics, client, server."""
+    lines = [
+        f"- Command: `{' '.join(m.command)}`",
+        f"- Timeouts: connect {p.timeouts.connect_s:g} s, first token {p.timeouts.first_token_s:g} s, "
+        f"total {p.timeouts.total_s:g} s",
+        f"- SLOs: goodput {p.slo.model_dump(exclude_none=True) or 'none'}; cheapest point within {slo_text(p)}",
+        f"- Server metrics: direct /metrics scrapes every {p.scrape_interval_s:g} s"
+        + (f"; GPU (DCGM) series from Prometheus at {p.prometheus}" if p.prometheus else ""),
+        f"- Client: {client_text(m, points)}; benchmarks {m.tool_version}",
+        f"- Server versions: {', '.join(f'{k} {v}' for k, v in m.server_versions.items()) or 'not reported'}",
+    ]
+    if p.speedup != 1.0:
+        lines.append(
+            f"- **Simulated time runs x{p.speedup:g} faster than the GPU would.** The GPU would show "
+            f"latencies {p.speedup:g}x these and throughputs 1/{p.speedup:g} of them; the roofline is scaled "
+            "the same way, so shares and bound labels are comparable, and prices are for the GPU's "
+            "throughput. The client's own overhead is not scaled: it weighs more here than it would "
+            "against the real GPU."
+        )
+    return lines
+
+
+def price_cell(p: G6Point) -> str | None:
+    return num(p.usd_per_million_output_tokens, 3)
+
+
+def cost_sections(points: list[tuple[str, G6Point]], params: G6Params, price: GpuPrice | None, cost: str | None) -> str:
+    """## What serving costs (the price per point's basis and the cheapest point within the SLOs) and
+    ## Cost (what the stack costs per hour)."""
+    basis = (
+        f"Prices per million output tokens are {price.describe()}, over each point's output tokens/s on the GPU."
+        if price is not None
+        else "No GPU price: the run has no stack and no stack file to price (a server given by URL)."
+    )
+    out = "## What serving costs\n\n" + basis + "\n\n" + cheapest(points, params)
+    if cost:
+        out += f"\n## Cost\n\n{cost.replace('### ', '')}"
+    return out
+
+
+def errors_section(errors: list[str]) -> str:
+    if not errors:
+        return "## Errors\n\nNone.\n"
+    return "## Errors\n\n" + "\n".join(f"- {e}" for e in errors) + "\n"
+
+
+def _header(r: G6Result) -> str:
+    m, p = r.meta, r.params
     load = f"concurrency {p.concurrency} (closed loop)" if p.concurrency else f"Poisson rates {p.rate} req/s (open loop)"
     lines = [
         "# Lab g6: LLM serving, TTFT against throughput",
         "",
-        f"Model `{p.model}` served by {target}; {m.started_at.isoformat()} to {m.finished_at.isoformat()}.",
+        f"Model `{p.model}` served by {target_text(p)}; {m.started_at.isoformat()} to {m.finished_at.isoformat()}.",
         "",
         "## What was run",
         "",
-        f"- Command: `{' '.join(m.command)}`",
         f"- Grid: max-num-seqs {[x for x in p.max_num_seqs]} x {load}",
         f"- Requests: {p.requests} counted per point after a warm-up of "
         f"{p.warmup if p.warmup is not None else 'one request per worker (or one second of arrivals)'}, "
@@ -56,21 +109,8 @@ def _header(r: G6Result) -> str:
         f"and exactly {p.output_len} output tokens each (`ignore_eos`, `min_tokens`), "
         f"`/v1/{'chat/completions' if p.api == 'chat' else 'completions'}` streaming"
         + (f"; each point bounded to {p.duration_s:g} s" if p.duration_s else ""),
-        f"- Timeouts: connect {p.timeouts.connect_s:g} s, first token {p.timeouts.first_token_s:g} s, "
-        f"total {p.timeouts.total_s:g} s",
-        f"- SLOs for goodput: {p.slo.model_dump(exclude_none=True) or 'none'}",
-        f"- Server metrics: direct /metrics scrapes every {p.scrape_interval_s:g} s"
-        + (f"; GPU (DCGM) series from Prometheus at {p.prometheus}" if p.prometheus else ""),
-        f"- Client: {_client(r)}; benchmarks {m.tool_version}",
-        f"- Server versions: {', '.join(f'{k} {v}' for k, v in m.server_versions.items()) or 'not reported'}",
+        *context_lines(m, p, r.points),
     ]
-    if p.speedup != 1.0:
-        lines.append(
-            f"- **Simulated time runs x{p.speedup:g} faster than the GPU would.** The GPU would show "
-            f"latencies {p.speedup:g}x these and throughputs 1/{p.speedup:g} of them; the roofline is scaled "
-            "the same way, so shares and bound labels are comparable. The client's own overhead is not "
-            "scaled: it weighs more here than it would against the real GPU."
-        )
     return "\n".join(lines) + "\n"
 
 
@@ -93,22 +133,23 @@ def _points(r: G6Result) -> str:
     for p in r.points:
         lag = p.client_lag_ms
         rows.append([
-            p.max_num_seqs, _load(p), p.completed, p.failed,
-            _ms(p.ttft_ms), _ms(p.itl_ms), _ms(p.tpot_ms), _ms(p.e2e_ms),
+            p.max_num_seqs, load_label(p), p.completed, p.failed,
+            latency_pair(p.ttft_ms), latency_pair(p.itl_ms), latency_pair(p.tpot_ms), latency_pair(p.e2e_ms),
             num(p.output_tokens_per_s), num(p.requests_per_s, 2),
             None if p.goodput is None else num(p.goodput.requests_per_s, 2),
             None if lag is None else f"{lag.mean:.2f} / {lag.p99:.2f}" + (" **client-bound**" if p.client_bound else ""),
+            price_cell(p),
         ])  # fmt: skip
     client = table(
         ["max-num-seqs", "load", "ok", "failed", "TTFT p50/p99 ms", "ITL p50/p99 ms", "TPOT p50/p99 ms",
-         "E2E p50/p99 ms", "output tok/s", "req/s", "goodput req/s", "client lag mean/p99 ms"],
+         "E2E p50/p99 ms", "output tok/s", "req/s", "goodput req/s", "client lag mean/p99 ms", "$ per M output tokens"],
         rows,
     )  # fmt: skip
     rows = []
     for p in r.points:
         s = p.server
         rows.append([
-            p.max_num_seqs, _load(p), num(p.observed_batch),
+            p.max_num_seqs, load_label(p), num(p.observed_batch),
             None if s is None or s.running is None else f"{s.running.mean:.1f} / {s.running.max:.0f}",
             None if s is None or s.waiting is None else f"{s.waiting.mean:.1f} / {s.waiting.max:.0f}",
             None if s is None or s.kv_cache_usage is None else f"{s.kv_cache_usage.max:.0%}",
@@ -127,7 +168,7 @@ def _points(r: G6Result) -> str:
         "\nThe decode batch is the client's time-averaged count of requests between first token and "
         "end (Little's law on its own timings); the server's running gauge is sampled once per scrape.\n\n"
     )
-    reasons = "\n".join(f"- max-num-seqs {p.max_num_seqs}, {_load(p)}: **{p.bound}**: {p.bound_reason}" for p in r.points)
+    reasons = "\n".join(f"- max-num-seqs {p.max_num_seqs}, {load_label(p)}: **{p.bound}**: {p.bound_reason}" for p in r.points)
     return (
         "## Client-side figures per point\n\n" + client
         + "\nTTFT and E2E are measured from each request's *scheduled* send time (no coordinated "
@@ -160,7 +201,7 @@ def _meaning(r: G6Result) -> str:
         )
     capped = [p for p in r.points if p.bound in ("kv-cache", "max-num-seqs")]
     for p in capped:
-        lines.append(f"- {_load(p)} at max-num-seqs {p.max_num_seqs} was capped by **{p.bound}** ({p.bound_reason}); "
+        lines.append(f"- {load_label(p)} at max-num-seqs {p.max_num_seqs} was capped by **{p.bound}** ({p.bound_reason}); "
                      "requests beyond the cap wait in the queue, which shows as TTFT, not as ITL.")  # fmt: skip
     clients = [p for p in r.points if p.client_bound]
     if clients:
@@ -172,15 +213,10 @@ def _meaning(r: G6Result) -> str:
     return "\n".join(lines) + "\n"
 
 
-def _errors(r: G6Result) -> str:
-    if not r.meta.errors:
-        return "## Errors\n\nNone.\n"
-    return "## Errors\n\n" + "\n".join(f"- {e}" for e in r.meta.errors) + "\n"
-
-
 def render_report(result: G6Result) -> str:
     plots = "## Plots\n\n" + "\n".join(f"![{name}]({name})" for name in PLOTS) + "\n"
-    cost = f"## Cost\n\n{result.cost.replace('### ', '')}" if result.cost else ""
+    labelled = [(f"max-num-seqs {p.max_num_seqs} {load_label(p)}", p) for p in result.points]
     return "\n".join(
-        [_header(result), _sizing(result), _points(result), _meaning(result), cost, _errors(result), plots]
-    )
+        [_header(result), _sizing(result), _points(result), _meaning(result),
+         cost_sections(labelled, result.params, result.gpu_price, result.cost), errors_section(result.meta.errors), plots]
+    )  # fmt: skip

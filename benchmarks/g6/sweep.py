@@ -1,32 +1,49 @@
-"""The g6 sweep: max-num-seqs x load, one measured point at a time, with server-side truth beside it."""
+"""The g6 sweep: max-num-seqs x load, one measured point at a time, with server-side truth beside it.
+
+`measure_point` is the one "run one load point -> labelled point" step every g6 run uses (the sweep
+and the experiments), whichever runner sends the load (this machine, or a Job in the cluster).
+"""
 
 from __future__ import annotations
 
 from collections.abc import Callable
 from contextlib import AbstractContextManager
-from typing import NamedTuple, Protocol
+from typing import Any, NamedTuple, Protocol
 
+from benchmarks.cluster import ClusterError
 from benchmarks.g6.analysis import analyse
 from benchmarks.g6.config import G6Params
-from benchmarks.g6.result import G6Point
+from benchmarks.g6.price import usd_per_million_output_tokens
+from benchmarks.g6.result import G6Point, GpuPrice
+from benchmarks.g6.targets import ServerSettings
 from benchmarks.harness import RunProgress
 from benchmarks.harness.server import Server, server_versions
-from benchmarks.loadgen import LoadSpec, PointRunner, PointStats, summarize
-from benchmarks.metrics import MetricsError, PrometheusClient, Scraper, ServerMetrics, with_gpu_metrics
+from benchmarks.loadgen import LoadSpec, PointRunner, summarize
+from benchmarks.metrics import KvCacheConfig, MetricsError, PrometheusClient, Scraper, read_cache_config, with_gpu_metrics
 from benchmarks.serving.sizing import Sizing
 
 
 class Target(Protocol):
     def session(self) -> AbstractContextManager[None]:
-        """Around the whole sweep (a stack restores its config on exit)."""
+        """Around the whole run (a stack restores its config on exit)."""
 
-    def serving(self, max_num_seqs: int | None) -> AbstractContextManager[Server]:
-        """The server with this max-num-seqs in place."""
+    def serving(self, settings: ServerSettings) -> AbstractContextManager[Server]:
+        """The server with these settings in place."""
 
 
-def load_specs(params: G6Params, base_url: str) -> list[LoadSpec]:
-    """One LoadSpec per concurrency (closed loop) or rate (open loop)."""
-    common = dict(
+class Measurement(NamedTuple):
+    """How every point of a run is measured: where the load generator runs, the stack's Prometheus
+    (the GPU series; None without one), the progress display, and the GPU price points are priced at."""
+
+    runner: PointRunner
+    prom: PrometheusClient | None
+    progress: RunProgress
+    price: GpuPrice | None
+
+
+def load_spec(params: G6Params, base_url: str, **shape: Any) -> LoadSpec:
+    """A LoadSpec from the run's parameters; `shape` overrides any field (concurrency, lengths, model...)."""
+    common: dict[str, Any] = dict(
         base_url=base_url,
         model=params.model,
         api=params.api,
@@ -40,32 +57,86 @@ def load_specs(params: G6Params, base_url: str) -> list[LoadSpec]:
         slo=params.slo,
         max_client_lag_ms=params.max_client_lag_ms,
     )
+    return LoadSpec(**{**common, **shape})
+
+
+def load_specs(params: G6Params, base_url: str) -> list[LoadSpec]:
+    """One LoadSpec per concurrency (closed loop) or rate (open loop)."""
     if params.concurrency:
-        return [LoadSpec(concurrency=c, **common) for c in params.concurrency]
-    return [LoadSpec(rate=r, **common) for r in params.rate]
+        return [load_spec(params, base_url, concurrency=c) for c in params.concurrency]
+    return [load_spec(params, base_url, rate=r) for r in params.rate]
+
+
+def metrics_of(server: Server) -> tuple[Callable[[], str], str]:
+    """One /metrics scrape of `server` the way this process reads it, and where that is, for messages."""
+    return (lambda: server.get("/metrics")), f"{server.where}/metrics"
+
+
+def kv_cache_config(server: Server) -> KvCacheConfig | None:
+    """The KV cache vLLM allocated, from one scrape of its /metrics; MetricsError when unreadable."""
+    return read_cache_config(*metrics_of(server))
+
+
+class PointContext(NamedTuple):
+    """What labels a point besides its load: the server's batch cap and its sizing."""
+
+    max_num_seqs: int | None
+    sizing: Sizing | None
 
 
 def measure_point(
-    spec: LoadSpec, runner: PointRunner, server: Server, scrape_interval_s: float, on_progress: Callable[[int], None]
-) -> tuple[PointStats, ServerMetrics | None, str | None]:
-    """One point: the load generator's figures, the server's own gauges scraped meanwhile, and the
-    error that kept the server's figures out, if any."""
-    # The server's gauges are scraped directly, as often as the client likes: a Prometheus scraping
-    # every 15 s holds one sample or none of a point of seconds.
-    scraper: Scraper | None = Scraper(lambda: server.get("/metrics"), scrape_interval_s, f"{server.where}/metrics")
+    params: G6Params, spec: LoadSpec, server: Server, label: str, context: PointContext, how: Measurement
+) -> tuple[G6Point, list[str]]:
+    """Run one load point against `server` and label it: client figures, the server's metrics over
+    its window, what bounds it, its price per million output tokens; plus the errors met, for the report."""
+    errors = []
+    on_progress = how.progress.point(label, spec.requests)
+    # The server's own gauges are scraped directly, as often as the client likes: a Prometheus
+    # scraping every 15 s holds one sample or none of a point of seconds.
+    fetch, where = metrics_of(server)
+    scraper: Scraper | None = Scraper(fetch, params.scrape_interval_s, where)
     error = None
     try:
         scraper.start()
     except MetricsError as exc:
         scraper, error = None, str(exc)
-    stats = summarize(runner.run(spec, on_progress), spec)
+    stats = summarize(how.runner.run(spec, on_progress), spec)
     metrics = None
     if scraper is not None:
         try:
             metrics = scraper.stop()
         except MetricsError as exc:
             error = str(exc)
-    return stats, metrics, error
+    if how.prom is not None and stats.window is not None:
+        try:
+            metrics = with_gpu_metrics(
+                metrics,
+                how.prom.window_metrics(
+                    stats.window.start.timestamp(), stats.window.end.timestamp(), params.scrape_interval_s
+                ),
+            )
+        except (MetricsError, ClusterError) as exc:  # ClusterError: the API server's proxy to the stack's Prometheus
+            error = str(exc)
+    if error:
+        errors.append(f"{label}: server metrics: {error}")
+    if stats.failed:
+        errors.append(f"{label}: {stats.failed} failed requests {stats.failures}")
+    analysis = analyse(
+        output_tokens_per_s=stats.output_tokens_per_s,
+        mean_decoding=stats.mean_decoding,
+        concurrency=stats.concurrency,
+        server=metrics,
+        max_num_seqs=context.max_num_seqs,
+        sizing=context.sizing,
+        context_len=spec.input_len + spec.output_len // 2,
+        speedup=params.speedup,
+    )
+    price = usd_per_million_output_tokens(how.price, stats.output_tokens_per_s, params.speedup)
+    point = G6Point.model_validate(
+        {**dict(stats), "max_num_seqs": context.max_num_seqs, "server": metrics, **dict(analysis),
+         "usd_per_million_output_tokens": price}
+    )  # fmt: skip
+    return point, errors
 
 
 class SweepOutcome(NamedTuple):
@@ -75,56 +146,21 @@ class SweepOutcome(NamedTuple):
 
 
 def run_sweep(
-    params: G6Params,
-    target: Target,
-    runner: PointRunner,
-    prom: PrometheusClient | None,
-    sizing: Callable[[int | None], Sizing | None],
-    progress: RunProgress,
+    params: G6Params, target: Target, sizing: Callable[[int | None], Sizing | None], how: Measurement
 ) -> SweepOutcome:
-    """All points of the grid, the errors met on the way and what the server said it was.
-
-    `prom` (the stack's Prometheus, if any) adds the GPU series. The caller holds `target.session()`
-    and the runner's context around it.
-    """
+    """All points of the grid, the errors met on the way and what the server said it was. The caller
+    holds `target.session()` and the runner's context around it."""
     points: list[G6Point] = []
     errors: list[str] = []
     versions: dict[str, str] = {}
     for mns in params.max_num_seqs:
-        with target.serving(mns) as endpoint:
-            versions = versions or server_versions(endpoint)
-            for spec in load_specs(params, endpoint.base_url):
+        settings = ServerSettings() if mns is None else ServerSettings(max_num_seqs=mns)
+        with target.serving(settings) as server:
+            versions = versions or server_versions(server)
+            for spec in load_specs(params, server.base_url):
                 load = f"c={spec.concurrency}" if spec.concurrency else f"rate={spec.rate}/s"
                 label = f"max-num-seqs={mns if mns is not None else '?'} {load}"
-                on_progress = progress.point(label, spec.requests)
-                stats, server, error = measure_point(spec, runner, endpoint, params.scrape_interval_s, on_progress)
-                if prom is not None and stats.window is not None:
-                    try:
-                        server = with_gpu_metrics(
-                            server,
-                            prom.window_metrics(
-                                stats.window.start.timestamp(), stats.window.end.timestamp(), params.scrape_interval_s
-                            ),
-                        )
-                    except MetricsError as exc:
-                        error = str(exc)
-                if error:
-                    errors.append(f"{label}: server metrics: {error}")
-                if stats.failed:
-                    errors.append(f"{label}: {stats.failed} failed requests {stats.failures}")
-                analysis = analyse(
-                    output_tokens_per_s=stats.output_tokens_per_s,
-                    mean_decoding=stats.mean_decoding,
-                    concurrency=stats.concurrency,
-                    server=server,
-                    max_num_seqs=mns,
-                    sizing=sizing(mns),
-                    context_len=params.context_len,
-                    speedup=params.speedup,
-                )
-                points.append(
-                    G6Point.model_validate(
-                        {**dict(stats), "max_num_seqs": mns, "server": server, **dict(analysis)}
-                    )
-                )
+                point, point_errors = measure_point(params, spec, server, label, PointContext(mns, sizing(mns)), how)
+                points.append(point)
+                errors += point_errors
     return SweepOutcome(points, errors, versions)

@@ -1,10 +1,12 @@
-"""Where a g6 sweep sends load, and how each max-num-seqs value is put in place.
+"""Where a g6 run sends load, and how each server setting (max-num-seqs, model, quantization, ...)
+is put in place.
 
-- UrlTarget: a server given by URL; max-num-seqs cannot change (a label only).
-- SimTarget: starts `python -m benchmarks.sim` in its own process per value, so the simulator
+- UrlTarget: a server given by URL; its settings cannot change (they only label the points).
+- SimTarget: starts `python -m benchmarks.sim` in its own process per setting, so the simulator
   and the load generator do not share one interpreter's lock (that would shape the numbers).
-- StackTarget: `pulumi config set --path vllm.max_num_seqs N` then `pulumi up`, waits for the
-  endpoint to be healthy, and restores the original value when the sweep ends, however it ends.
+- StackTarget: `pulumi config set --path vllm.<field> VALUE` (or `config rm` for an unset field)
+  then `pulumi up`, waits for the endpoint to be healthy, and restores every changed field when the
+  run ends, however it ends (success, failure, Ctrl-C).
 
 Each yields the `Server` in place: the URL the load generator sends to and how this process reads
 the server (for a stack whose client runs in the cluster, through the API server's service proxy).
@@ -20,16 +22,42 @@ import time
 from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
+from typing import Literal
 
 import httpx
+from pydantic import BaseModel, ConfigDict, Field
 
 from benchmarks.g6.errors import G6Error
 from benchmarks.harness import PulumiStack
 from benchmarks.harness.server import Server, check_reachable, http_server, wait_healthy
 
-CONFIG_PATH = "vllm.max_num_seqs"  # the project's `gke-ml-labs:vllm` object, field max_num_seqs
+CONFIG_OBJECT = "vllm"  # the project's `gke-ml-labs:vllm` stack config object
 _SIM_START_TIMEOUT_S = 30.0
 _REPO = Path(__file__).resolve().parents[2]
+
+
+class ServerSettings(BaseModel):
+    """Server settings a run puts in place before a point. Only the fields given are changed; a field
+    given as None is unset (the server's default: for `quantization`, the checkpoint's own method).
+    Each field is the `vllm` stack config field and the `vllm serve` flag of the same name."""
+
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+    model: str | None = None
+    quantization: Literal["fp8", "awq", "gptq"] | None = None
+    max_num_seqs: int | None = Field(None, ge=1)
+    gpu_memory_utilization: float | None = Field(None, gt=0, le=1)
+    max_model_len: int | None = Field(None, ge=1)
+
+    def changes(self) -> dict[str, str | None]:
+        """Field name -> value as the CLI takes it (None: unset), for the fields this setting gives."""
+        return {name: None if getattr(self, name) is None else str(getattr(self, name))
+                for name in sorted(self.model_fields_set)}  # fmt: skip
+
+    def over(self, base: ServerSettings) -> ServerSettings:
+        """These settings on top of `base`: fields given here win."""
+        return ServerSettings(**{**base.model_dump(include=base.model_fields_set),
+                                 **self.model_dump(include=self.model_fields_set)})  # fmt: skip
 
 
 class UrlTarget:
@@ -41,7 +69,7 @@ class UrlTarget:
         yield
 
     @contextmanager
-    def serving(self, max_num_seqs: int | None) -> Iterator[Server]:
+    def serving(self, settings: ServerSettings) -> Iterator[Server]:
         check_reachable(self.server)
         yield self.server
 
@@ -66,36 +94,23 @@ def _started(proc: subprocess.Popen[str], base_url: str) -> bool:
 
 
 class SimTarget:
-    def __init__(
-        self,
-        *,
-        model: str,
-        gpu: str,
-        speedup: float,
-        seed: int,
-        gpu_memory_utilization: float,
-        max_model_len: int | None = None,
-        quantization: str | None = None,
-    ) -> None:
-        self.args = [
-            "--model", model, "--gpu", gpu, "--speedup", str(speedup), "--seed", str(seed),
-            "--gpu-memory-utilization", str(gpu_memory_utilization),
-        ]  # fmt: skip
-        if max_model_len is not None:
-            self.args += ["--max-model-len", str(max_model_len)]
-        if quantization is not None:
-            self.args += ["--quantization", quantization]
+    """The simulated backend; `base` holds the settings every point starts from (model, memory, ...)."""
+
+    def __init__(self, *, gpu: str, speedup: float, seed: int, base: ServerSettings) -> None:
+        self.args = ["--gpu", gpu, "--speedup", str(speedup), "--seed", str(seed)]
+        self.base = base
 
     @contextmanager
     def session(self) -> Iterator[None]:
         yield
 
     @contextmanager
-    def serving(self, max_num_seqs: int | None) -> Iterator[Server]:
+    def serving(self, settings: ServerSettings) -> Iterator[Server]:
         port = _free_port()
         argv = [sys.executable, "-m", "benchmarks.sim", *self.args, "--port", str(port)]
-        if max_num_seqs is not None:
-            argv += ["--max-num-seqs", str(max_num_seqs)]
+        for name, value in settings.over(self.base).changes().items():
+            if value is not None:
+                argv += ["--" + name.replace("_", "-"), value]
         # stderr to a file, not a pipe: a pipe nobody reads would stall a chatty server.
         log = tempfile.TemporaryFile("w+")
         proc = subprocess.Popen(argv, cwd=_REPO, stdout=subprocess.DEVNULL, stderr=log, text=True)
@@ -123,29 +138,40 @@ class StackTarget:
         self.stack = stack
         self.server = server
         self.health_timeout_s = health_timeout_s
-        self._original: str | None = None
-        self._current: str | None = None
+        self._original: dict[str, str | None] = {}  # config path -> value before the run (None: unset)
+        self._current: dict[str, str | None] = {}
+
+    def _put(self, path: str, value: str | None) -> None:
+        if value is None:
+            self.stack.config_rm(path)
+        else:
+            self.stack.config_set(path, value)
+        self._current[path] = value
 
     @contextmanager
     def session(self) -> Iterator[None]:
-        """Remember the stack's max_num_seqs, and put it back at the end even on error or Ctrl-C."""
-        self._original = self._current = self.stack.config_get(CONFIG_PATH)
+        """Put back every config value the run changed, even on error or Ctrl-C, with one `pulumi up`."""
         try:
             yield
         finally:
-            if self._current != self._original:
-                if self._original is None:
-                    self.stack.config_rm(CONFIG_PATH)
-                else:
-                    self.stack.config_set(CONFIG_PATH, self._original)
+            changed = [path for path, value in self._original.items() if self._current[path] != value]
+            for path in changed:
+                self._put(path, self._original[path])
+            if changed:
                 self.stack.up()
-                self._current = self._original
 
     @contextmanager
-    def serving(self, max_num_seqs: int | None) -> Iterator[Server]:
-        if max_num_seqs is not None and str(max_num_seqs) != self._current:
-            self.stack.config_set(CONFIG_PATH, str(max_num_seqs))
-            self._current = str(max_num_seqs)  # set before `up`: a failed up must still be undone
+    def serving(self, settings: ServerSettings) -> Iterator[Server]:
+        changed = False
+        for name, value in settings.changes().items():
+            path = f"{CONFIG_OBJECT}.{name}"
+            if path not in self._original:
+                self._original[path] = self._current[path] = self.stack.config_get(path)
+            if self._current[path] != value:
+                # Recorded before `up`: a failed up must still be undone.
+                self._put(path, value)
+                changed = True
+        if changed:
             self.stack.up()
             wait_healthy(self.server, self.health_timeout_s)
         else:

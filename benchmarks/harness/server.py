@@ -1,5 +1,6 @@
 """A server under test as this process sees it: where the load generator sends, how this process
-reads the server (plain HTTP, or through the API server's service proxy), its health and versions."""
+reads and asks the server (plain HTTP, or through the API server's service proxy), its health and
+versions."""
 
 from __future__ import annotations
 
@@ -7,6 +8,7 @@ import json
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
+from typing import Any
 
 import httpx
 
@@ -15,32 +17,43 @@ from benchmarks.harness.errors import HarnessError
 # GET a path of the server; the body as text. Raises HarnessError when there is no answer or the
 # status is not 2xx, with a message naming the server and the path.
 Reader = Callable[[str], str]
+# POST a JSON body to a path of the server within a timeout in seconds; the answer as text. Raises
+# HarnessError as a Reader does.
+Poster = Callable[[str, dict[str, Any], float], str]
 
 
 @dataclass(frozen=True)
 class Server:
     """`base_url` is where the load generator sends requests (an in-cluster URL when it runs in the
-    cluster); `get` is how this process reads the server, which may be a different way in."""
+    cluster); `get` and `post` are how this process reaches the server, which may be a different way in."""
 
     base_url: str
     get: Reader
-    where: str  # how `get` reaches it, for messages
+    post: Poster
+    where: str  # how `get` and `post` reach it, for messages
 
 
 def http_server(base_url: str, timeout_s: float = 10.0) -> Server:
     """A server this process reaches at the same URL as the load generator."""
     root = base_url.rstrip("/")
 
-    def get(path: str) -> str:
+    def send(method: str, path: str, body: dict[str, Any] | None, timeout: float) -> str:
         try:
-            resp = httpx.get(root + path, timeout=timeout_s)
+            resp = httpx.request(method, root + path, json=body, timeout=timeout)
         except httpx.HTTPError as exc:
             raise HarnessError(f"cannot reach {base_url}: {exc or type(exc).__name__}") from exc
         if not resp.is_success:
-            raise HarnessError(f"GET {root}{path} answered HTTP {resp.status_code}")
+            # A POST's error body says what the server refused (vLLM: {"error": {"message": ...}}).
+            detail = f": {resp.text[:300]}" if method == "POST" else ""
+            raise HarnessError(f"{method} {root}{path} answered HTTP {resp.status_code}{detail}")
         return resp.text
 
-    return Server(base_url=base_url, get=get, where=base_url)
+    return Server(
+        base_url=base_url,
+        get=lambda path: send("GET", path, None, timeout_s),
+        post=lambda path, body, timeout: send("POST", path, body, timeout),
+        where=base_url,
+    )
 
 
 def server_versions(server: Server) -> dict[str, str]:

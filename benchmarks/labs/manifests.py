@@ -31,7 +31,8 @@ def workloads(lab: str, outputs: dict[str, Any]) -> list[dict[str, Any]]:
         from benchmarks.g6 import cli
 
         args = cli.parser().parse_args(["--outputs", "outputs.json", "--concurrency", "1"])
-        return cli.client_manifest(outputs, cli.resolve_params(args, outputs), args.client_cpus)
+        params = cli.resolve_params(args, outputs)
+        return cli.client_manifest(outputs, params, *cli.experiment_params(args, params), args.client_cpus)
     return importlib.import_module(f"benchmarks.labs.{lab}").build_workloads(outputs, run_id=RUN_ID)
 
 

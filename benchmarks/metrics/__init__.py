@@ -2,7 +2,7 @@
 URL, or over the API server's service proxy to the stack's in-cluster Prometheus)."""
 
 from benchmarks.metrics.errors import MetricsError
-from benchmarks.metrics.model import GaugeStats, Series, ServerMetrics, with_gpu_metrics
+from benchmarks.metrics.model import GaugeStats, KvCacheConfig, Series, ServerMetrics, with_gpu_metrics
 from benchmarks.metrics.prometheus import (
     HttpTransport,
     PrometheusClient,
@@ -12,11 +12,18 @@ from benchmarks.metrics.prometheus import (
     scalar,
     vector,
 )
-from benchmarks.metrics.scrape import Scraper, histogram_quantile, metrics_from_scrapes
+from benchmarks.metrics.scrape import (
+    Scraper,
+    cache_config,
+    histogram_quantile,
+    metrics_from_scrapes,
+    read_cache_config,
+)
 
 __all__ = [
     "GaugeStats",
     "HttpTransport",
+    "KvCacheConfig",
     "MetricsError",
     "PrometheusClient",
     "Sample",
@@ -24,9 +31,11 @@ __all__ = [
     "Series",
     "ServerMetrics",
     "ServiceProxy",
+    "cache_config",
     "gpu_util_query",
     "histogram_quantile",
     "metrics_from_scrapes",
+    "read_cache_config",
     "scalar",
     "vector",
     "with_gpu_metrics",

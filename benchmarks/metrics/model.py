@@ -24,6 +24,7 @@ GAUGES: tuple[tuple[GaugeField, str, Agg], ...] = (
     ("fb_used_mib", "DCGM_FI_DEV_FB_USED", "sum"),  # MiB
 )
 PREEMPTIONS = "vllm:num_preemptions_total"
+CACHE_CONFIG = "vllm:cache_config_info"  # an info gauge: the cache configuration is in its labels
 TTFT_BUCKETS = "vllm:time_to_first_token_seconds_bucket"
 
 
@@ -84,3 +85,18 @@ def with_gpu_metrics(scraped: ServerMetrics | None, prometheus: ServerMetrics) -
             "source": "scrape+prometheus",
         }
     )
+
+
+class KvCacheConfig(BaseModel):
+    """The KV cache vLLM allocated, as its `vllm:cache_config_info` labels say."""
+
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+    block_size: int
+    num_gpu_blocks: int
+    gpu_memory_utilization: float | None = None
+    cache_dtype: str | None = None
+
+    @property
+    def kv_cache_tokens(self) -> int:
+        return self.block_size * self.num_gpu_blocks

@@ -16,7 +16,16 @@ from collections.abc import Callable
 from prometheus_client.parser import text_string_to_metric_families
 
 from benchmarks.metrics.errors import MetricsError
-from benchmarks.metrics.model import GAUGES, PREEMPTIONS, TTFT_BUCKETS, GaugeStats, Series, ServerMetrics
+from benchmarks.metrics.model import (
+    CACHE_CONFIG,
+    GAUGES,
+    PREEMPTIONS,
+    TTFT_BUCKETS,
+    GaugeStats,
+    KvCacheConfig,
+    Series,
+    ServerMetrics,
+)
 
 _WANTED = {metric for _, metric, _ in GAUGES} | {PREEMPTIONS, TTFT_BUCKETS}
 _COMBINE = {
@@ -95,6 +104,37 @@ def metrics_from_scrapes(scrapes: list[Scrape]) -> ServerMetrics:
         ttft_p99_ms=None if p99 is None else p99 * 1000.0,
         series=series,
     )
+
+
+def cache_config(text: str) -> KvCacheConfig | None:
+    """vLLM's KV cache from a /metrics text (`vllm:cache_config_info`), or None when it is absent or
+    carries no block count (vLLM publishes it once its engine has profiled memory)."""
+    for family in text_string_to_metric_families(text):
+        for sample in family.samples:
+            if sample.name != CACHE_CONFIG:
+                continue
+            labels = sample.labels
+            try:
+                utilization = labels.get("gpu_memory_utilization")
+                return KvCacheConfig(
+                    block_size=int(labels["block_size"]),
+                    num_gpu_blocks=int(labels["num_gpu_blocks"]),
+                    gpu_memory_utilization=None if utilization in (None, "None") else float(utilization),
+                    cache_dtype=labels.get("cache_dtype"),
+                )
+            except (KeyError, ValueError):
+                return None
+    return None
+
+
+def read_cache_config(fetch: Callable[[], str], where: str = "/metrics") -> KvCacheConfig | None:
+    """One /metrics scrape through `fetch` (as the Scraper's), read for vLLM's KV cache configuration;
+    None when the server does not say."""
+    try:
+        text = fetch()
+    except Exception as exc:  # whatever the transport raises: a plain GET's or the API server proxy's
+        raise MetricsError(f"cannot read {where}: {exc or type(exc).__name__}") from exc
+    return cache_config(text)
 
 
 class Scraper:

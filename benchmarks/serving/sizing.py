@@ -93,6 +93,11 @@ class Sizing(BaseModel):
     )
     memory_bandwidth_bytes_per_s: float
     peak_flops: float = Field(description="dense FLOP/s of the compute path the weights use")
+    activation_elements_per_token: int = Field(
+        0,
+        description="(intermediate + hidden) x layers: the activation elements one token produces in the "
+        "decoder layers, which elementwise kernels stream through memory; 0 in results saved before it existed",
+    )
 
 
 class RooflinePoint(BaseModel):
@@ -129,12 +134,19 @@ def _weight_element_bytes(quantization: str | None, dtype: str) -> float:
 
 
 def weight_bytes(model: ModelSpec, *, dtype: str = "bfloat16", quantization: str | None = None) -> int:
-    """Bytes of all weights on the GPU; quantization shrinks only the decoder layers' matmuls."""
+    """Bytes of all weights on the GPU; quantization shrinks only the decoder layers' matmuls.
+
+    Without a `quantization` flag a quantized checkpoint (AWQ, GPTQ) keeps its own format.
+    """
     # Embeddings, lm_head and norms come from the architecture; with a parameter-count override the
     # remainder is taken to be the layers' matmuls.
     rest = model.embedding_parameters + model.lm_head_parameters + model.small_parameters
     linear = max(0, model.parameter_count - rest)
-    return int(linear * _weight_element_bytes(quantization, dtype) + rest * dtype_bytes(dtype))
+    if quantization is None and model.quantization is not None:
+        per_weight = model.quantization.bytes_per_weight
+    else:
+        per_weight = _weight_element_bytes(quantization, dtype)
+    return int(linear * per_weight + rest * dtype_bytes(dtype))
 
 
 def kv_bytes_per_token(model: ModelSpec, *, dtype: str = "bfloat16", kv_cache_dtype: str = "auto") -> int:
@@ -211,6 +223,8 @@ def size(
             f"(max_position_embeddings of {model.name})"
         )
     weights = weight_bytes(model, dtype=dtype, quantization=quantization)
+    if quantization is None and model.quantization is not None:
+        quantization = model.quantization.method  # what the engine runs: the checkpoint's own method
     kv_per_token = kv_bytes_per_token(model, dtype=dtype, kv_cache_dtype=kv_cache_dtype)
     budget = int(gpu_memory_utilization * gpu.cuda_total_memory_bytes)
     activation = activation_peak_bytes(
@@ -266,6 +280,7 @@ def size(
         attention_flops_per_token_per_context=4.0 * model.num_layers * model.num_attention_heads * model.head_dim,
         memory_bandwidth_bytes_per_s=gpu.memory_bandwidth_bytes_per_s,
         peak_flops=_peak_flops(gpu, quantization),
+        activation_elements_per_token=(model.intermediate_size + model.hidden_size) * model.num_layers,
     )
 
 

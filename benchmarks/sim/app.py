@@ -93,7 +93,12 @@ class SimServer:
         self.config = config
         self.sizing = config.sizing()
         self.model_name = get_model(config.model).name
-        self.metrics = SimMetrics(model_name=self.model_name, gpu=get_gpu(config.gpu), sizing=self.sizing)
+        self.metrics = SimMetrics(
+            model_name=self.model_name,
+            gpu=get_gpu(config.gpu),
+            sizing=self.sizing,
+            num_gpu_blocks_override=config.num_gpu_blocks_override,
+        )
         self.engine: Engine | None = None
         self.created = int(time.time())
 

@@ -15,7 +15,7 @@ import sys
 from pydantic import BaseModel, ConfigDict
 
 from facts.catalogue import GIB, GpuSpec, get_gpu, get_model
-from benchmarks.serving.sizing import size
+from benchmarks.serving.sizing import size, weight_bytes
 from benchmarks.sim.costs import REQUEST_OVERHEAD_S
 from benchmarks.sim.engine import Scheduler, SimRequest
 
@@ -33,6 +33,16 @@ class KvPoolCase(BaseModel):
     gpu_memory_utilization: float
     max_num_batched_tokens: int
     published_blocks: int
+
+
+class WeightsCase(BaseModel):
+    """A vLLM start-up log's weight memory for a checkpoint ("Model loading took X GiB")."""
+
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+    source: str
+    model: str
+    published_gib: float
 
 
 class ServingCase(BaseModel):
@@ -137,6 +147,16 @@ KV_POOL_CASES = [
     ),
 ]
 
+QUANT_SOURCE = (
+    "a public repository's docs/benchmarks.md (RTX 4060 Laptop 8 GB, vLLM 0.30, start-up log: "
+    "Marlin kernels for both GPTQ checkpoints)"
+)
+WEIGHTS_CASES = [
+    WeightsCase(source=QUANT_SOURCE, model="Qwen/Qwen2.5-1.5B-Instruct", published_gib=2.98),
+    WeightsCase(source=QUANT_SOURCE, model="Qwen/Qwen2.5-1.5B-Instruct-GPTQ-Int8", published_gib=1.74),
+    WeightsCase(source=QUANT_SOURCE, model="Qwen/Qwen2.5-1.5B-Instruct-GPTQ-Int4", published_gib=1.10),
+]
+
 # (concurrency, ITL p50 ms, output tok/s, TTFT p50 ms)
 _WMX_POINTS = [
     (1, 5.1, 168, 27.0),
@@ -217,6 +237,11 @@ def kv_pool_blocks(case: KvPoolCase) -> int:
     return sizing.num_gpu_blocks
 
 
+def weights_gib(case: WeightsCase) -> float:
+    model = get_model(case.model)
+    return weight_bytes(model, dtype=model.torch_dtype) / GIB
+
+
 def simulate(case: ServingCase, requests_per_client: int = 20) -> ServingResult:
     """Closed-loop run of the engine model in virtual time."""
     sizing = size(
@@ -293,6 +318,19 @@ def report() -> str:
             f"| {case.source} | {case.model} | {case.gpu.name} ({case.gpu.cuda_total_memory_bytes / GIB:.2f} GiB) "
             f"| {case.max_model_len}, {case.gpu_memory_utilization} | {case.published_blocks:,} | {blocks:,} | "
             f"{_residual(blocks, case.published_blocks)} | {case.note} |"
+        )
+    lines += [
+        "",
+        "### Weights at start-up (quantized checkpoints)",
+        "",
+        "| source | model | published GiB | sizing GiB | residual |",
+        "|---|---|---:|---:|---:|",
+    ]
+    for weights in WEIGHTS_CASES:
+        gib = weights_gib(weights)
+        lines.append(
+            f"| {weights.source} | {weights.model} | {weights.published_gib:.2f} | {gib:.2f} | "
+            f"{_residual(gib, weights.published_gib)} |"
         )
     lines += [
         "",

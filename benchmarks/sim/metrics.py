@@ -1,7 +1,10 @@
 """Prometheus series of the simulated backend: vLLM's metric names and DCGM-exporter-like GPU series.
 
 Counters and histograms are updated as tokens and requests finish; gauges (queue depths, KV use and
-the GPU series) are computed at scrape time from the engine's state and its recent steps.
+the GPU series) are computed at scrape time from the engine's state and its recent steps. vLLM's
+series carry its labels `model_name` and `engine` (the engine core's index, "0" with one engine),
+and `vllm:cache_config_info` is its info-style gauge (value 1) whose labels are the engine's cache
+configuration as strings, `num_gpu_blocks` and `block_size` among them (vLLM's CacheConfig.metrics_info).
 GPU series over the last WINDOW_S seconds:
   DCGM_FI_DEV_GPU_UTIL      % of time a step was running (kernel-active time, as DCGM means it)
   DCGM_FI_PROF_SM_ACTIVE    time-weighted compute share of steps (roofline compute time / step)
@@ -28,6 +31,7 @@ WINDOW_S = 1.0  # at most engine.STEP_HISTORY_S
 IDLE_POWER_SHARE = 0.25
 CUDA_CONTEXT_BYTES = 512 * 1024**2
 MIB = 1024**2
+ENGINE = "0"  # vLLM labels every series with its engine core's index; one engine here
 
 # Bucket boundaries as vLLM declares them.
 TTFT_BUCKETS = (0.001, 0.005, 0.01, 0.02, 0.04, 0.06, 0.08, 0.1, 0.25, 0.5, 0.75, 1.0, 2.5, 5.0, 7.5,
@@ -41,42 +45,47 @@ REQUEST_BUCKETS = (0.3, 0.5, 0.8, 1.0, 1.5, 2.0, 2.5, 5.0, 10.0, 15.0, 20.0, 30.
 class SimMetrics:
     """Owns the registry the /metrics route renders."""
 
-    def __init__(self, *, model_name: str, gpu: GpuSpec, sizing: Sizing) -> None:
+    def __init__(
+        self, *, model_name: str, gpu: GpuSpec, sizing: Sizing, num_gpu_blocks_override: int | None = None
+    ) -> None:
         self.registry = CollectorRegistry()
         self.model_name = model_name
-        labels = ["model_name"]
+        labels = ["model_name", "engine"]
         self.prompt_tokens = Counter(
             "vllm:prompt_tokens", "Prefill tokens processed.", labels, registry=self.registry
-        ).labels(model_name)
+        ).labels(model_name, ENGINE)
         self.generation_tokens = Counter(
             "vllm:generation_tokens", "Generation tokens processed.", labels, registry=self.registry
-        ).labels(model_name)
+        ).labels(model_name, ENGINE)
         self.request_success = Counter(
-            "vllm:request_success", "Successfully processed requests.", ["model_name", "finished_reason"],
+            "vllm:request_success", "Successfully processed requests.", [*labels, "finished_reason"],
             registry=self.registry,
         )
         self.ttft = Histogram(
             "vllm:time_to_first_token_seconds", "Time to first token in seconds.", labels,
             buckets=TTFT_BUCKETS, registry=self.registry,
-        ).labels(model_name)
+        ).labels(model_name, ENGINE)
         self.itl = Histogram(
             "vllm:inter_token_latency_seconds", "Inter-token latency in seconds.", labels,
             buckets=ITL_BUCKETS, registry=self.registry,
-        ).labels(model_name)
+        ).labels(model_name, ENGINE)
         self.e2e = Histogram(
             "vllm:e2e_request_latency_seconds", "End-to-end request latency in seconds.", labels,
             buckets=REQUEST_BUCKETS, registry=self.registry,
-        ).labels(model_name)
+        ).labels(model_name, ENGINE)
         self.queue_time = Histogram(
             "vllm:request_queue_time_seconds", "Time spent in the WAITING phase in seconds.", labels,
             buckets=REQUEST_BUCKETS, registry=self.registry,
-        ).labels(model_name)
+        ).labels(model_name, ENGINE)
         self._gpu = gpu
         self._sizing = sizing
+        self._num_gpu_blocks_override = num_gpu_blocks_override
 
     def attach(self, engine: Engine) -> None:
         """Register the scrape-time gauges for this engine (preemptions are read from it too)."""
-        self.registry.register(_EngineCollector(engine, self.model_name, self._gpu, self._sizing))
+        self.registry.register(
+            _EngineCollector(engine, self.model_name, self._gpu, self._sizing, self._num_gpu_blocks_override)
+        )
 
     def on_token(self, request: SimRequest) -> None:
         self.generation_tokens.inc()
@@ -89,20 +98,36 @@ class SimMetrics:
 
     def on_finish(self, request: SimRequest) -> None:
         if request.finish_reason in ("length", "stop") and request.finish_s is not None:
-            self.request_success.labels(self.model_name, request.finish_reason).inc()
+            self.request_success.labels(self.model_name, ENGINE, request.finish_reason).inc()
             self.e2e.observe(request.finish_s - request.arrival_s)
         if request.first_scheduled_s is not None:
             self.queue_time.observe(max(0.0, request.first_scheduled_s - request.ready_s))
 
 
 class _EngineCollector(Collector):
-    def __init__(self, engine: Engine, model_name: str, gpu: GpuSpec, sizing: Sizing) -> None:
+    def __init__(
+        self, engine: Engine, model_name: str, gpu: GpuSpec, sizing: Sizing, num_gpu_blocks_override: int | None
+    ) -> None:
         self._engine = engine
         self._model_name = model_name
         self._gpu = gpu
         self._hostname = socket.gethostname()
         self._fb_used_mib = (sizing.memory_budget_bytes + CUDA_CONTEXT_BYTES) / MIB
         self._fb_free_mib = max(0.0, gpu.memory_bytes / MIB - self._fb_used_mib)
+        # As vLLM's CacheConfig.metrics_info(): every field as a string. No prefix caching and no
+        # CPU swap space are simulated.
+        self._cache_config = {
+            "block_size": str(sizing.block_size),
+            "cache_dtype": sizing.kv_cache_dtype,
+            "enable_prefix_caching": "False",
+            "gpu_memory_utilization": str(sizing.gpu_memory_utilization),
+            "is_attention_free": "False",
+            "num_cpu_blocks": "None",
+            "num_gpu_blocks": str(sizing.num_gpu_blocks),
+            "num_gpu_blocks_override": str(num_gpu_blocks_override),
+            "sliding_window": "None",
+            "engine": ENGINE,
+        }
 
     def _gauge(self, name: str, documentation: str, value: float, **labels: str) -> GaugeMetricFamily:
         family = GaugeMetricFamily(name, documentation, labels=list(labels))
@@ -125,7 +150,8 @@ class _EngineCollector(Collector):
 
     def collect(self) -> Iterable[Metric]:
         scheduler = self._engine.scheduler
-        model = {"model_name": self._model_name}
+        model = {"model_name": self._model_name, "engine": ENGINE}
+        yield self._gauge("vllm:cache_config_info", "Information of the LLMEngine CacheConfig", 1, **self._cache_config)
         yield self._gauge("vllm:num_requests_running", "Requests in model execution batches.",
                           len(scheduler.running), **model)
         yield self._gauge("vllm:num_requests_waiting", "Requests waiting to be processed.",

@@ -1,0 +1,198 @@
+"""`--experiment quant --variants bf16,fp8,awq,...`: what quantization buys (memory, KV tokens,
+throughput) and costs (quality), variant by variant on the same server.
+
+Each variant is a server setting, put in place as the sweep puts max-num-seqs (the simulator started
+with it, or a stack's `vllm.model` / `vllm.quantization` set and `pulumi up`, restored after):
+  bf16        the checkpoint as published (its own dtype)
+  fp8         the same checkpoint with `--quantization fp8`: weights cast to fp8 at load (W8A8 on Ada)
+  awq         the publisher's AWQ int4 checkpoint (`<model>-AWQ`; vLLM picks its awq_marlin kernel)
+  gptq-int8   the publisher's GPTQ int8 checkpoint (`<model>-GPTQ-Int8`; gptq_marlin)
+  gptq-int4   the publisher's GPTQ int4 checkpoint (`<model>-GPTQ-Int4`; gptq_marlin)
+The first variant listed is the baseline quality is measured against. A variant the sizing says
+vLLM would refuse, one whose checkpoint the catalogue does not know, or one whose server does not
+come up is reported as failed with the reason; the others still run.
+"""
+
+from __future__ import annotations
+
+from typing import Literal
+
+from pydantic import BaseModel, ConfigDict, Field
+
+from benchmarks.g6.analysis import size_for
+from benchmarks.g6.config import G6Params
+from benchmarks.g6.errors import G6Error
+from benchmarks.g6.experiments.prompts import select
+from benchmarks.g6.experiments.quality import QualityClient, QualityError, QualityScore, Reference, reference, score_variant
+from benchmarks.g6.result import ExperimentResult, G6Point, GpuPrice
+from benchmarks.g6.sweep import Measurement, PointContext, Target, kv_cache_config, load_spec, measure_point
+from benchmarks.g6.targets import ServerSettings
+from benchmarks.harness import HarnessError, RunMeta
+from benchmarks.harness.server import Server, server_versions
+from benchmarks.loadgen import LoadSpec
+from benchmarks.metrics import KvCacheConfig, MetricsError
+from facts.catalogue import MODELS, ServingError, get_model
+from benchmarks.serving.sizing import Sizing
+
+VariantName = Literal["bf16", "fp8", "awq", "gptq-int8", "gptq-int4"]
+# The checkpoint suffix the publisher gives each quantized variant; None: the model itself.
+CHECKPOINTS: dict[str, str | None] = {"bf16": None, "fp8": None, "awq": "AWQ", "gptq-int8": "GPTQ-Int8", "gptq-int4": "GPTQ-Int4"}
+DEFAULT_VARIANTS = ("bf16", "fp8", "awq", "gptq-int8", "gptq-int4")
+DEFAULT_CONCURRENCY = (1, 64)
+NOT_MEASURED_SIM = "not measured (simulator)"
+
+
+class QuantParams(BaseModel):
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+    variants: list[VariantName] = Field(min_length=1)
+    quality_prompts: int = Field(16, ge=1)
+    quality_tokens: int = Field(64, ge=1, description="greedy continuation length per prompt")
+
+
+def variant_settings(variant: str, model: str) -> ServerSettings:
+    """The server settings of a variant of `model`; G6Error when the checkpoint is unknown."""
+    suffix = CHECKPOINTS[variant]
+    if suffix is None:
+        return ServerSettings(model=model, quantization="fp8" if variant == "fp8" else None)
+    checkpoint = f"{model}-{suffix}"
+    if checkpoint not in MODELS:
+        known = sorted(name for name in MODELS if get_model(name).quantization is not None)
+        raise G6Error(
+            f"variant {variant}: no {suffix} checkpoint of {model} in the model catalogue (looked for "
+            f"{checkpoint}; quantized checkpoints known: {', '.join(known)})"
+        )
+    return ServerSettings(model=checkpoint, quantization=None)
+
+
+class VariantResult(BaseModel):
+    """One variant: what the sizing predicted, what vLLM allocated, its points and its quality."""
+
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+    variant: VariantName
+    model: str
+    quantization: str | None
+    error: str | None = Field(None, description="why the variant did not run; None when it did")
+    sizing: Sizing | None = None
+    cache: KvCacheConfig | None = None
+    points: list[G6Point] = []
+    quality: QualityScore | None = None
+    quality_note: str = ""
+
+
+class QuantResult(ExperimentResult):
+    quant: QuantParams
+    variants: list[VariantResult]
+    reference: Reference | None = Field(None, description="the baseline's continuations and their scores")
+
+
+class QuantOutcome(BaseModel):
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+    variants: list[VariantResult]
+    reference: Reference | None
+    errors: list[str]
+    server_versions: dict[str, str]
+
+
+def _quality(params: G6Params, quant: QuantParams, server: Server, served: str, ref: Reference | None,
+             baseline: bool) -> tuple[Reference | None, QualityScore | None, str]:  # fmt: skip
+    """The baseline's reference (when this is the baseline) and this variant's score against it, or
+    why there is none."""
+    if params.target_kind == "sim":
+        return ref, None, NOT_MEASURED_SIM
+    # Sent from this process the way it reads the server (for a stack, the API server's service proxy),
+    # not from the in-cluster Job: a few dozen short, non-streamed requests whose answer is the
+    # log-probabilities, not their timing, so the proxy's extra hop costs nothing it measures; and the
+    # scorer keeps its answers here, with no second program shipped into the cluster for them.
+    client = QualityClient(server, served, timeout_s=params.timeouts.total_s)
+    try:
+        if baseline:
+            ref = reference(client, select(quant.quality_prompts, params.seed), quant.quality_tokens)
+        if ref is None:
+            return None, None, "not measured: the baseline gave no reference continuations (see its row)"
+        score = score_variant(client, ref, quant.quality_tokens)
+        return ref, score, "the baseline rescored: the noise floor of a rerun" if baseline else ""
+    except QualityError as exc:
+        return ref, None, f"not measured: {exc}"
+
+
+def variant_specs(params: G6Params, base_url: str, served: str) -> list[LoadSpec]:
+    """A variant's load points: closed loop at each concurrency, against the checkpoint it serves."""
+    return [load_spec(params, base_url, model=served, concurrency=c) for c in params.concurrency or DEFAULT_CONCURRENCY]
+
+
+def planned_specs(params: G6Params, quant: QuantParams, base_url: str) -> list[LoadSpec]:
+    """Every variant's load points, as --client-manifest shows them (a variant without a known
+    checkpoint has none: the run reports it as failed)."""
+    specs = []
+    for variant in quant.variants:
+        try:
+            settings = variant_settings(variant, params.model)
+        except G6Error:
+            continue
+        specs += variant_specs(params, base_url, settings.model or params.model)
+    return specs
+
+
+def _setting_text(settings: ServerSettings) -> str:
+    return f"{settings.model}" + (f" --quantization {settings.quantization}" if settings.quantization else "")
+
+
+def run_quant(params: G6Params, quant: QuantParams, target: Target, how: Measurement) -> QuantOutcome:
+    """Every variant in turn on one target. The caller holds `target.session()` (which restores the
+    target's original settings at the end) and the runner's context around it."""
+    mns = params.max_num_seqs[0]
+    results: list[VariantResult] = []
+    errors: list[str] = []
+    versions: dict[str, str] = {}
+    ref: Reference | None = None
+    for index, variant in enumerate(quant.variants):
+        try:
+            settings = variant_settings(variant, params.model)
+        except G6Error as exc:
+            results.append(VariantResult(variant=variant, model=params.model, quantization=None, error=str(exc)))
+            continue
+        served = settings.model or params.model
+        try:
+            sizing = size_for(params.model_copy(update={"quantization": settings.quantization}), mns, served)
+        except ServingError as exc:
+            if served in MODELS:  # a refusal, not a model the catalogue lacks: skip the start
+                results.append(VariantResult(variant=variant, model=served, quantization=settings.quantization,
+                                             error=f"not started: the sizing says {exc}"))  # fmt: skip
+                continue
+            sizing = None
+        planned = VariantResult(variant=variant, model=served, quantization=settings.quantization, sizing=sizing)
+        how.progress.log(f"variant {variant}: {_setting_text(settings)}")
+        try:
+            with target.serving(settings) as server:
+                versions = versions or server_versions(server)
+                try:
+                    cache = kv_cache_config(server)
+                except MetricsError as exc:
+                    cache = None
+                    errors.append(f"{variant}: vLLM's KV cache configuration: {exc}")
+                points = []
+                for spec in variant_specs(params, server.base_url, served):
+                    point, point_errors = measure_point(
+                        params, spec, server, f"{variant} c={spec.concurrency}", PointContext(mns, sizing), how
+                    )
+                    points.append(point)
+                    errors += point_errors
+                ref, score, note = _quality(params, quant, server, served, ref, baseline=index == 0)
+        except (G6Error, HarnessError) as exc:
+            # A server that does not come up (a failed `pulumi up`, a simulator that exits).
+            results.append(planned.model_copy(update={"error": f"did not run: {exc}"}))
+            continue
+        results.append(planned.model_copy(update={"cache": cache, "points": points, "quality": score,
+                                                  "quality_note": note}))  # fmt: skip
+    return QuantOutcome(variants=results, reference=ref, errors=errors, server_versions=versions)
+
+
+def quant_result(meta: RunMeta, params: G6Params, quant: QuantParams, outcome: QuantOutcome, price: GpuPrice | None,
+                 cost: str | None) -> QuantResult:  # fmt: skip
+    return QuantResult(
+        meta=meta, params=params, quant=quant, variants=outcome.variants, reference=outcome.reference,
+        gpu_price=price, cost=cost,
+    )  # fmt: skip

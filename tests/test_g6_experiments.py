@@ -1,0 +1,277 @@
+"""Lab g6's experiments: the KV cache as the limit (kv) and quantized variants (quant), end to end
+against the simulator, through a stack (a fake `pulumi` on PATH) and from stored results."""
+
+from __future__ import annotations
+
+import json
+import math
+from pathlib import Path
+
+import pytest
+
+from benchmarks.g6 import main
+from benchmarks.g6.experiments.kv import KvResult, next_concurrency
+from benchmarks.g6.experiments.kv_report import PLOTS as KV_PLOTS
+from benchmarks.g6.experiments.kv_report import render_kv_report
+from benchmarks.g6.experiments.quant import QuantResult
+from benchmarks.g6.experiments.quant_report import PLOTS as QUANT_PLOTS
+from benchmarks.g6.experiments.quant_report import render_quant_report
+from benchmarks.g6.report import render_report
+from benchmarks.g6.result import G6Result
+from benchmarks.g6.targets import ServerSettings, SimTarget, StackTarget
+from benchmarks.harness import PulumiStack, load_result
+from benchmarks.harness.server import Server
+from benchmarks.metrics import cache_config
+from fake_pulumi import fake_pulumi, pulumi_calls
+
+QWEN_05 = "Qwen/Qwen2.5-0.5B-Instruct"
+QWEN_15 = "Qwen/Qwen2.5-1.5B-Instruct"
+FAST = ["--speedup", "20", "--scrape-interval", "0.1", "--quiet"]
+PNG = b"\x89PNG\r\n\x1a\n"
+
+
+def _only_folder(out: Path) -> Path:
+    (folder,) = out.iterdir()
+    return folder
+
+
+@pytest.fixture(scope="module")
+def kv_run(tmp_path_factory) -> tuple[int, Path]:
+    """A small KV pool: Qwen2.5-0.5B at utilisation 0.07 with max-num-seqs 64 keeps about 19k tokens:
+    64 sequences of 256 tokens (max-num-seqs binds), fewer of 512 and 1,024 (the cache binds)."""
+    out = tmp_path_factory.mktemp("kv")
+    rc = main(["--sim", "--experiment", "kv", "--model", QWEN_05, "--gpu-memory-utilization", "0.07",
+               "--max-num-seqs", "64", "--max-model-len", "1024", "--context-len", "256,512,1024", "--out", str(out),
+               *FAST])  # fmt: skip
+    return rc, _only_folder(out)
+
+
+def test_kv_largest_batch_matches_the_prediction_and_preemption_starts_past_it(kv_run):
+    rc, folder = kv_run
+    assert rc == 0 and folder.name.startswith("g6-kv-")
+    result = load_result(KvResult, folder)
+    assert result.cache is not None and result.cache.block_size == 16
+    assert result.cache.num_gpu_blocks == result.sizing.num_gpu_blocks
+    capped, *kv_bound = result.lengths
+    assert (capped.context_len, capped.binding, capped.measured_max_batch) == (256, "max-num-seqs", 64)
+    assert all(p.concurrency <= 64 for p in result.probes)
+    for length in kv_bound:
+        # 512 tokens hold 511 in KV: 32 blocks of 16; 1,024 hold 1,023: 64 blocks.
+        assert length.blocks_per_sequence == math.ceil((length.context_len - 1) / 16)
+        assert length.predicted_max_batch == result.cache.num_gpu_blocks // length.blocks_per_sequence
+        # Stated tolerance: the measured batch within 10% of the prediction, preemption not before it.
+        assert length.measured_max_batch == pytest.approx(length.predicted_max_batch, rel=0.1)
+        assert length.preemption_from is not None and length.preemption_from > length.predicted_max_batch
+        assert length.binding == "kv-cache"
+        probes = [p for p in result.probes if p.context_len == length.context_len]
+        assert all(p.preemptions == 0 for p in probes if p.concurrency <= length.predicted_max_batch)
+        assert any(p.preemptions > 0 for p in probes if p.concurrency > length.predicted_max_batch)
+        # A max-model-len reservation per sequence allows pool // 1024 sequences at every length.
+        assert length.contiguous_max_batch == result.cache.kv_cache_tokens // 1024
+    short, long = kv_bound
+    assert short.measured_max_batch > 1.8 * long.measured_max_batch  # twice the length, half the batch
+    assert all(p.point.usd_per_million_output_tokens > 0 for p in result.probes)
+
+
+def test_kv_report_and_plots_answer_in_numbers(kv_run):
+    _, folder = kv_run
+    result = load_result(KvResult, folder)
+    report = (folder / "report.md").read_text()
+    assert report == render_kv_report(result)
+    _, short, long = result.lengths
+    assert f"| 512 | 32 | {short.predicted_max_batch} |" in report and f"| 1024 | 64 | {long.predicted_max_batch} |" in report
+    assert "- 256 tokens: max-num-seqs bound first, at 64 sequences." in report
+    assert "## PagedAttention: what paging buys" in report
+    assert f"fits {short.contiguous_max_batch} sequences in the same" in report
+    assert f"The weights take {result.sizing.weight_bytes / 2**30:.2f} GiB" in report
+    assert "The cheapest point is" in report and "## Cost" in report
+    for name in KV_PLOTS:
+        assert (folder / name).read_bytes()[:8] == PNG
+
+
+def test_next_concurrency_searches_from_the_prediction_to_the_tolerance():
+    assert next_concurrency(None, None, 40, cap=100, tolerance=0.05) == 40
+    assert next_concurrency(40, None, 40, cap=100, tolerance=0.05) == 50  # up 25% after a fit
+    assert next_concurrency(None, 40, 40, cap=100, tolerance=0.05) == 32  # down 20% after a preemption
+    assert next_concurrency(40, 50, 40, cap=100, tolerance=0.05) == 45  # then halve the gap
+    assert next_concurrency(40, 42, 40, cap=100, tolerance=0.05) is None  # within max(1, 5% of 40) = 2
+    assert next_concurrency(100, None, 120, cap=100, tolerance=0.05) is None  # the cap stops it
+    assert next_concurrency(None, None, 120, cap=100, tolerance=0.05) == 100
+
+
+@pytest.fixture(scope="module")
+def quant_run(tmp_path_factory) -> tuple[int, Path]:
+    """bf16 cannot start at utilisation 0.2: 4.41 GiB minus 2.88 GiB of weights and 1.41 GiB of activations
+    leaves KV for fewer tokens than one 4,096-token sequence. AWQ's 1.50 GiB of weights leave room."""
+    out = tmp_path_factory.mktemp("quant")
+    rc = main(["--sim", "--experiment", "quant", "--variants", "bf16,fp8,awq", "--gpu-memory-utilization", "0.2",
+               "--concurrency", "1,8", "--requests", "4", "--input-len", "64", "--output-len", "32",
+               "--out", str(out), *FAST])  # fmt: skip
+    return rc, _only_folder(out)
+
+
+def test_quant_reports_a_variant_that_cannot_start_and_the_rest_stands(quant_run):
+    rc, folder = quant_run
+    assert rc == 1 and folder.name.startswith("g6-quant-")
+    result = load_result(QuantResult, folder)
+    by = {v.variant: v for v in result.variants}
+    assert "vLLM would refuse to start: max_model_len 4096 is larger than" in by["bf16"].error
+    assert not by["bf16"].points
+    for name in ("fp8", "awq"):
+        v = by[name]
+        assert v.error is None and [p.concurrency for p in v.points] == [1, 8]
+        assert all(p.completed == 4 for p in v.points)
+        assert v.cache is not None and v.cache.num_gpu_blocks == v.sizing.num_gpu_blocks
+        assert v.quality is None and v.quality_note == "not measured (simulator)"
+    assert by["awq"].model == "Qwen/Qwen2.5-1.5B-Instruct-AWQ" and by["awq"].quantization is None
+    assert by["fp8"].model == QWEN_15 and by["fp8"].quantization == "fp8"
+    # 4-bit weights stream fewer bytes per step than 8-bit ones: one stream decodes faster.
+    assert by["awq"].sizing.weight_bytes < by["fp8"].sizing.weight_bytes
+    assert by["awq"].points[0].output_tokens_per_s > by["fp8"].points[0].output_tokens_per_s
+    assert result.reference is None
+
+
+def test_quant_report_says_which_failed_and_why(quant_run):
+    _, folder = quant_run
+    result = load_result(QuantResult, folder)
+    report = (folder / "report.md").read_text()
+    assert report == render_quant_report(result)
+    assert "| bf16 | `Qwen/Qwen2.5-1.5B-Instruct` | **failed**: not started: the sizing says vLLM would refuse" in report
+    assert "- **bf16** did not run: not started: the sizing says vLLM would refuse to start" in report
+    assert "not measured (simulator)" in report
+    assert (folder / QUANT_PLOTS[0]).read_bytes()[:8] == PNG
+
+
+# -- the variant switch through a stack --------------------------------------------------------
+
+MODEL_PATH, QUANT_PATH = "vllm.model", "vllm.quantization"
+UP = ["up", "--yes", "--skip-preview", "-s", "g6"]
+
+
+def _outputs() -> dict:
+    return {
+        "lab": "g6",
+        "endpoints": {"vllm": {"namespace": "llm", "service": "vllm", "port": 8000}},
+        "benchmark": {"model": QWEN_15, "max_num_seqs": 16, "gpu": "l4", "max_model_len": 4096},
+    }
+
+
+@pytest.fixture(scope="module")
+def sim_15():
+    target = SimTarget(gpu="l4", speedup=20.0, seed=1, base=ServerSettings(model=QWEN_15, max_model_len=4096))
+    with target.serving(ServerSettings(max_num_seqs=16)) as server:
+        yield server
+
+
+def _quant_on_stack(tmp_path: Path, sim: Server, variants: str) -> int:
+    return main(["--stack", "g6", "--target", sim.base_url, "--experiment", "quant", "--variants", variants,
+                 "--concurrency", "2", "--requests", "2", "--input-len", "32", "--output-len", "16",
+                 "--health-timeout", "10", "--quality-prompts", "2", "--out", str(tmp_path / "out"), "--quiet"])  # fmt: skip
+
+
+def test_variants_switch_model_and_quantization_through_pulumi_and_restore_them(tmp_path, monkeypatch, sim_15):
+    state = fake_pulumi(tmp_path, monkeypatch, _outputs(), config={MODEL_PATH: QWEN_15})
+    assert _quant_on_stack(tmp_path, sim_15, "bf16,fp8") == 0
+    calls = [c for c in pulumi_calls(state) if c[0] != "stack"]
+    assert calls == [
+        ["config", "get", "--path", MODEL_PATH, "-s", "g6"],
+        ["config", "get", "--path", QUANT_PATH, "-s", "g6"],
+        ["config", "set", "--path", QUANT_PATH, "fp8", "-s", "g6"],
+        UP,
+        ["config", "rm", "--path", QUANT_PATH, "-s", "g6"],
+        UP,
+    ]
+    assert json.loads(state.read_text())["config"] == {MODEL_PATH: QWEN_15}
+    result = load_result(QuantResult, _only_folder(tmp_path / "out"))
+    # A stack's quality is measured, not skipped: the simulator behind this URL has no log-probabilities,
+    # which the baseline's row says, and the variant cannot be compared without them.
+    baseline, fp8 = result.variants
+    assert baseline.quality is None and "no prompt log-probabilities" in baseline.quality_note
+    assert fp8.quality is None and "baseline gave no reference" in fp8.quality_note
+
+
+def test_a_variant_whose_up_fails_is_reported_and_the_stack_restored(tmp_path, monkeypatch, sim_15):
+    state = fake_pulumi(tmp_path, monkeypatch, _outputs(), config={MODEL_PATH: QWEN_15},
+                        fail_up_if={MODEL_PATH: "Qwen/Qwen2.5-1.5B-Instruct-AWQ"})  # fmt: skip
+    assert _quant_on_stack(tmp_path, sim_15, "bf16,awq,fp8") == 1
+    assert json.loads(state.read_text())["config"] == {MODEL_PATH: QWEN_15}
+    calls = [c for c in pulumi_calls(state) if c[0] != "stack"]
+    assert calls == [
+        ["config", "get", "--path", MODEL_PATH, "-s", "g6"],
+        ["config", "get", "--path", QUANT_PATH, "-s", "g6"],
+        ["config", "set", "--path", MODEL_PATH, "Qwen/Qwen2.5-1.5B-Instruct-AWQ", "-s", "g6"],
+        UP,  # fails
+        ["config", "set", "--path", MODEL_PATH, QWEN_15, "-s", "g6"],
+        ["config", "set", "--path", QUANT_PATH, "fp8", "-s", "g6"],
+        UP,
+        ["config", "rm", "--path", QUANT_PATH, "-s", "g6"],
+        UP,
+    ]
+    result = load_result(QuantResult, _only_folder(tmp_path / "out"))
+    by = {v.variant: v for v in result.variants}
+    assert "did not run" in by["awq"].error and "update failed" in by["awq"].error
+    assert by["bf16"].error is None and by["fp8"].error is None and by["fp8"].points
+
+
+def test_ctrl_c_during_a_variant_puts_model_and_quantization_back(tmp_path, monkeypatch, sim_15):
+    state = fake_pulumi(tmp_path, monkeypatch, _outputs(), config={MODEL_PATH: QWEN_15, QUANT_PATH: "fp8"})
+    target = StackTarget(PulumiStack("g6"), sim_15, health_timeout_s=10)
+    awq = ServerSettings(model="Qwen/Qwen2.5-1.5B-Instruct-AWQ", quantization=None)
+    with pytest.raises(KeyboardInterrupt), target.session(), target.serving(awq):
+        assert json.loads(state.read_text())["config"] == {MODEL_PATH: "Qwen/Qwen2.5-1.5B-Instruct-AWQ"}
+        raise KeyboardInterrupt
+    assert json.loads(state.read_text())["config"] == {MODEL_PATH: QWEN_15, QUANT_PATH: "fp8"}
+    assert pulumi_calls(state)[-1] == UP
+
+
+# -- pieces ------------------------------------------------------------------------------------
+
+
+def test_cache_config_is_read_from_vllms_info_gauge():
+    # The label set of a real vLLM /metrics line, as AIBrix's runtime docs quote it.
+    text = (
+        "# TYPE vllm:cache_config_info gauge\n"
+        'vllm:cache_config_info{block_size="16",cache_dtype="auto",calculate_kv_scales="False",cpu_offload_gb="0",'
+        'enable_prefix_caching="False",gpu_memory_utilization="0.9",is_attention_free="False",num_cpu_blocks="9362",'
+        'num_gpu_blocks="81767",num_gpu_blocks_override="None",sliding_window="None",swap_space_bytes="4294967296"} 1.0\n'
+    )
+    config = cache_config(text)
+    assert (config.block_size, config.num_gpu_blocks, config.gpu_memory_utilization) == (16, 81767, 0.9)
+    assert config.kv_cache_tokens == 16 * 81767
+    assert cache_config("vllm:num_requests_running 0\n") is None
+
+
+@pytest.mark.parametrize(
+    "argv, message",
+    [
+        (["--sim", "--experiment", "kv", "--rate", "2"], "--experiment kv runs closed-loop points"),
+        (["--sim", "--experiment", "quant", "--max-num-seqs", "8,16"], "give at most one --max-num-seqs"),
+        (["--sim", "--experiment", "kv", "--context-len", "8192"], "exceed max-model-len 4096"),
+        (["--target", "http://127.0.0.1:9", "--model", QWEN_15, "--experiment", "quant", "--variants", "bf16,awq"],
+         "measures the one variant that server runs"),
+    ],
+)
+def test_experiment_options_that_cannot_work_exit_2_with_a_reason(argv, message, capsys, tmp_path):
+    assert main([*argv, "--out", str(tmp_path), "--quiet"]) == 2
+    assert message in capsys.readouterr().err
+    assert not list(tmp_path.iterdir())
+
+
+def test_an_unknown_variant_is_refused_by_name(capsys):
+    with pytest.raises(SystemExit) as exc:
+        main(["--sim", "--experiment", "quant", "--variants", "bf16,int3"])
+    assert exc.value.code == 2
+    assert "unknown variant(s) ['int3']" in capsys.readouterr().err
+
+
+@pytest.mark.parametrize(
+    "folder, model, render",
+    [("g6-kv-sim", KvResult, render_kv_report), ("g6-quant-sim", QuantResult, render_quant_report),
+     ("g6-sim", G6Result, render_report)],
+)  # fmt: skip
+def test_the_committed_examples_are_todays_reports_of_their_results(folder, model, render):
+    """examples/ shows what a run writes today: its result.json loads and its report is rendered from it."""
+    example = Path(__file__).resolve().parents[1] / "examples" / folder
+    result = load_result(model, example)
+    assert (example / "report.md").read_text() == render(result), f"examples/{folder} is stale: rerun its command"
+    assert result.meta.command[:4] == ["python", "-m", "benchmarks", "g6"] and "--sim" in result.meta.command
