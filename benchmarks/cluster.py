@@ -22,10 +22,10 @@ from typing import Any, Protocol, TypeVar
 import yaml
 
 from benchmarks.harness.signals import shielded, sigterm_raises
+from facts.gke_auth import AUTH_PLUGIN, INSTALL_HINT
 
 RUN_LABEL = "gke-ml-labs/benchmark-run"
 LAB_LABEL = "gke-ml-labs/lab"
-AUTH_PLUGIN = "gke-gcloud-auth-plugin"
 
 T = TypeVar("T")
 
@@ -97,7 +97,8 @@ class KubeCluster:
         if AUTH_PLUGIN in yaml.safe_dump(parsed) and shutil.which(AUTH_PLUGIN) is None:
             raise ClusterError(
                 f"the kubeconfig authenticates with {AUTH_PLUGIN}, which is not on PATH: install it with "
-                "`gcloud components install gke-gcloud-auth-plugin` and log in with `gcloud auth login`"
+                f"`{INSTALL_HINT}` and log in with "
+                "`gcloud auth application-default login` (the plugin uses Application Default Credentials)"
             )
         exec_plugin = _exec_plugin(parsed)
         if exec_plugin is not None:

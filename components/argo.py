@@ -9,15 +9,18 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+import json
+
 import pulumi
 
-from components import k8s_objects, versions
+from components import k8s_objects, kserve, versions
 from components.buckets import lab_bucket
 from components.cluster import POOL_LABEL
 from components.helm_release import HelmRelease, HelmReleaseArgs
 from components.namespaces import namespace
 from components.naming import StackId, k8s_labels, resource_name
 from components.workload_identity import BucketIdentity, BucketIdentityArgs
+from podspec.security import Scratch, container_security_context, hardened_container, pod_security_context
 
 RELEASE = "argo-workflows"
 SERVER_SERVICE = f"{RELEASE}-server"
@@ -25,9 +28,17 @@ SERVER_PORT = 2746
 WORKFLOW_SA = "workflow-runner"
 MODEL_SA = "model-reader"
 STEPS = Path(__file__).resolve().parent / "pipeline_steps"
-# Inside the step containers (Argo collects the artefact and the output parameter from there).
-MODEL_DIR = "/tmp/model"
-STORAGE_URI_FILE = "/tmp/storage_uri"
+# A step's writable place (its root filesystem is read-only): its pip packages, the model artefact
+# and the output parameter, which Argo collects from there. scikit-learn and its numpy and scipy take
+# about 300 MB installed, twice that while pip unpacks them.
+STEP_TMP = Scratch("tmp", "/tmp", "2Gi")
+DEPS_DIR = f"{STEP_TMP.path}/deps"
+MODEL_DIR = f"{STEP_TMP.path}/model"
+STORAGE_URI_FILE = f"{STEP_TMP.path}/storage_uri"
+# The workflow's pods run as the user of Argo's executor image (argoexec), as Argo's "Workflow Pod
+# Security Context" docs advise: its init and wait containers and the step then own the same files
+# (the input artefact the init container writes, the outputs the wait container reads).
+ARGO_EXECUTOR_UID = 8737
 _SYSTEM = {POOL_LABEL: "system"}
 
 # What the workflow's pods do with the Kubernetes API, and nothing more: the deploy step gets,
@@ -74,14 +85,21 @@ def values(bucket: str) -> dict[str, Any]:
     return {
         "fullnameOverride": RELEASE,
         "crds": {"upgradeJob": {"nodeSelector": _SYSTEM}},
-        "controller": {"nodeSelector": _SYSTEM},
+        # The chart's containers already run non-root, without escalation or capabilities; with the
+        # runtime's seccomp profile on their pods they meet restricted, as the argo namespace enforces.
+        "controller": {"nodeSelector": _SYSTEM, "podSecurityContext": pod_security_context(user=None)},
         "server": {
             "serviceType": "ClusterIP",
             # "client": every request carries the caller's own Kubernetes token; "server" would let
             # anyone who reaches the port act as the server's service account.
             "authModes": ["client"],
             "nodeSelector": _SYSTEM,
+            "podSecurityContext": pod_security_context(user=None),
         },
+        # The init and wait containers Argo adds to every step: restricted under the workflow's pod
+        # settings (workflow_template). Their root filesystem stays writable: the wait container
+        # writes under /tmp while it saves outputs (read-only root is ours, not restricted's, to ask).
+        "executor": {"securityContext": container_security_context(read_only_root=False)},
         # We create the workflow's ServiceAccount and its narrower Role ourselves.
         "workflow": {"serviceAccount": {"create": False}, "rbac": {"create": False}},
         # No serviceAccountKeySecret: the executor authenticates as the pod's Workload Identity.
@@ -114,25 +132,42 @@ def workflow_role_binding(a: ArgoWorkflowsArgs) -> dict[str, Any]:
 
 
 def _step(a: ArgoWorkflowsArgs, name: str, packages: list[str], env: dict[str, str], **extra: Any) -> dict[str, Any]:
-    """One Python step: install its pinned packages, then run its program from pipeline_steps/."""
+    """One Python step: install its pinned packages into /tmp (the image's site-packages belong to root
+    and its root filesystem is read-only), then run its program from pipeline_steps/."""
     program = (STEPS / f"{name}.py").read_text()
-    source = f"set -e\npip install --quiet --no-cache-dir {' '.join(packages)}\npython - <<'STEP'\n{program}STEP\n"
+    install = f"pip install --quiet --no-cache-dir --disable-pip-version-check --target {DEPS_DIR} {' '.join(packages)}"
+    source = f"set -e\n{install}\npython - <<'STEP'\n{program}STEP\n"
+    script = {
+        "image": versions.PIPELINE_PYTHON_IMAGE,
+        "command": ["sh"],
+        "source": source,
+        "env": [
+            {"name": "FAIL_STEP", "value": "{{workflow.parameters.fail_step}}"},
+            {"name": "PYTHONPATH", "value": DEPS_DIR},
+            *({"name": k, "value": v} for k, v in env.items()),
+        ],
+        "resources": {"requests": {"cpu": "250m", "memory": "512Mi"}, "limits": {"cpu": "1", "memory": "1Gi"}},
+    }
     return {
         "name": name,
         "retryStrategy": {"limit": a.retry_limit, "retryPolicy": a.retry_policy},
         "nodeSelector": _SYSTEM,
-        "script": {
-            "image": versions.PIPELINE_PYTHON_IMAGE,
-            "command": ["sh"],
-            "source": source,
-            "env": [
-                {"name": "FAIL_STEP", "value": "{{workflow.parameters.fail_step}}"},
-                *({"name": k, "value": v} for k, v in env.items()),
-            ],
-            "resources": {"requests": {"cpu": "250m", "memory": "512Mi"}, "limits": {"cpu": "1", "memory": "1Gi"}},
-        },
+        "script": hardened_container(script, scratch=(STEP_TMP,), home=STEP_TMP.path),
         **extra,
     }
+
+
+def deploy_predictor() -> dict[str, Any]:
+    """The predictor the deploy step puts in its InferenceService (the step adds the storageUri):
+    restricted like every predictor (components.kserve.predictor), reading the bucket as MODEL_SA."""
+    return kserve.predictor(
+        {
+            "serviceAccountName": MODEL_SA,
+            "minReplicas": 0,
+            # Small requests: the predictor shares the CPU system pool with the controllers.
+            "model": {"modelFormat": {"name": "sklearn"}, "resources": kserve.CPU_PREDICTOR_RESOURCES},
+        }
+    )
 
 
 def workflow_template(a: ArgoWorkflowsArgs, bucket: str) -> dict[str, Any]:
@@ -148,6 +183,9 @@ def workflow_template(a: ArgoWorkflowsArgs, bucket: str) -> dict[str, Any]:
         },
         "spec": {
             "serviceAccountName": WORKFLOW_SA,
+            # Every step's pod: restricted (the steps' containers: _step; Argo's: values()).
+            "securityContext": pod_security_context(ARGO_EXECUTOR_UID),
+            "volumes": [STEP_TMP.volume()],
             "entrypoint": "pipeline",
             "arguments": {
                 "parameters": [
@@ -213,7 +251,7 @@ def workflow_template(a: ArgoWorkflowsArgs, bucket: str) -> dict[str, Any]:
                     {
                         "MODEL_NAME": a.model_name,
                         "NAMESPACE": a.workflow_namespace,
-                        "MODEL_SERVICE_ACCOUNT": MODEL_SA,
+                        "PREDICTOR": json.dumps(deploy_predictor(), sort_keys=True),
                         "STORAGE_URI": "{{inputs.parameters.storage_uri}}",
                     },
                     inputs={"parameters": [{"name": "storage_uri"}]},
@@ -262,6 +300,8 @@ class ArgoWorkflows(pulumi.ComponentResource):
                 namespace=args.namespace,
                 values=values(bucket),
                 labels=labels,
+                # Controller, server and the CRD job meet restricted with the pod settings values() adds.
+                pod_security="restricted",
             ),
             opts=pulumi.ResourceOptions(parent=self, depends_on=[self.bucket]),
         )
@@ -271,7 +311,9 @@ class ArgoWorkflows(pulumi.ComponentResource):
         # namespace would hang in Terminating.
         self.namespace = k8s_objects.create(
             f"{name}-workflows-ns",
-            namespace(args.stack_id, args.workflow_namespace, "pipeline"),
+            # Restricted: the steps (workflow_template), Argo's executor containers (values) and the
+            # predictor pods of the InferenceService the deploy step creates all meet it.
+            namespace(args.stack_id, args.workflow_namespace, "pipeline", "restricted"),
             pulumi.ResourceOptions(parent=self, depends_on=[*kserve, self.release]),
         )
 

@@ -52,7 +52,7 @@ class Checkpoints(pulumi.ComponentResource):
             opts=child,
         )
         self.namespace = k8s_objects.create(
-            f"{name}-ns", namespace(args.stack_id, args.namespace, "checkpoints"), child
+            f"{name}-ns", namespace(args.stack_id, args.namespace, "checkpoints", "restricted"), child
         )
         # objectAdmin on this bucket only, through Workload Identity: no key exists anywhere.
         self.identity = BucketIdentity(

@@ -3,6 +3,7 @@ and the Kubernetes provider every in-cluster component uses."""
 
 from __future__ import annotations
 
+import json
 from dataclasses import dataclass, field
 
 import pulumi
@@ -10,16 +11,15 @@ import pulumi_gcp as gcp
 import pulumi_kubernetes as k8s
 
 from components.network import PODS_RANGE, SERVICES_RANGE
+from facts.gke_auth import ADC_FLAG, AUTH_PLUGIN, INSTALL_HINT
 
-# What a node needs to ship logs and metrics, and nothing more (instead of the default compute
-# service account, which holds Editor on the project).
-NODE_ROLES = (
-    "roles/logging.logWriter",
-    "roles/monitoring.metricWriter",
-    "roles/monitoring.viewer",
-    "roles/stackdriver.resourceMetadata.writer",
-    "roles/artifactregistry.reader",
-)
+# What a node needs and nothing more (instead of the default compute service account, which holds
+# Editor on the project): GKE's documented role for node service accounts, which covers writing logs,
+# metrics and resource metadata and the autoscaling metrics, i.e. the older minimal set (logWriter,
+# metricWriter, monitoring.viewer, stackdriver.resourceMetadata.writer) and more. No
+# artifactregistry.reader: every image the labs run is public (Docker Hub, quay.io, ghcr.io,
+# registry.k8s.io, nvcr.io, GKE's own); add it to pull private images from the project's registry.
+NODE_ROLES = ("roles/container.defaultNodeServiceAccount",)
 NODE_OAUTH_SCOPES = ["https://www.googleapis.com/auth/cloud-platform"]
 POOL_LABEL = "gke-ml-labs/pool"
 SYSTEM_POOL_NAME = "system"
@@ -211,8 +211,15 @@ class GkeCluster(pulumi.ComponentResource):
         self.register_outputs({"cluster_name": self.cluster.name, "kubeconfig": self.kubeconfig})
 
 
+# Without ADC_FLAG the plugin takes the token of gcloud's active account, not the Application Default
+# Credentials the walk-through sets up and preflight checks: a user with only ADC would fail at the
+# first Kubernetes object, after the cluster exists.
+AUTH_PLUGIN_ARGS = [ADC_FLAG]
+
+
 def kubeconfig(project: str, zone: str, name: str, endpoint: str, ca_cert: str) -> str:
-    """A kubeconfig that authenticates through gke-gcloud-auth-plugin: no key or token is stored."""
+    """A kubeconfig that authenticates through gke-gcloud-auth-plugin with Application Default
+    Credentials: no key or token is stored."""
     context = f"gke_{project}_{zone}_{name}"
     return f"""apiVersion: v1
 kind: Config
@@ -232,7 +239,8 @@ users:
   user:
     exec:
       apiVersion: client.authentication.k8s.io/v1beta1
-      command: gke-gcloud-auth-plugin
-      installHint: Install gke-gcloud-auth-plugin (gcloud components install gke-gcloud-auth-plugin)
+      command: {AUTH_PLUGIN}
+      args: {json.dumps(AUTH_PLUGIN_ARGS)}
+      installHint: Install {AUTH_PLUGIN} ({INSTALL_HINT})
       provideClusterInfo: true
 """

@@ -15,13 +15,16 @@ from components.in_cluster_script import APP_DIR, package_items, rbac, script_fi
 from components.namespaces import namespace
 from components.naming import StackId, k8s_labels
 from components.versions import SCRIPTS_PROMETHEUS_CLIENT, SCRIPTS_PYTHON_IMAGE
+from components.observability import PROMETHEUS_PEER
 from facts.prices import exporter_table
+from podspec.security import TMP, Scratch, restricted
 
 NAMESPACE = "cost-exporter"
 NAME = "cost-exporter"
 COMPONENT = "cost-exporter"
 PORT = 8080
-DEPS_DIR = "/deps"
+# The exporter's dependency, installed at start (pip --target) into this emptyDir.
+DEPS = Scratch("deps", "/deps", "64Mi")
 PRICES = "prices.json"
 SCRIPTS = ("kube_api.py", "cost_exporter.py")
 RULES = [{"apiGroups": [""], "resources": ["nodes", "pods"], "verbs": ["list"]}]
@@ -50,9 +53,62 @@ def config_map(args: CostExporterArgs) -> dict:
     }
 
 
+def pod_spec(args: CostExporterArgs) -> dict:
+    """The exporter's pod: restricted, with a token (it lists nodes and pods), its one dependency
+    installed at start into an emptyDir (the root filesystem is read-only)."""
+    install = (
+        f"pip install --quiet --no-cache-dir --disable-pip-version-check --target {DEPS.path} "
+        f"{SCRIPTS_PROMETHEUS_CLIENT}"
+    )
+    metrics = {"httpGet": {"path": "/metrics", "port": "metrics"}}
+    return restricted(
+        {
+            "serviceAccountName": NAME,
+            # System pool, no GPU toleration: the exporter must never keep a GPU node alive.
+            "nodeSelector": {POOL_LABEL: "system"},
+            "containers": [
+                {
+                    "name": NAME,
+                    "image": SCRIPTS_PYTHON_IMAGE,
+                    "command": ["sh", "-c", f"{install} && exec python -m components.scripts.cost_exporter"],
+                    "workingDir": APP_DIR,
+                    "env": [
+                        {"name": "PYTHONPATH", "value": f"{APP_DIR}:{DEPS.path}"},
+                        {"name": "PYTHONDONTWRITEBYTECODE", "value": "1"},
+                        {"name": "PRICES_FILE", "value": f"{APP_DIR}/{PRICES}"},
+                        {"name": "PORT", "value": str(PORT)},
+                        {"name": "REFRESH_SECONDS", "value": str(args.refresh_seconds)},
+                    ],
+                    "ports": [{"name": "metrics", "containerPort": PORT}],
+                    "readinessProbe": {**metrics, "periodSeconds": 30},
+                    # A server that stops answering for 3 minutes is restarted.
+                    "livenessProbe": {**metrics, "periodSeconds": 60, "failureThreshold": 3, "timeoutSeconds": 10},
+                    # The pip install at start takes a while on a cold node.
+                    "startupProbe": {**metrics, "periodSeconds": 10, "failureThreshold": 30},
+                    "resources": {
+                        "requests": {"cpu": "10m", "memory": "64Mi"},
+                        "limits": {"cpu": "500m", "memory": "256Mi"},
+                    },
+                    "volumeMounts": [{"name": "app", "mountPath": APP_DIR, "readOnly": True}],
+                }
+            ],
+            "volumes": [
+                {
+                    "name": "app",
+                    "configMap": {
+                        "name": f"{NAME}-app",
+                        "items": [*package_items(*SCRIPTS), {"key": PRICES, "path": PRICES}],
+                    },
+                }
+            ],
+        },
+        calls_api=True,
+        scratch=(TMP, DEPS),
+    )
+
+
 def deployment(args: CostExporterArgs) -> dict:
     labels = _labels(args)
-    install = f"pip install --quiet --no-cache-dir --target {DEPS_DIR} {SCRIPTS_PROMETHEUS_CLIENT}"
     return {
         "apiVersion": "apps/v1",
         "kind": "Deployment",
@@ -60,55 +116,22 @@ def deployment(args: CostExporterArgs) -> dict:
         "spec": {
             "replicas": 1,
             "selector": {"matchLabels": _SELECTOR},
-            "template": {
-                "metadata": {"labels": labels},
-                "spec": {
-                    "serviceAccountName": NAME,
-                    # System pool, no GPU toleration: the exporter must never keep a GPU node alive.
-                    "nodeSelector": {POOL_LABEL: "system"},
-                    "securityContext": {"runAsNonRoot": True, "runAsUser": 65534, "runAsGroup": 65534},
-                    "containers": [
-                        {
-                            "name": NAME,
-                            "image": SCRIPTS_PYTHON_IMAGE,
-                            "command": ["sh", "-c", f"{install} && exec python -m components.scripts.cost_exporter"],
-                            "workingDir": APP_DIR,
-                            "env": [
-                                {"name": "PYTHONPATH", "value": f"{APP_DIR}:{DEPS_DIR}"},
-                                {"name": "PYTHONDONTWRITEBYTECODE", "value": "1"},
-                                {"name": "HOME", "value": DEPS_DIR},
-                                {"name": "PRICES_FILE", "value": f"{APP_DIR}/{PRICES}"},
-                                {"name": "PORT", "value": str(PORT)},
-                                {"name": "REFRESH_SECONDS", "value": str(args.refresh_seconds)},
-                            ],
-                            "ports": [{"name": "metrics", "containerPort": PORT}],
-                            "readinessProbe": {"httpGet": {"path": "/metrics", "port": "metrics"}, "periodSeconds": 30},
-                            # The pip install at start takes a while on a cold node.
-                            "startupProbe": {
-                                "httpGet": {"path": "/metrics", "port": "metrics"},
-                                "periodSeconds": 10,
-                                "failureThreshold": 30,
-                            },
-                            "resources": {"requests": {"cpu": "10m", "memory": "64Mi"}, "limits": {"memory": "256Mi"}},
-                            "securityContext": {"allowPrivilegeEscalation": False},
-                            "volumeMounts": [
-                                {"name": "app", "mountPath": APP_DIR, "readOnly": True},
-                                {"name": "deps", "mountPath": DEPS_DIR},
-                            ],
-                        }
-                    ],
-                    "volumes": [
-                        {
-                            "name": "app",
-                            "configMap": {
-                                "name": f"{NAME}-app",
-                                "items": [*package_items(*SCRIPTS), {"key": PRICES, "path": PRICES}],
-                            },
-                        },
-                        {"name": "deps", "emptyDir": {"sizeLimit": "64Mi"}},
-                    ],
-                },
-            },
+            "template": {"metadata": {"labels": labels}, "spec": pod_spec(args)},
+        },
+    }
+
+
+def network_policy(args: CostExporterArgs) -> dict:
+    """Only Prometheus reaches the exporter (the node itself, e.g. a port-forward or the kubelet's
+    probes, always can: Kubernetes' NetworkPolicy documentation)."""
+    return {
+        "apiVersion": "networking.k8s.io/v1",
+        "kind": "NetworkPolicy",
+        "metadata": {"name": NAME, "namespace": NAMESPACE, "labels": _labels(args)},
+        "spec": {
+            "podSelector": {"matchLabels": _SELECTOR},
+            "policyTypes": ["Ingress"],
+            "ingress": [{"from": [PROMETHEUS_PEER], "ports": [{"protocol": "TCP", "port": PORT}]}],
         },
     }
 
@@ -137,11 +160,12 @@ def service_monitor(args: CostExporterArgs) -> dict:
 def objects(args: CostExporterArgs) -> list[dict]:
     """The core objects, in creation order (the ServiceMonitor comes separately: it needs Prometheus)."""
     return [
-        namespace(args.stack_id, NAMESPACE, COMPONENT),
+        namespace(args.stack_id, NAMESPACE, COMPONENT, "restricted"),
         *rbac(args.stack_id, NAME, NAMESPACE, RULES, COMPONENT),
         config_map(args),
         deployment(args),
         service(args),
+        network_policy(args),
     ]
 
 

@@ -122,7 +122,12 @@ class GpuOperator(pulumi.ComponentResource):
         self.driver_installer = k8s.yaml.v2.ConfigFile(
             f"{name}-driver-installer", file=driver_installer_url(args.nvidia_driver), opts=child
         )
-        self.namespace = k8s_objects.create(f"{name}-ns", namespace(args.stack_id, NAMESPACE, "gpu-sharing"), child)
+        # Privileged: the operator's GPU-node DaemonSets (device plugin, container toolkit, DCGM exporter,
+        # validator, feature discovery) run privileged or with hostPath mounts to reach the driver and
+        # containerd's config on the node.
+        self.namespace = k8s_objects.create(
+            f"{name}-ns", namespace(args.stack_id, NAMESPACE, "gpu-sharing", "privileged"), child
+        )
         after_ns = pulumi.ResourceOptions(parent=self, depends_on=[self.namespace])
         quota = k8s_objects.create(
             f"{name}-critical-pods", critical_pods_quota(args.stack_id, NAMESPACE, "gpu-sharing"), after_ns

@@ -13,6 +13,7 @@ import pulumi
 import pulumi_kubernetes as k8s
 
 from components.versions import Chart
+from podspec.security import PodSecurityLevel, pod_security_labels
 
 
 @dataclass(frozen=True)
@@ -22,6 +23,9 @@ class HelmReleaseArgs:
     values: dict[str, Any] = field(default_factory=dict)
     labels: dict[str, str] = field(default_factory=dict)
     create_namespace: bool = True
+    # What the namespace it creates enforces: the strictest Pod Security level every pod of the chart
+    # (with our values) meets. Required when it creates one.
+    pod_security: PodSecurityLevel | None = None
     # Minutes, not seconds: a first install pulls images onto a node the autoscaler may still be adding.
     timeout_s: int = 900
     skip_crds: bool = False
@@ -32,9 +36,13 @@ class HelmRelease(pulumi.ComponentResource):
         super().__init__("gke-ml-labs:platform:HelmRelease", name, None, opts)
         depends: list[pulumi.Resource] = []
         if args.create_namespace:
+            if args.pod_security is None:
+                raise ValueError(f"HelmRelease {name}: creating namespace {args.namespace} needs its pod_security level")
             self.namespace = k8s.core.v1.Namespace(
                 f"{name}-ns",
-                metadata=k8s.meta.v1.ObjectMetaArgs(name=args.namespace, labels=args.labels),
+                metadata=k8s.meta.v1.ObjectMetaArgs(
+                    name=args.namespace, labels={**args.labels, **pod_security_labels(args.pod_security)}
+                ),
                 opts=pulumi.ResourceOptions(parent=self),
             )
             depends.append(self.namespace)

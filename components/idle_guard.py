@@ -14,6 +14,7 @@ from components.in_cluster_script import APP_DIR, package_items, rbac, script_fi
 from components.namespaces import namespace
 from components.naming import StackId, k8s_labels
 from components.versions import SCRIPTS_PYTHON_IMAGE
+from podspec.security import restricted
 
 NAMESPACE = "idle-guard"
 NAME = "idle-guard"
@@ -46,6 +47,41 @@ def scripts_config_map(stack_id: StackId) -> dict:
     }
 
 
+def pod_spec(guard: IdleGuardArgs) -> dict:
+    """The guard's pod: restricted, and the one pod here with a token (it lists and scales workloads)."""
+    return restricted(
+        {
+            "serviceAccountName": NAME,
+            "restartPolicy": "Never",
+            # System pool, no GPU toleration: the guard must never keep a GPU node alive.
+            "nodeSelector": {POOL_LABEL: "system"},
+            "containers": [
+                {
+                    "name": NAME,
+                    "image": SCRIPTS_PYTHON_IMAGE,
+                    "command": ["python", "-m", "components.scripts.idle_guard"],
+                    "workingDir": APP_DIR,
+                    "env": [
+                        {"name": "PYTHONPATH", "value": APP_DIR},
+                        {"name": "PYTHONDONTWRITEBYTECODE", "value": "1"},
+                        {"name": "TTL_MINUTES", "value": str(guard.ttl_minutes)},
+                        {"name": "DRY_RUN", "value": str(guard.dry_run).lower()},
+                    ],
+                    "resources": {"requests": {"cpu": "10m", "memory": "32Mi"}, "limits": {"cpu": "250m", "memory": "128Mi"}},
+                    "volumeMounts": [{"name": "scripts", "mountPath": APP_DIR, "readOnly": True}],
+                }
+            ],
+            "volumes": [
+                {
+                    "name": "scripts",
+                    "configMap": {"name": f"{NAME}-scripts", "items": package_items("kube_api.py", "idle_guard.py")},
+                }
+            ],
+        },
+        calls_api=True,
+    )
+
+
 def cron_job(guard: IdleGuardArgs) -> dict:
     labels = k8s_labels(guard.stack_id, COMPONENT)
     return {
@@ -62,45 +98,7 @@ def cron_job(guard: IdleGuardArgs) -> dict:
                     "backoffLimit": 0,
                     "activeDeadlineSeconds": 300,
                     "ttlSecondsAfterFinished": 3600,
-                    "template": {
-                        "metadata": {"labels": labels},
-                        "spec": {
-                            "serviceAccountName": NAME,
-                            "restartPolicy": "Never",
-                            # System pool, no GPU toleration: the guard must never keep a GPU node alive.
-                            "nodeSelector": {POOL_LABEL: "system"},
-                            "securityContext": {"runAsNonRoot": True, "runAsUser": 65534, "runAsGroup": 65534},
-                            "containers": [
-                                {
-                                    "name": NAME,
-                                    "image": SCRIPTS_PYTHON_IMAGE,
-                                    "command": ["python", "-m", "components.scripts.idle_guard"],
-                                    "workingDir": APP_DIR,
-                                    "env": [
-                                        {"name": "PYTHONPATH", "value": APP_DIR},
-                                        {"name": "PYTHONDONTWRITEBYTECODE", "value": "1"},
-                                        {"name": "TTL_MINUTES", "value": str(guard.ttl_minutes)},
-                                        {"name": "DRY_RUN", "value": str(guard.dry_run).lower()},
-                                    ],
-                                    "resources": {
-                                        "requests": {"cpu": "10m", "memory": "32Mi"},
-                                        "limits": {"memory": "128Mi"},
-                                    },
-                                    "securityContext": {"allowPrivilegeEscalation": False, "readOnlyRootFilesystem": True},
-                                    "volumeMounts": [{"name": "scripts", "mountPath": APP_DIR, "readOnly": True}],
-                                }
-                            ],
-                            "volumes": [
-                                {
-                                    "name": "scripts",
-                                    "configMap": {
-                                        "name": f"{NAME}-scripts",
-                                        "items": package_items("kube_api.py", "idle_guard.py"),
-                                    },
-                                }
-                            ],
-                        },
-                    },
+                    "template": {"metadata": {"labels": labels}, "spec": pod_spec(guard)},
                 }
             },
         },
@@ -110,7 +108,7 @@ def cron_job(guard: IdleGuardArgs) -> dict:
 def objects(args: IdleGuardArgs) -> list[dict]:
     """Every object of the guard, in creation order."""
     return [
-        namespace(args.stack_id, NAMESPACE, COMPONENT),
+        namespace(args.stack_id, NAMESPACE, COMPONENT, "restricted"),
         *rbac(args.stack_id, NAME, NAMESPACE, RULES, COMPONENT),
         scripts_config_map(args.stack_id),
         cron_job(args),

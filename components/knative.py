@@ -14,7 +14,8 @@ pulumi-kubernetes#3047) rather than ConfigMapPatch:
   no second field manager ever fights the ConfigFile over them on later `up`s;
 - the Kourier gateway Service is created as ClusterIP. Kourier has no config key for its Service
   type (config-kourier has none; its README edits the Service), and a patch applied after the
-  manifest would let GCP create a public load balancer for a while first.
+  manifest would let GCP create a public load balancer for a while first;
+- the activator's and webhook's PodDisruptionBudgets allow one eviction (PDB_PATCH).
 """
 
 from __future__ import annotations
@@ -32,6 +33,13 @@ SERVING_NAMESPACE = "knative-serving"
 KOURIER_NAMESPACE = "kourier-system"
 KOURIER_GATEWAY = "kourier"  # the gateway Service; kourier-internal serves cluster-local routes
 KOURIER_INGRESS_CLASS = "kourier.ingress.networking.knative.dev"
+# Knative Serving 1.21.1 ships these PDBs with `minAvailable: 80%` over the single replica its HPAs
+# start with (config/core/deployments/{activator,webhook}-hpa.yaml): 80% of one rounds up to one, so
+# no eviction is ever allowed, the cluster autoscaler can never drain their node (a second system
+# node stays up, and is billed) and node upgrades stall. One pod at a time may go: while the activator
+# restarts on another node, requests to a revision scaled to zero wait or fail, which a lab accepts.
+DISRUPTION_BUDGETS = ("activator-pdb", "webhook-pdb")
+PDB_PATCH = {"maxUnavailable": 1}
 
 
 @dataclass(frozen=True)
@@ -64,11 +72,13 @@ def config_maps(args: KnativeArgs) -> dict[str, dict[str, str]]:
         "config-defaults": {"revision-timeout-seconds": timeout, "max-revision-timeout-seconds": timeout},
         "config-network": {"ingress-class": KOURIER_INGRESS_CLASS},
         "config-domain": {args.domain: ""},
-        # GPU predictors need a node selector and the GPU toleration in their pod spec; Knative
-        # rejects both unless these flags are on.
+        # GPU predictors need a node selector and the GPU toleration in their pod spec, and every
+        # predictor carries pod-level security settings (components.kserve.predictor): Knative
+        # rejects all three unless these flags are on.
         "config-features": {
             "kubernetes.podspec-nodeselector": "enabled",
             "kubernetes.podspec-tolerations": "enabled",
+            "kubernetes.podspec-securitycontext": "enabled",
         },
     }
 
@@ -86,11 +96,21 @@ def patch_object(obj: dict[str, Any], settings: dict[str, dict[str, str]]) -> di
         patched = copy.deepcopy(obj)
         patched["spec"] = {**(obj.get("spec") or {}), "type": "ClusterIP"}
         return patched
+    if kind == "PodDisruptionBudget" and namespace == SERVING_NAMESPACE and name in DISRUPTION_BUDGETS:
+        patched = copy.deepcopy(obj)
+        # A PDB takes minAvailable or maxUnavailable, never both.
+        spec = {k: v for k, v in (obj.get("spec") or {}).items() if k != "minAvailable"}
+        patched["spec"] = {**spec, **PDB_PATCH}
+        return patched
     return None
 
 
 def manifest_transform(settings: dict[str, dict[str, str]]):
-    kinds = {"kubernetes:core/v1:ConfigMap": "ConfigMap", "kubernetes:core/v1:Service": "Service"}
+    kinds = {
+        "kubernetes:core/v1:ConfigMap": "ConfigMap",
+        "kubernetes:core/v1:Service": "Service",
+        "kubernetes:policy/v1:PodDisruptionBudget": "PodDisruptionBudget",
+    }
 
     def transform(args: pulumi.ResourceTransformArgs) -> pulumi.ResourceTransformResult | None:
         kind = kinds.get(args.type_)

@@ -19,12 +19,15 @@ from components.gpu_pool import GpuPlacement
 from components.helm_release import HelmRelease, HelmReleaseArgs
 from components.namespaces import namespace
 from components.naming import StackId, k8s_labels
-from podspec.security import RUNTIME_DEFAULT, TMP, hardened_container
+from podspec.security import restricted
 
 NAMESPACE = "kserve"
 API_VERSION = "serving.kserve.io/v1beta1"
 # Small CPU requests: two revisions of the example run side by side on the system pool during a canary.
 CPU_PREDICTOR_RESOURCES = {"requests": {"cpu": "100m", "memory": "256Mi"}, "limits": {"cpu": "1", "memory": "1Gi"}}
+# The user the predictor runs as: KServe's model-server and storage-initializer images run as 1000
+# (python/*.Dockerfile: USER 1000); Triton's image starts as root but ships its triton-server user as 1000.
+KSERVE_UID = 1000
 # The ClusterServingRuntime that kserve-runtime-configs v0.20.0 installs for Triton (its
 # files/runtimes/clusterservingruntimes-patch.yaml, values key kserve.servingruntime.tritonserver).
 # It lists modelFormat `triton` version "2" with autoSelect and serves the v2 protocol on port 8080.
@@ -110,12 +113,17 @@ class KServe(pulumi.ComponentResource):
                 namespace=cert_manager.NAMESPACE,
                 values=cert_manager.values(),
                 labels=labels,
+                # Every pod of the chart (controller, webhook, cainjector, startupapicheck) runs non-root
+                # with RuntimeDefault seccomp, no escalation and no capability by its defaults: restricted.
+                pod_security="restricted",
             ),
             opts=child(),
         )
         self.crds = HelmRelease(
             f"{name}-crd",
-            HelmReleaseArgs(chart=versions.KSERVE_CRD, namespace=NAMESPACE, labels=labels),
+            # The namespace's one pod is kserve-resources' controller, restricted by that chart's own
+            # securityContext and containerSecurityContext (values.yaml, files/kserve/resources.yaml).
+            HelmReleaseArgs(chart=versions.KSERVE_CRD, namespace=NAMESPACE, labels=labels, pod_security="restricted"),
             opts=child(),
         )
         # The chart holds the webhook Certificate and Issuer (cert-manager CRs) and the controller.
@@ -141,9 +149,11 @@ class KServe(pulumi.ComponentResource):
             # After the controller (which waits for Knative): destroy then deletes the namespace while
             # KServe and Knative still run to clear the finalizers of what the InferenceService spawned
             # (Knative Routes, Ingresses), so it cannot hang in Terminating.
+            # Restricted: the predictor pod is (predictor()), as are the containers Knative (queue-proxy)
+            # and KServe (storage-initializer) add to it, under the pod-level settings it carries.
             self.models_namespace = k8s_objects.create(
                 f"{name}-models-ns",
-                namespace(args.stack_id, ks.namespace, "inference-service"),
+                namespace(args.stack_id, ks.namespace, "inference-service", "restricted"),
                 child(self.controller),
             )
             # After the webhooks (controller release) and the runtime that serves its model format.
@@ -155,29 +165,36 @@ class KServe(pulumi.ComponentResource):
         self.register_outputs({"namespace": NAMESPACE})
 
 
+def predictor(spec: dict[str, Any]) -> dict[str, Any]:
+    """A predictor (a pod spec whose serving container is `model`) that meets restricted, as KSERVE_UID,
+    with no API token (the storage initializer reads buckets through Workload Identity or anonymously)
+    and /tmp on an emptyDir for the read-only root (Triton's model copy, Python's and CUDA's caches).
+    Its pod-level settings also cover the storage-initializer KServe injects, which sets no seccomp
+    profile of its own; Knative accepts them with kubernetes.podspec-securitycontext (components.knative)."""
+    pod = restricted({**{k: v for k, v in spec.items() if k != "model"}, "containers": [spec["model"]]}, user=KSERVE_UID)
+    (model,) = pod.pop("containers")
+    return {**pod, "model": model}
+
+
 def inference_service(stack_id: StackId, ks: InferenceServiceArgs, placement: GpuPlacement) -> dict[str, Any]:
     """The g5 InferenceService: Knative's autoscaler on `scale_metric`, scale to zero, and a canary when
     a canary traffic share is set."""
-    predictor: dict[str, Any] = {
+    spec: dict[str, Any] = {
         # KServe turns these into the revision's autoscaling.knative.dev/{min-scale,max-scale,metric,target}.
         "minReplicas": ks.min_replicas,
         "maxReplicas": ks.max_replicas,
         "scaleMetric": ks.scale_metric,
         "scaleTarget": ks.scale_target,
-        # The predictor never calls the Kubernetes API (the storage initializer reads a public bucket).
-        "automountServiceAccountToken": False,
-        # The read-only root's scratch: Triton's model copy (triton_start.sh), Python's and CUDA's caches.
-        "volumes": [TMP.volume()],
     }
     if ks.canary_traffic_percent is not None:
-        predictor["canaryTrafficPercent"] = ks.canary_traffic_percent
+        spec["canaryTrafficPercent"] = ks.canary_traffic_percent
     model = _triton_model(ks) if ks.runtime == "triton" else _sklearn_model(ks)
     if ks.gpu:
         model["resources"]["limits"].update(placement.limits(1))
-        predictor["nodeSelector"] = placement.node_selector
-        predictor["tolerations"] = placement.tolerations
+        spec["nodeSelector"] = placement.node_selector
+        spec["tolerations"] = placement.tolerations
     model["storageUri"] = ks.storage_uri
-    predictor["model"] = _restricted(model)
+    spec["model"] = model
     return {
         "apiVersion": API_VERSION,
         "kind": "InferenceService",
@@ -194,7 +211,7 @@ def inference_service(stack_id: StackId, ks: InferenceServiceArgs, placement: Gp
                 RETENTION_ANNOTATION: f"{ks.scale_to_zero_retention_s}s",
             },
         },
-        "spec": {"predictor": predictor},
+        "spec": {"predictor": predictor(spec)},
     }
 
 
@@ -218,15 +235,6 @@ def _triton_model(ks: InferenceServiceArgs) -> dict[str, Any]:
         # KServe appends the runtime's args (`tritonserver --model-store=/mnt/models ...`) to this command.
         model["command"] = ["/bin/sh", "-c", TRITON_START]
     return model
-
-
-def _restricted(model: dict[str, Any]) -> dict[str, Any]:
-    """The model container under the restricted Pod Security profile (podspec.security), with the
-    pod-level half (non-root, seccomp) set on the container: Knative refuses a pod securityContext
-    unless a feature flag allows it, while these container fields are always accepted."""
-    out = hardened_container(model, (TMP,))
-    out["securityContext"] |= {"runAsNonRoot": True, "seccompProfile": dict(RUNTIME_DEFAULT)}
-    return out
 
 
 def endpoint(ks: InferenceServiceArgs, domain: str, gateway: dict[str, Any]) -> dict[str, Any]:

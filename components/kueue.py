@@ -2,7 +2,9 @@
 ResourceFlavor, a ClusterQueue whose quota comes from config, and a LocalQueue in the lab namespace.
 
 Admission is all-or-nothing (`waitForPodsReady`): a workload whose pods are not all ready in time is
-evicted and requeued, so a multi-pod job never holds part of the quota while its other pods wait.
+evicted and requeued, so a multi-pod job never holds part of the quota for long while its other pods
+wait. `blockAdmission` (admit nothing more until the admitted workload's pods are Ready) is a choice of
+the lab config (stacks.platform_features.Kueue.block_admission), exported for the g3 report.
 API `kueue.x-k8s.io/v1beta2` (0.20 stops serving v1beta1).
 """
 
@@ -28,10 +30,6 @@ JOBSET_NAMESPACE = "jobset-system"
 # Job kinds Kueue manages: batch Job, JobSet, and the Training Operator's PyTorchJob.
 INTEGRATIONS = ["batch/job", "jobset.x-k8s.io/jobset", "kubeflow.org/pytorchjob"]
 SYSTEM_POOL = {POOL_LABEL: "system"}
-# waitForPodsReady.blockAdmission: admit the next workload only once the previous one's pods are all
-# ready, so no two jobs ever hold partial placements at once (exported for the g3 report, which
-# attributes each wait to quota or to this block).
-BLOCK_ADMISSION = True
 
 
 @dataclass(frozen=True)
@@ -47,6 +45,8 @@ class KueueArgs:
     quota_memory_gib: float
     # waitForPodsReady timeout: above the time a GPU node takes from zero to allocatable GPUs.
     pods_ready_timeout_min: int
+    # waitForPodsReady.blockAdmission: every later workload waits until the admitted one's pods are Ready.
+    block_admission: bool = True
     # The release serving the ServiceMonitor CRD, when the in-cluster Prometheus runs: Kueue then
     # exports its metrics through a ServiceMonitor. None: no metrics.
     prometheus: pulumi.Resource | None = None
@@ -76,7 +76,7 @@ def manager_config(args: KueueArgs) -> str:
         "waitForPodsReady": {
             # Longer than a GPU node takes from zero to allocatable GPUs, or first jobs are evicted.
             "timeout": f"{args.pods_ready_timeout_min}m",
-            "blockAdmission": BLOCK_ADMISSION,
+            "blockAdmission": args.block_admission,
             "requeuingStrategy": {"timestamp": "Eviction", "backoffBaseSeconds": 60, "backoffMaxSeconds": 600},
         },
         "integrations": {"frameworks": INTEGRATIONS},
@@ -159,14 +159,22 @@ class Kueue(pulumi.ComponentResource):
         labels = k8s_labels(args.stack_id, "kueue")
         self.jobset = HelmRelease(
             "jobset",
-            HelmReleaseArgs(chart=JOBSET, namespace=JOBSET_NAMESPACE, values=jobset_values(), labels=labels),
+            # The chart's only pod, the controller, runs non-root with RuntimeDefault seccomp, no privilege
+            # escalation and every capability dropped (its values.yaml): restricted.
+            HelmReleaseArgs(
+                chart=JOBSET, namespace=JOBSET_NAMESPACE, values=jobset_values(), labels=labels, pod_security="restricted"
+            ),
             opts=pulumi.ResourceOptions(parent=self),
         )
         # Kueue enables its JobSet integration only if the JobSet CRD exists when it starts.
         waits = [self.jobset] + ([args.prometheus] if args.prometheus else [])
         self.release = HelmRelease(
             "kueue",
-            HelmReleaseArgs(chart=KUEUE, namespace=NAMESPACE, values=kueue_values(args), labels=labels),
+            # The controller manager (KueueViz is off by default) is restricted by the chart's own
+            # podSecurityContext and containerSecurityContext (values.yaml).
+            HelmReleaseArgs(
+                chart=KUEUE, namespace=NAMESPACE, values=kueue_values(args), labels=labels, pod_security="restricted"
+            ),
             opts=pulumi.ResourceOptions(parent=self, depends_on=waits),
         )
         after_kueue = pulumi.ResourceOptions(parent=self, depends_on=[self.release])
@@ -174,7 +182,7 @@ class Kueue(pulumi.ComponentResource):
         # Jobs/JobSets and their Workloads in it, while Kueue still runs to clear the Workloads'
         # finalizers; otherwise the namespace hangs in Terminating and the cluster is never deleted.
         self.lab_namespace = k8s_objects.create(
-            f"{name}-lab-ns", namespace(args.stack_id, args.namespace, "kueue"), after_kueue
+            f"{name}-lab-ns", namespace(args.stack_id, args.namespace, "kueue", "restricted"), after_kueue
         )
         self.flavor = k8s_objects.create(f"{name}-flavor", resource_flavor(args), after_kueue)
         self.cluster_queue = k8s_objects.create(

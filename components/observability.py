@@ -22,7 +22,7 @@ from components.dashboards import all_dashboards
 from components.dashboards.gpu import DCGM_METRICS
 from components.gpu_pool import GpuPlacement
 from components.helm_release import HelmRelease, HelmReleaseArgs
-from components.namespaces import critical_pods_quota
+from components.namespaces import NAMESPACE_NAME_LABEL, critical_pods_quota
 from components.naming import StackId, k8s_labels
 from components.versions import DCGM_EXPORTER, KUBE_PROMETHEUS_STACK
 
@@ -33,6 +33,8 @@ RELEASE = "kps"
 PROMETHEUS = {"namespace": NAMESPACE, "service": f"{RELEASE}-prometheus", "port": 9090}
 GRAFANA = {"namespace": NAMESPACE, "service": f"{RELEASE}-grafana", "port": 80}
 DASHBOARD_LABEL = {"grafana_dashboard": "1"}
+# A NetworkPolicy peer: the pods of Prometheus' namespace.
+PROMETHEUS_PEER = {"namespaceSelector": {"matchLabels": {NAMESPACE_NAME_LABEL: NAMESPACE}}}
 SYSTEM_POOL = {POOL_LABEL: "system"}
 # GKE-installed drivers live here on the node (COS and Ubuntu); the exporter needs libnvidia-ml from it.
 GKE_NVIDIA_HOST_DIR = "/home/kubernetes/bin/nvidia"
@@ -174,6 +176,7 @@ def dcgm_exporter_values(obs: ObservabilityArgs) -> dict[str, Any]:
         # container runtime injects devices, it sees /dev/nvidia* only when privileged; without them
         # NVML fails to initialise (Google's own DCGM exporter manifest for GKE runs privileged). The
         # chart's default allowPrivilegeEscalation: false would make the API server reject privileged.
+        # Waived in podspec.security.WAIVERS; the monitoring namespace enforces privileged for it.
         "securityContext": {"privileged": True, "allowPrivilegeEscalation": True},
         "extraEnv": [
             {"name": "LD_LIBRARY_PATH", "value": f"{NVIDIA_MOUNT}/lib64"},
@@ -227,7 +230,14 @@ class Observability(pulumi.ComponentResource):
         self.stack = HelmRelease(
             RELEASE,
             HelmReleaseArgs(
-                chart=KUBE_PROMETHEUS_STACK, namespace=NAMESPACE, values=prometheus_stack_values(args), labels=labels
+                chart=KUBE_PROMETHEUS_STACK,
+                namespace=NAMESPACE,
+                values=prometheus_stack_values(args),
+                labels=labels,
+                # GPU-node and node-level DaemonSets live here: node-exporter uses the host's network and
+                # PID namespaces and hostPath mounts, and the DCGM exporter runs privileged (podspec
+                # WAIVERS). Neither meets baseline; warn/audit still report every pod below restricted.
+                pod_security="privileged",
             ),
             opts=pulumi.ResourceOptions(parent=self),
         )

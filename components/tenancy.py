@@ -16,12 +16,11 @@ import pulumi
 from components import k8s_objects
 from components.gpu_pool import GPU_RESOURCE
 from components.kueue import cpu_quantity, local_queue, memory_quantity
-from components.namespaces import namespace
+from components.namespaces import NAMESPACE_NAME_LABEL, namespace
 from components.naming import StackId, k8s_labels
-from components.observability import NAMESPACE as MONITORING_NAMESPACE
+from components.observability import PROMETHEUS_PEER
 
 TENANT_LABEL = "gke-ml-labs/tenant"
-NAMESPACE_NAME_LABEL = "kubernetes.io/metadata.name"  # set by Kubernetes on every namespace
 # name -> (value, preemptionPolicy, description). Far below system-cluster-critical (2e9).
 PRIORITY_CLASSES = {
     "lab-serving": (100000, "PreemptLowerPriority", "Online inference: preempts training and batch"),
@@ -136,7 +135,6 @@ def network_policies(stack_id: StackId, tenant: Tenant) -> list[dict]:
                 "metadata": _meta(stack_id, tenant, name), "spec": {"podSelector": {}, **spec}}
 
     dns_ports = [{"protocol": p, "port": 53} for p in ("UDP", "TCP")]
-    monitoring = {"namespaceSelector": {"matchLabels": {NAMESPACE_NAME_LABEL: MONITORING_NAMESPACE}}}
     return [
         policy("default-deny", {"policyTypes": ["Ingress", "Egress"]}),
         policy(
@@ -153,7 +151,7 @@ def network_policies(stack_id: StackId, tenant: Tenant) -> list[dict]:
         policy(
             "allow-monitoring-scrape",
             {"policyTypes": ["Ingress"],
-             "ingress": [{"from": [monitoring]}]},
+             "ingress": [{"from": [PROMETHEUS_PEER]}]},
         ),
     ]
 
@@ -197,7 +195,9 @@ class Tenancy(pulumi.ComponentResource):
             # jobs) while Kueue can still clear their finalizers.
             ns = k8s_objects.create(
                 f"{name}-{tenant.name}-ns",
-                namespace(args.stack_id, tenant.name, "tenancy", {TENANT_LABEL: tenant.name}),
+                # Restricted: a tenant's pods must meet it (podspec.security builds such pods), so a
+                # privileged or root pod is refused here like anywhere else we run workloads.
+                namespace(args.stack_id, tenant.name, "tenancy", "restricted", {TENANT_LABEL: tenant.name}),
                 pulumi.ResourceOptions(parent=self, depends_on=[args.kueue] if args.kueue is not None else []),
             )
             self.namespaces.append(ns)

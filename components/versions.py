@@ -21,6 +21,10 @@ class Chart:
         return self.repo.startswith("oci://")
 
 
+# Images are pinned by tag, not by digest (checkov CKV_K8S_43), here and in benchmarks/labs/images.py:
+# no registry can be reached from where this program is built and tested, so a digest written here
+# could not be verified, and a wrong one would fail every pull. Pods pull IfNotPresent
+# (podspec.security.IMAGE_PULL_POLICY), so a node keeps running the image it pulled first.
 
 # --- Platform components of labs g1-g4 and g8 (brief D) ---
 KUBE_PROMETHEUS_STACK = Chart(
@@ -84,7 +88,7 @@ KNATIVE_SERVING_CORE = (
 KOURIER = (
     f"https://github.com/knative-extensions/net-kourier/releases/download/{KNATIVE_SERVING_VERSION}/kourier.yaml"
 )
-# v0.11.2: inside the range public GKE programs pinned (FACTS.md); every server arg we pass
+# v0.11.2: inside the range public GKE programs pinned (v0.11.2 to v0.28.0, read 2026-11); every server arg we pass
 # (--model, --dtype, --max-num-seqs, --max-model-len, --gpu-memory-utilization, --quantization,
 # --port) and the module entry point vllm.entrypoints.openai.api_server exist there.
 VLLM_IMAGE = "docker.io/vllm/vllm-openai:v0.11.2"

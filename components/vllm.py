@@ -15,12 +15,23 @@ from components import k8s_objects, versions
 from components.gpu_pool import GpuPlacement
 from components.namespaces import namespace
 from components.naming import StackId, k8s_labels
+from podspec.security import TMP, Scratch, restricted
 
 NAME = "vllm"
 PORT = 8000
 HF_SECRET = "hf-token"
 HF_SECRET_KEY = "token"
-HF_CACHE = "/cache/huggingface"
+# The image runs as root by default; here it runs as an unprivileged user with a read-only root
+# filesystem, so everything vLLM writes has an emptyDir. /cache is HOME, which holds what the
+# libraries' documented defaults put under ~: vLLM's compile cache and usage-stats file
+# (VLLM_CACHE_ROOT ~/.cache/vllm, VLLM_CONFIG_ROOT ~/.config/vllm), Triton's kernel cache
+# (~/.triton), FlashInfer's JIT cache, CUDA's JIT cache (~/.nv); and the model download (HF_HOME).
+# /tmp holds vLLM's IPC sockets (VLLM_RPC_BASE_PATH: the temp dir) and TorchInductor's cache
+# (/tmp/torchinductor_<user>).
+CACHE = Scratch("cache", "/cache", "40Gi")
+# PyTorch shares tensors between processes through /dev/shm (64 MiB by default).
+SHM = Scratch("dshm", "/dev/shm", "2Gi", medium="Memory")
+HF_CACHE = f"{CACHE.path}/huggingface"
 # Serve from the server module rather than the image's ENTRYPOINT, which changed across releases.
 COMMAND = ["python3", "-m", "vllm.entrypoints.openai.api_server"]
 PROBE_PERIOD_S = 10
@@ -28,7 +39,7 @@ PROBE_PERIOD_S = 10
 SKIP_AWAIT = {"pulumi.com/skipAwait": "true"}
 # The Deployment does: `pulumi up` returns once the new server is ready, so a g6 sweep that changed
 # max-num-seqs measures the new server, never the old one on its way out. Its deadline covers a GPU
-# node from zero and the driver install (up to ~15 min, FACTS.md) plus the startup probe's allowance.
+# node from zero and the driver install (up to ~15 min on GKE) plus the startup probe's allowance.
 NODE_FROM_ZERO_MIN = 20
 
 
@@ -73,15 +84,48 @@ def _selector() -> dict[str, str]:
     return {"app.kubernetes.io/name": NAME}
 
 
-def deployment(v: VllmServerArgs, with_token: bool) -> dict[str, Any]:
+def pod_spec(v: VllmServerArgs, with_token: bool) -> dict[str, Any]:
+    """The server's pod: restricted, as an unprivileged user, every write on an emptyDir."""
     placement = v.placement
-    labels = {**k8s_labels(v.stack_id, "llm-server"), **_selector()}
     env = [{"name": "HF_HOME", "value": HF_CACHE}]
     if with_token:
         env.append(
             {"name": "HF_TOKEN", "valueFrom": {"secretKeyRef": {"name": HF_SECRET, "key": HF_SECRET_KEY}}}
         )
     health = {"httpGet": {"path": "/health", "port": PORT}, "periodSeconds": PROBE_PERIOD_S}
+    spec = {
+        # A Service named vllm would inject VLLM_PORT=tcp://..., which vLLM reads as its own
+        # setting and crashes on.
+        "enableServiceLinks": False,
+        "nodeSelector": placement.node_selector,
+        "tolerations": placement.tolerations,
+        "terminationGracePeriodSeconds": 30,
+        "containers": [
+            {
+                "name": NAME,
+                "image": versions.VLLM_IMAGE,
+                "command": COMMAND,
+                "args": server_args(v),
+                "ports": [{"name": "http", "containerPort": PORT}],
+                "env": env,
+                # No CPU limit: it would throttle what g6 measures (podspec.security.WAIVERS).
+                "resources": {
+                    "requests": {"cpu": "2", "memory": "8Gi", **placement.limits(1)},
+                    "limits": {"memory": "12Gi", **placement.limits(1)},
+                },
+                # The model download (and load) on a fresh node before any liveness check
+                # may restart the pod; the image pull happens before probes start.
+                "startupProbe": {**health, "failureThreshold": v.startup_timeout_min * 60 // PROBE_PERIOD_S},
+                "readinessProbe": {**health, "failureThreshold": 3},
+                "livenessProbe": {**health, "failureThreshold": 6, "timeoutSeconds": 5},
+            }
+        ],
+    }
+    return restricted(spec, scratch=(TMP, CACHE, SHM), home=CACHE.path)
+
+
+def deployment(v: VllmServerArgs, with_token: bool) -> dict[str, Any]:
+    labels = {**k8s_labels(v.stack_id, "llm-server"), **_selector()}
     return {
         "apiVersion": "apps/v1",
         "kind": "Deployment",
@@ -96,48 +140,7 @@ def deployment(v: VllmServerArgs, with_token: bool) -> dict[str, Any]:
             # One GPU at most in the default quota: the old pod must free it before the new one starts.
             "strategy": {"type": "Recreate"},
             "selector": {"matchLabels": _selector()},
-            "template": {
-                "metadata": {"labels": labels},
-                "spec": {
-                    # A Service named vllm would inject VLLM_PORT=tcp://..., which vLLM reads as its own
-                    # setting and crashes on.
-                    "enableServiceLinks": False,
-                    "nodeSelector": placement.node_selector,
-                    "tolerations": placement.tolerations,
-                    "terminationGracePeriodSeconds": 30,
-                    "containers": [
-                        {
-                            "name": NAME,
-                            "image": versions.VLLM_IMAGE,
-                            "command": COMMAND,
-                            "args": server_args(v),
-                            "ports": [{"name": "http", "containerPort": PORT}],
-                            "env": env,
-                            "resources": {
-                                "requests": {"cpu": "2", "memory": "8Gi", **placement.limits(1)},
-                                "limits": {"memory": "12Gi", **placement.limits(1)},
-                            },
-                            # The model download (and load) on a fresh node before any liveness check
-                            # may restart the pod; the image pull happens before probes start.
-                            "startupProbe": {
-                                **health,
-                                "failureThreshold": v.startup_timeout_min * 60 // PROBE_PERIOD_S,
-                            },
-                            "readinessProbe": {**health, "failureThreshold": 3},
-                            "livenessProbe": {**health, "failureThreshold": 6, "timeoutSeconds": 5},
-                            "volumeMounts": [
-                                {"name": "dshm", "mountPath": "/dev/shm"},
-                                {"name": "hf-cache", "mountPath": HF_CACHE},
-                            ],
-                        }
-                    ],
-                    "volumes": [
-                        # PyTorch shares tensors between processes through /dev/shm (64 MiB by default).
-                        {"name": "dshm", "emptyDir": {"medium": "Memory", "sizeLimit": "2Gi"}},
-                        {"name": "hf-cache", "emptyDir": {"sizeLimit": "40Gi"}},
-                    ],
-                },
-            },
+            "template": {"metadata": {"labels": labels}, "spec": pod_spec(v, with_token)},
         },
     }
 
@@ -194,7 +197,7 @@ class VllmServer(pulumi.ComponentResource):
     def __init__(self, name: str, args: VllmServerArgs, opts: pulumi.ResourceOptions | None = None):
         super().__init__("gke-ml-labs:vllm:VllmServer", name, None, opts)
         self.namespace = k8s_objects.create(
-            f"{name}-ns", namespace(args.stack_id, args.namespace, "llm-server"), pulumi.ResourceOptions(parent=self)
+            f"{name}-ns", namespace(args.stack_id, args.namespace, "llm-server", "restricted"), pulumi.ResourceOptions(parent=self)
         )
         in_ns = pulumi.ResourceOptions(parent=self, depends_on=[self.namespace])
         if args.hf_token is not None:

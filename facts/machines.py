@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-# L4 GPUs per G2 machine type (FACTS.md; Compute Engine accelerator-optimized machine table).
+# L4 GPUs per G2 machine type (Compute Engine's accelerator-optimized machine table, cloud.google.com/compute/docs/gpus).
 G2_L4_COUNT: dict[str, int] = {
     "g2-standard-4": 1,
     "g2-standard-8": 1,

@@ -20,7 +20,7 @@ CATALOGUE = (
     "skypilot-org/skypilot-catalog catalogs/v8/gcp/vms.csv @006059e (Google Cloud Billing Catalog list "
     "prices per region, on-demand and spot), read 2026-12-01"
 )
-GKE_PRICING = "cloud.google.com/kubernetes-engine/pricing via FACTS.md: $0.10/cluster-hour, one zonal cluster free, 2026-08-20"
+GKE_PRICING = "cloud.google.com/kubernetes-engine/pricing: $0.10/cluster-hour, one zonal cluster free, read 2026-08-20"
 GCS_PRICING = "cloud.google.com/storage/pricing as transcribed by api-evangelist/gcp-cloud-storage (2026-09-20): $0.000027397/GiB-hour"
 PD_PRICING = "c3x.dev 'GCP persistent disk types cost' (2026) and a Google pricing-calculator estimate (2023): pd-balanced $0.10/GiB-month"
 PRICE_DATE = "2026-08-20"

@@ -1,6 +1,6 @@
 """Checks, before `pulumi up`, that the stack can come up, in this order: credentials, APIs, GPU
-quota, L4 zones. An expired login is reported as such, never as "no quota" (an expired token is
-what makes a quota list come back empty).
+quota, L4 zones, and the kubeconfig's auth plugin. An expired login is reported as such, never as
+"no quota" (an expired token is what makes a quota list come back empty).
 
     python -m ops.preflight --stack g6 [--project P]
 
@@ -10,11 +10,15 @@ Prints PASS/FAIL per check with a hint; exits 1 on any failure (2 when the stack
 from __future__ import annotations
 
 import argparse
+import json
+import shutil
+import subprocess
 import sys
 from collections.abc import Callable
 
 from pydantic import BaseModel, ConfigDict
 
+from facts.gke_auth import ADC_FLAG, AUTH_PLUGIN, INSTALL_HINT
 from ops.gcp import LOGIN_HINT, ApiDisabled, CredentialsError, GcpClient, GcpError, NetworkError
 from stacks.stackfile import OFFLINE_PROJECT, load_config
 from stacks import program
@@ -22,6 +26,7 @@ from stacks.config import LabConfig
 from stacks.loader import ConfigError
 
 ACCELERATOR = "nvidia-l4"
+PLUGIN_TIMEOUT_S = 60  # the plugin retries a failing token source a few times before it gives up
 NETWORK_HINT = (
     "nothing about the credentials or the project was checked: make sure this machine reaches "
     "*.googleapis.com (DNS, a proxy in HTTPS_PROXY, a firewall or VPN), then run preflight again"
@@ -132,7 +137,44 @@ def check_zones(client: GcpClient, cfg: LabConfig) -> CheckResult:
     return CheckResult(name=name, ok=True, detail=f"offered in {zones}")
 
 
-CHECKS: list[Callable[[GcpClient, LabConfig], CheckResult]] = [check_credentials, check_apis, check_quota, check_zones]
+def check_auth_plugin(client: GcpClient, cfg: LabConfig) -> CheckResult:
+    """The stack's kubeconfig runs the plugin for every Kubernetes call, with the ADC flag: run it so
+    here, as kubectl and Pulumi will, and expect a token (it mints one from ADC; it writes nothing)."""
+    name = AUTH_PLUGIN
+    path = shutil.which(AUTH_PLUGIN)
+    if path is None:
+        return CheckResult(
+            name=name, ok=False,
+            detail=f"{AUTH_PLUGIN} is not on PATH; the stack's kubeconfig runs it for every Kubernetes object",
+            hint=INSTALL_HINT,
+        )
+    try:
+        done = subprocess.run([path, ADC_FLAG], capture_output=True, text=True, timeout=PLUGIN_TIMEOUT_S)
+    except (OSError, subprocess.TimeoutExpired) as e:
+        return CheckResult(name=name, ok=False, detail=f"{path} {ADC_FLAG} did not run: {e}", hint=INSTALL_HINT)
+    if done.returncode != 0:
+        said = (done.stderr.strip().splitlines() or [f"exit status {done.returncode}"])[-1]
+        return CheckResult(
+            name=name, ok=False, detail=f"{path} {ADC_FLAG} got no token from Application Default Credentials: {said}",
+            hint=LOGIN_HINT,
+        )
+    try:
+        status = json.loads(done.stdout)["status"]
+        token, expiry = status["token"], status.get("expirationTimestamp")
+    except (ValueError, KeyError, TypeError):
+        token, expiry = None, None
+    if not token:
+        return CheckResult(
+            name=name, ok=False, detail=f"{path} {ADC_FLAG} printed no ExecCredential with a token",
+            hint=f"reinstall it: {INSTALL_HINT}",
+        )
+    until = f", valid until {expiry}" if expiry else ""
+    return CheckResult(name=name, ok=True, detail=f"{path} gets a token from Application Default Credentials{until}")
+
+
+CHECKS: list[Callable[[GcpClient, LabConfig], CheckResult]] = [
+    check_credentials, check_apis, check_quota, check_zones, check_auth_plugin,
+]
 
 
 def run_checks(client: GcpClient, cfg: LabConfig) -> list[CheckResult]:

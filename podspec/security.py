@@ -4,12 +4,13 @@
 privilege escalation, every capability dropped, the runtime's default seccomp profile; plus what we
 ask beyond the standard: a read-only root filesystem with an emptyDir wherever the process writes
 (`Scratch`), no service-account token unless the pod calls the Kubernetes API, and an explicit pull
-policy. Specs that are not plain pod specs (an InferenceService predictor, an Argo step) take the
-pieces: `pod_security_context`, `hardened_container`, `Scratch.volume`.
+policy; each workload sets its own CPU limit. Specs that are not plain pod specs (an InferenceService
+predictor, an Argo step) take the pieces: `pod_security_context`, `hardened_container`, `Scratch`.
 
 Where a workload cannot meet a rule, it is in WAIVERS, the one list of exceptions, with its reason and
-the checkov check IDs that reason answers. tests/pod_security.py checks every pod spec of every stack
-and of the benchmark kit against the rules named in `Rule`, and fails on any gap WAIVERS does not name.
+the checkov check IDs that reason answers. tests/test_security_posture.py checks every pod spec of
+every stack and of the benchmark kit against the rules named in `Rule` (tests/pod_security.py), and
+fails on any gap WAIVERS does not name.
 """
 
 from __future__ import annotations
@@ -22,6 +23,8 @@ from typing import Any, Literal, get_args
 # uid/gid 65534 ("nobody") is in /etc/passwd of every image we run that starts as root by default
 # (python:*-slim and busybox: Debian's and busybox's nobody; pytorch/pytorch and vllm/vllm-openai:
 # Ubuntu's), so whatever looks the user up (getpass.getuser(), torch's default cache paths) finds one.
+# A GPU pod may run as it: NVIDIA's driver creates /dev/nvidia* with mode 0666 unless told otherwise
+# (NVreg_DeviceFileMode, the driver's README), and the device plugin hands those nodes to the container.
 NOBODY = 65534
 # Tags are pinned (components/versions.py, benchmarks/labs/images.py), so a node that holds the image
 # need not ask the registry again; `Always` (checkov CKV_K8S_15) would contact Docker Hub on every pod
@@ -29,6 +32,14 @@ NOBODY = 65534
 # from our point of view.
 IMAGE_PULL_POLICY = "IfNotPresent"
 RUNTIME_DEFAULT = {"type": "RuntimeDefault"}
+# The Pod Security Standards' levels, as Pod Security Admission's namespace labels name them.
+PodSecurityLevel = Literal["privileged", "baseline", "restricted"]
+# The Standards' version our namespaces' Pod Security Admission labels name (the `*-version` labels):
+# the definitions tests/pod_security.py checks our pods against. Pinned, not `latest`, so a
+# control-plane upgrade cannot tighten what a running lab's namespaces enforce (an API server newer
+# than 1.33 still applies v1.33's definitions to these namespaces).
+POD_SECURITY_VERSION = "v1.33"
+PSA_PREFIX = "pod-security.kubernetes.io"
 
 # The rules tests/pod_security.py checks, by name. Baseline and restricted are the Pod Security
 # Standards' own (kubernetes.io/docs/concepts/security/pod-security-standards); "ours" is what we ask
@@ -50,7 +61,8 @@ OUR_RULES: tuple[str, ...] = get_args(OurRule)
 @dataclass(frozen=True)
 class Scratch:
     """A writable emptyDir for a container whose root filesystem is read-only. The kubelet creates an
-    emptyDir world-writable (with fsGroup, group-owned by it), so any non-root user can write there."""
+    emptyDir with mode 0777 (pkg/volume/emptydir), group-owned by the pod's fsGroup when it has one, so
+    any non-root user can write there."""
 
     name: str
     path: str
@@ -69,6 +81,16 @@ class Scratch:
 
 # Python's tempfile, pip's unpacking and sh's here-documents write under /tmp.
 TMP = Scratch("tmp", "/tmp", "1Gi")
+
+
+def pod_security_labels(enforce: PodSecurityLevel) -> dict[str, str]:
+    """A namespace's Pod Security Admission labels: refuse pods below `enforce`; warn the client and
+    write an audit entry for any pod below restricted, so how far it is from restricted stays visible."""
+    labels = {}
+    for mode, level in (("enforce", enforce), ("warn", "restricted"), ("audit", "restricted")):
+        labels[f"{PSA_PREFIX}/{mode}"] = level
+        labels[f"{PSA_PREFIX}/{mode}-version"] = POD_SECURITY_VERSION
+    return labels
 
 
 def pod_security_context(user: int | None = NOBODY) -> dict[str, Any]:
@@ -179,14 +201,27 @@ WAIVERS: tuple[Waiver, ...] = (
         "throughput g6 measures",
     ),
     Waiver(
-        ("*/Deployment/vllm",),
+        ("*/Deployment/vllm", "*/Pod/g[1-8]-*", "*/Job/g[1-8]-*"),
         (),
         ("CKV2_K8S_6",),
-        "no NetworkPolicy: its clients (an in-cluster benchmark run in any namespace, Prometheus) "
-        "reach its one port from anywhere in the cluster, so a policy would admit all of them anyway",
+        "no NetworkPolicy: vLLM's clients (a benchmark in any namespace, Prometheus) and the benchmark "
+        "pods' peers (gateway, metadata server, Google APIs) span namespaces; tenants get default-deny",
     ),
     Waiver(
-        ("*/Job/g5-*", "*/Job/g7-*"),
+        ("*/Pod/g1-*", "*/Pod/g2-*"),
+        (),
+        ("CKV_K8S_8", "CKV_K8S_9"),
+        "no liveness or readiness probe: a benchmark pod runs to completion and serves nothing to probe",
+    ),
+    Waiver(
+        ("default/*/g1-*", "default/*/g2-*"),
+        (),
+        ("CKV_K8S_21",),
+        "g1 and g2 have no namespace of their own: their short-lived pods go to the one the stack "
+        "outputs name, default when none",
+    ),
+    Waiver(
+        ("*/Job/g5-*", "*/Job/g7-client-*"),
         ("cpu-limit",),
         ("CKV_K8S_11",),
         "the HTTP client times each response: a throttled client adds its own delay to the latency "

@@ -17,7 +17,7 @@ from components import versions
 from components.checkpoints import Checkpoints, CheckpointsArgs
 from components.gpu_pool import GPU_RESOURCE, GpuPlacement, GpuSharing
 from components.gpu_sharing import NO_GKE_DEVICE_PLUGIN_LABEL, GpuOperator, GpuOperatorArgs
-from components.kueue import BLOCK_ADMISSION, JOBSET_NAMESPACE, Kueue, KueueArgs
+from components.kueue import JOBSET_NAMESPACE, Kueue, KueueArgs
 from components.kueue import NAMESPACE as KUEUE_NAMESPACE
 from components.observability import GRAFANA, PROMETHEUS, Observability, ObservabilityArgs, dashboard_ids
 from components.tenancy import PRIORITY_CLASSES, Tenancy, TenancyArgs, Tenant
@@ -109,6 +109,7 @@ def kueue_args(cfg: LabConfig, placement: GpuPlacement, prometheus: pulumi.Resou
         quota_cpu=q.quota_cpu,
         quota_memory_gib=q.quota_memory_gib,
         pods_ready_timeout_min=q.pods_ready_timeout_min,
+        block_admission=q.block_admission,
         prometheus=prometheus,
     )
 
@@ -128,7 +129,8 @@ def queue_summary(cfg: LabConfig) -> dict[str, Any]:
         "worker": {"gpus": 1, "cpu": q.worker_cpu, "memory_gib": q.worker_memory_gib},
         "expected_admitted": min(q.jobs, q.quota_gpus // q.workers),
         "pods_ready_timeout_min": q.pods_ready_timeout_min,
-        "block_admission": BLOCK_ADMISSION,
+        # The g3 report attributes each wait to quota or to blockAdmission, and says which was on.
+        "block_admission": q.block_admission,
         "queue_label": "kueue.x-k8s.io/queue-name",
     }
 

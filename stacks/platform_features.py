@@ -75,9 +75,14 @@ class Kueue(_Feature):
     workers: int = Field(3, ge=2, le=MAX_SHARED_CLIENTS, description="workers of one job, one shared GPU each")
     worker_cpu: float = Field(0.25, gt=0, description="CPU cores one worker requests")
     worker_memory_gib: float = Field(0.25, gt=0, description="memory in GiB one worker requests")
-    # Above the time a GPU node takes from zero to allocatable GPUs (up to ~15 min, FACTS.md), or
+    # Above the time a GPU node takes from zero to allocatable GPUs (up to ~15 min on GKE), or
     # Kueue would evict every first job while its node is still booting.
     pods_ready_timeout_min: int = Field(20, ge=5, le=120, description="waitForPodsReady timeout in minutes")
+    # On, Kueue admits nothing else until the last admitted job's pods are Ready (minutes on a GPU pool at
+    # zero); the g3 report attributes each wait to quota or to this, from the Workloads' conditions.
+    block_admission: bool = Field(
+        True, description="waitForPodsReady.blockAdmission: admit one job at a time until its pods are Ready"
+    )
 
     @property
     def job_demand(self) -> dict[str, float]:

@@ -1,7 +1,9 @@
 """A local HTTP server on loopback that answers like the Google REST APIs the operator commands
 call (Cloud Resource Manager, Service Usage, Compute, BigQuery), with the response shapes of
 Google's API references: list pages with `nextPageToken`, errors as {"error": {code, message,
-status, details}}, a 401 for an expired token. Tests set its state and read the calls it saw."""
+status, details}}, a 401 for an expired token. It also answers like the Compute Engine metadata
+server (GCE_METADATA_HOST), the Application Default Credentials of a VM: a service-account token.
+Tests set its state and read the calls it saw."""
 
 from __future__ import annotations
 
@@ -41,10 +43,11 @@ class _Handler(BaseHTTPRequestHandler):
     def log_message(self, *args: Any) -> None:  # keep test output clean
         pass
 
-    def _send(self, code: int, body: dict) -> None:
-        data = json.dumps(body).encode()
+    def _send(self, code: int, body: dict | str) -> None:
+        data = body.encode() if isinstance(body, str) else json.dumps(body).encode()
         self.send_response(code)
-        self.send_header("Content-Type", "application/json; charset=UTF-8")
+        self.send_header("Metadata-Flavor", "Google")
+        self.send_header("Content-Type", "text/plain" if isinstance(body, str) else "application/json; charset=UTF-8")
         self.send_header("Content-Length", str(len(data)))
         self.end_headers()
         self.wfile.write(data)
@@ -61,6 +64,8 @@ class _Handler(BaseHTTPRequestHandler):
         length = int(self.headers.get("Content-Length") or 0)
         body = json.loads(self.rfile.read(length)) if length else None
         self.state.calls.append((method, url.path, query, body))
+        if url.path.startswith("/computeMetadata/v1/"):
+            return self._metadata(url.path.removeprefix("/computeMetadata/v1/"))
         token = (self.headers.get("Authorization") or "").removeprefix("Bearer ")
         if token != VALID_TOKEN:
             # What Google answers for an expired or revoked OAuth token.
@@ -70,6 +75,16 @@ class _Handler(BaseHTTPRequestHandler):
                 "or other valid authentication credential.", "ACCESS_TOKEN_EXPIRED"))
         code, answer = self._route(method, url.path.split("/"), query, body)
         self._send(code, answer)
+
+    def _metadata(self, path: str) -> None:
+        # The metadata server refuses a request without this header (documented, and what it checks).
+        if self.headers.get("Metadata-Flavor") != "Google":
+            return self._send(403, "Missing required header: Metadata-Flavor")
+        if path == "project/project-id":
+            return self._send(200, self.state.project)
+        if path == "instance/service-accounts/default/token":
+            return self._send(200, {"access_token": VALID_TOKEN, "expires_in": 3599, "token_type": "Bearer"})
+        return self._send(404, "Not Found")
 
     def _route(self, method: str, parts: list[str], query: dict, body: Any) -> tuple[int, dict]:
         s = self.state

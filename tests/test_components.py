@@ -79,7 +79,9 @@ CASES: dict[type, Callable[[], pulumi.ComponentResource]] = {
         ),
     ),
     HelmRelease: lambda: HelmRelease(
-        "jobset", HelmReleaseArgs(chart=versions.JOBSET, namespace="jobs", values={"a": 1}, labels={"x": "y"})
+        "jobset", HelmReleaseArgs(
+            chart=versions.JOBSET, namespace="jobs", values={"a": 1}, labels={"x": "y"}, pod_security="restricted"
+        )
     ),
     BucketIdentity: lambda: BucketIdentity(
         "reader",

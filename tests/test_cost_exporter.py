@@ -145,6 +145,28 @@ def test_objects_validate_and_run_on_the_system_pool():
     assert role["rules"] == [{"apiGroups": [""], "resources": ["nodes", "pods"], "verbs": ["list"]}]
 
 
+def test_only_prometheus_reaches_the_exporter_and_its_dependency_lands_in_an_empty_dir():
+    args = cost_exporter_args(g6())
+    objects = component.objects(args)
+    deployment = next(o for o in objects if o["kind"] == "Deployment")
+    policy = next(o for o in objects if o["kind"] == "NetworkPolicy")
+    pod = deployment["spec"]["template"]["metadata"]["labels"]
+    assert policy["spec"]["podSelector"]["matchLabels"].items() <= pod.items()
+    assert policy["spec"]["policyTypes"] == ["Ingress"]
+    (rule,) = policy["spec"]["ingress"]
+    assert rule["from"] == [{"namespaceSelector": {"matchLabels": {"kubernetes.io/metadata.name": "monitoring"}}}]
+    assert rule["ports"] == [{"protocol": "TCP", "port": component.PORT}]
+    # The root filesystem is read-only: pip installs into the deps emptyDir, which is on PYTHONPATH.
+    spec = deployment["spec"]["template"]["spec"]
+    (app,) = spec["containers"]
+    env = {e["name"]: e["value"] for e in app["env"]}
+    assert app["securityContext"]["readOnlyRootFilesystem"] is True
+    assert f"--target {component.DEPS.path} " in app["command"][-1]
+    assert component.DEPS.path in env["PYTHONPATH"].split(":")
+    assert {m["mountPath"] for m in app["volumeMounts"]} >= {component.DEPS.path, "/tmp"}
+    assert spec["automountServiceAccountToken"] is True, "it lists nodes and pods through the API"
+
+
 def test_service_monitor_waits_for_prometheus_under_mocks():
     run = run_stack("dev", overrides={"gke-ml-labs:lab": "g6", "gke-ml-labs:cost_exporter": {"enabled": True}})
     monitor = run.one("kubernetes:monitoring.coreos.com/v1:ServiceMonitor", "cost-exporter-servicemonitor")

@@ -8,6 +8,7 @@ import subprocess
 import sys
 
 import pytest
+import yaml
 from conftest import STACKS
 from kube_fixtures import G2_L4 as PUBLISHED_G2_L4
 
@@ -121,7 +122,8 @@ def test_nodes_run_as_a_dedicated_service_account_not_the_default_one(stack_runs
     run = stack_runs[("dev", False)]
     sa = run.one("gcp:serviceaccount/account:Account", "gke-nodes")
     roles = {r.inputs["role"] for r in run.of_type("gcp:projects/iAMMember:IAMMember") if r.parent == sa.parent}
-    assert "roles/editor" not in roles and "roles/owner" not in roles
+    # GKE's documented role for node service accounts (logs, metrics, autoscaling metrics), nothing else.
+    assert roles == {"roles/container.defaultNodeServiceAccount"}
     for pool in run.of_type(NODE_POOL):
         assert pool.inputs["nodeConfig"]["serviceAccount"].startswith(sa.inputs["accountId"])
     # The short-lived default pool too: an org may have disabled the default compute account.
@@ -139,7 +141,11 @@ def test_kubernetes_provider_authenticates_through_the_gke_plugin(stack_runs):
     run = stack_runs[("dev", False)]
     provider = run.one("pulumi:providers:kubernetes")
     kubeconfig = run.outputs["kubeconfig"]
-    assert "command: gke-gcloud-auth-plugin" in kubeconfig and "token" not in kubeconfig
+    assert "token" not in kubeconfig
+    (user,) = yaml.safe_load(kubeconfig)["users"]
+    # With Application Default Credentials, which the walk-through sets up, not gcloud's active account.
+    assert user["user"]["exec"]["command"] == "gke-gcloud-auth-plugin"
+    assert user["user"]["exec"]["args"] == ["--use_application_default_credentials"]
     assert provider.inputs["deleteUnreachable"] in (True, "true")
 
 

@@ -3,6 +3,7 @@ of the same template; the CLI against a local server answering like BigQuery's j
 
 from __future__ import annotations
 
+import os
 import re
 import shutil
 import subprocess
@@ -163,12 +164,15 @@ def test_the_documented_example_table_name_is_accepted():
 
 
 MAKE = shutil.which("make")
+# Under `make test` the suite inherits the outer make's MAKELEVEL/MAKEFLAGS, and a nested make then prints
+# "Entering directory" lines: run it as a user's shell would.
+MAKE_ENV = {k: v for k, v in os.environ.items() if k not in ("MAKELEVEL", "MAKEFLAGS", "MFLAGS", "MAKEOVERRIDES")}
 
 
 @pytest.mark.skipif(MAKE is None, reason="make is not installed")
 @pytest.mark.parametrize("given, missing", [([], "BILLING_TABLE SINCE"), (["SINCE=2026-11-01"], "BILLING_TABLE")])
 def test_make_cost_names_the_missing_variables_before_running_anything(given, missing):
-    done = subprocess.run([MAKE, "-n", "cost", "LAB=g6", *given], cwd=REPO, capture_output=True, text=True, timeout=60)
+    done = subprocess.run([MAKE, "-n", "cost", "LAB=g6", *given], cwd=REPO, env=MAKE_ENV, capture_output=True, text=True, timeout=60)
     assert done.returncode == 2 and done.stdout == ""
     (line,) = done.stderr.splitlines()
     assert f"make cost needs {missing}: e.g. make cost LAB=g6 SINCE=2026-11-01 BILLING_TABLE={billing.TABLE_EXAMPLE}" in line
@@ -177,7 +181,7 @@ def test_make_cost_names_the_missing_variables_before_running_anything(given, mi
 @pytest.mark.skipif(MAKE is None, reason="make is not installed")
 def test_make_cost_with_its_variables_runs_the_billing_query():
     done = subprocess.run([MAKE, "-n", "cost", "LAB=g6", "SINCE=2026-11-01", f"BILLING_TABLE={billing.TABLE_EXAMPLE}"],
-                          cwd=REPO, capture_output=True, text=True, timeout=60)
+                          cwd=REPO, env=MAKE_ENV, capture_output=True, text=True, timeout=60)
     assert done.returncode == 0
     assert f"-m ops.billing --table {billing.TABLE_EXAMPLE} --lab g6 --since 2026-11-01" in done.stdout
 

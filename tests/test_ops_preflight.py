@@ -1,19 +1,59 @@
 """Preflight against a local server that answers like Google: the order of the checks, an expired
-token reported as such (never as "no quota"), an empty quota list not read as zero quota."""
+token reported as such (never as "no quota"), an empty quota list not read as zero quota; and the
+kubeconfig's auth plugin, missing, failing and working (a stand-in on PATH that answers as the real
+plugin does, and the real plugin where it is installed)."""
 
 from __future__ import annotations
 
 import json
+import shutil
 import socket
+from pathlib import Path
 
 import pytest
 
-from fake_google import EXPIRED_TOKEN, FakeGoogle, GoogleState
+from fake_google import EXPIRED_TOKEN, VALID_TOKEN, FakeGoogle, GoogleState
 from ops import preflight
 from ops.gcp import CredentialsError, GcpClient, adc_token
 from stacks.stackfile import load_config
 
 PROJECT = "lab-project"
+REAL_PLUGIN = shutil.which("gke-gcloud-auth-plugin")
+# What the real plugin (v1.30) prints with the ADC flag: an ExecCredential.
+EXEC_CREDENTIAL = {
+    "kind": "ExecCredential",
+    "apiVersion": "client.authentication.k8s.io/v1beta1",
+    "spec": {"interactive": False},
+    "status": {"expirationTimestamp": "2026-12-01T13:40:21Z", "token": "ya29.plugin"},
+}
+# What it prints on stderr (exit status 1) with the ADC flag where no ADC exists, recorded from it.
+NO_ADC = (
+    "F1201 12:40:06.165921   13035 cred.go:145] print credential failed with error: Failed to retrieve access "
+    "token:: getting google default token failed after multiple retries: cannot construct google default token "
+    "source: google: could not find default credentials. See "
+    "https://cloud.google.com/docs/authentication/external/set-up-adc for more information"
+)
+
+
+def plugin(folder: Path, monkeypatch, stdout: str = "", stderr: str = "", status: int = 0) -> Path:
+    """A stand-in gke-gcloud-auth-plugin alone on PATH. It answers only when asked for Application
+    Default Credentials: without the flag the real one would use gcloud's active account instead."""
+    folder.mkdir(exist_ok=True)
+    script = folder / "gke-gcloud-auth-plugin"
+    script.write_text(
+        "#!/bin/sh\n"
+        '[ "$1" = "--use_application_default_credentials" ] || { echo "asked for gcloud\'s account" >&2; exit 1; }\n'
+        # Shell built-ins only: PATH holds nothing else.
+        f"printf '%s\\n' '{stdout}'\nprintf '%s\\n' '{stderr}' >&2\nexit {status}\n"
+    )
+    script.chmod(0o755)
+    monkeypatch.setenv("PATH", str(folder))
+    return script
+
+
+@pytest.fixture(autouse=True)
+def working_plugin(tmp_path, monkeypatch):
+    return plugin(tmp_path / "bin", monkeypatch, stdout=json.dumps(EXEC_CREDENTIAL))
 
 
 def quotas(spot_limit: float, spot_usage: float = 0.0) -> list[dict]:
@@ -45,13 +85,64 @@ def run(state: GoogleState, cfg, token: str = "ya29.valid-token") -> list[prefli
         return preflight.run_checks(client, cfg)
 
 
-def test_all_checks_pass_in_order(cfg):
+def test_all_checks_pass_in_order(cfg, working_plugin):
     results = run(healthy(cfg), cfg)
-    assert [r.ok for r in results] == [True] * 4
+    assert [r.ok for r in results] == [True] * 5
     assert [r.name for r in results] == [
-        "credentials", "APIs enabled", "quota PREEMPTIBLE_NVIDIA_L4_GPUS in us-central1", "nvidia-l4 in zones"
+        "credentials", "APIs enabled", "quota PREEMPTIBLE_NVIDIA_L4_GPUS in us-central1", "nvidia-l4 in zones",
+        "gke-gcloud-auth-plugin",
     ]
     assert "free 4" in results[2].detail and "needs 1" in results[2].detail
+    assert results[4].detail == (
+        f"{working_plugin} gets a token from Application Default Credentials, valid until 2026-12-01T13:40:21Z"
+    )
+
+
+def test_auth_plugin_missing_from_path(cfg, tmp_path, monkeypatch):
+    (tmp_path / "empty").mkdir()
+    monkeypatch.setenv("PATH", str(tmp_path / "empty"))
+    result = preflight.check_auth_plugin(GcpClient(token_source=lambda: "x"), cfg)
+    assert not result.ok
+    assert result.detail == (
+        "gke-gcloud-auth-plugin is not on PATH; the stack's kubeconfig runs it for every Kubernetes object"
+    )
+    assert result.hint == "gcloud components install gke-gcloud-auth-plugin"
+
+
+def test_auth_plugin_without_adc_says_why_and_how_to_log_in(cfg, tmp_path, monkeypatch):
+    plugin(tmp_path / "bin", monkeypatch, stderr=NO_ADC, status=1)
+    result = preflight.check_auth_plugin(GcpClient(token_source=lambda: "x"), cfg)
+    assert not result.ok and result.detail.endswith("google: could not find default credentials. See "
+                                                   "https://cloud.google.com/docs/authentication/external/set-up-adc "
+                                                   "for more information")
+    assert "got no token from Application Default Credentials" in result.detail
+    assert result.hint == "run `gcloud auth application-default login`"
+
+
+def test_auth_plugin_printing_no_credential_fails(cfg, tmp_path, monkeypatch):
+    plugin(tmp_path / "bin", monkeypatch, stdout=json.dumps({**EXEC_CREDENTIAL, "status": {}}))
+    result = preflight.check_auth_plugin(GcpClient(token_source=lambda: "x"), cfg)
+    assert not result.ok and "printed no ExecCredential with a token" in result.detail
+
+
+@pytest.mark.skipif(REAL_PLUGIN is None, reason="gke-gcloud-auth-plugin is not installed")
+def test_the_real_plugin_gets_its_token_from_adc(cfg, tmp_path, monkeypatch):
+    # ADC here is a VM's: the metadata server (on loopback, GCE_METADATA_HOST) hands out the token. No
+    # gcloud login and no ADC file exist (HOME and CLOUDSDK_CONFIG are empty), so only with the ADC flag
+    # can the plugin return that token.
+    monkeypatch.setenv("PATH", str(Path(REAL_PLUGIN).parent))
+    monkeypatch.setenv("HOME", str(tmp_path))
+    monkeypatch.setenv("CLOUDSDK_CONFIG", str(tmp_path / "gcloud"))
+    monkeypatch.delenv("GOOGLE_APPLICATION_CREDENTIALS", raising=False)
+    state = GoogleState(project=PROJECT)
+    with FakeGoogle(state) as google:
+        monkeypatch.setenv("GCE_METADATA_HOST", google.url.removeprefix("http://"))
+        result = preflight.check_auth_plugin(google.client(), cfg)
+    assert result.ok, result.line()
+    assert result.detail.startswith(f"{REAL_PLUGIN} gets a token from Application Default Credentials, valid until")
+    token_calls = [q for _, path, q, _ in state.calls if path.endswith("/service-accounts/default/token")]
+    assert token_calls and "cloud-platform" in token_calls[0]["scopes"]
+    assert VALID_TOKEN not in result.line(), "the token itself is never printed"
 
 
 def test_expired_token_is_reported_as_credentials_not_quota(cfg):
@@ -161,7 +252,7 @@ def test_required_apis_follow_the_features(cfg):
     assert "billingbudgets.googleapis.com" in preflight.required_apis(with_budget)
 
 
-def test_main_exit_codes_and_output(cfg, capsys):
+def test_main_exit_codes_and_output(cfg, capsys, working_plugin):
     with FakeGoogle(healthy(cfg)) as google:
         assert preflight.main(["--stack", "dev", "--project", PROJECT], client=google.client()) == 0
         assert "all checks passed" in capsys.readouterr().out

@@ -8,6 +8,8 @@ import json
 import re
 
 import pytest
+
+from benchmarks.labs import g4
 import schemas
 import upstream
 import yaml
@@ -15,8 +17,6 @@ import yaml
 from components.dashboards import all_dashboards
 from components.dashboards.gpu import DCGM_METRICS
 from components.gpu_pool import GpuPlacement
-from components.naming import StackId
-from components.training_operator import PyTorchJobArgs, pytorch_job
 from stacks.mockrun import MockRun, run_stack
 
 K = "gke-ml-labs"
@@ -228,22 +228,15 @@ def test_g4_installs_the_pinned_v1_overlay_and_a_two_worker_job_validates():
     bench = r.outputs["benchmark"]["training"]
     assert bench["namespace"] in r.outputs["namespaces"] and bench["workers"] == 2
     assert bench["clean_pod_policy"] == "None" and ":" in bench["image"] and not bench["image"].endswith(":latest")
-    # Built from the stack outputs, as the g4 benchmark sees them.
-    job_args = PyTorchJobArgs(
-        stack_id=StackId(lab="g4", stack="g4"),
-        namespace=bench["namespace"],
-        workers=bench["workers"],
-        gpus_per_worker=bench["gpus_per_worker"],
-        clean_pod_policy=bench["clean_pod_policy"],
-    )
-    job = pytorch_job(job_args, GpuPlacement(), "rendezvous", ["python", "-c", "print(1)"])
+    # The job the g4 benchmark submits, built from these outputs.
+    _, job = g4.build_workloads(r.outputs, "g4-0000-abcd")
     schemas.validate_object(job)
     specs = job["spec"]["pytorchReplicaSpecs"]
     assert specs["Master"]["replicas"] + specs["Worker"]["replicas"] == bench["world_size"] == 2
     for spec in specs.values():
         pod = spec["template"]["spec"]
-        assert pod["containers"][0]["resources"]["limits"] == {"nvidia.com/gpu": "1"}
-        assert pod["tolerations"] == GpuPlacement().tolerations
+        assert pod["containers"][0]["resources"]["limits"]["nvidia.com/gpu"] == "1"
+        assert pod["tolerations"] == r.outputs["gpu_pool"]["tolerations"]
 
 
 # ---------------------------------------------------------------- checkpoints (g8)

@@ -3,6 +3,7 @@ pinned versions: InferenceService, WorkflowTemplate, ServiceMonitor (CRDs), core
 
 from __future__ import annotations
 
+import json
 import subprocess
 import sys
 
@@ -88,11 +89,14 @@ def test_triton_inference_service_validates_and_names_the_runtime_the_chart_inst
     assert model["resources"]["limits"][GPU_RESOURCE] == "1"
     assert predictor["tolerations"] == PLACEMENT.tolerations and predictor["nodeSelector"] == PLACEMENT.node_selector
     assert model["command"][:2] == ["/bin/sh", "-c"] and "KIND_GPU" in model["command"][2]
-    # Restricted Pod Security and our rules, with no waiver; all of it on the container (Knative refuses a
-    # pod-level securityContext by default), a writable /tmp for the read-only root, no API token.
+    # Restricted Pod Security and our rules, with no waiver, a writable /tmp for the read-only root, no
+    # API token. The pod-level half (Knative accepts it with kubernetes.podspec-securitycontext) runs
+    # Triton, whose image starts as root, as its triton-server user, and gives the storage-initializer
+    # KServe injects the seccomp profile it lacks.
     ((workload, pod),) = pod_security.pod_specs(isvc)
     assert workload == "models/InferenceService/cifar10" and pod_security.findings(pod) == []
-    assert "securityContext" not in predictor
+    assert predictor["securityContext"]["runAsUser"] == kserve.KSERVE_UID == 1000
+    assert predictor["securityContext"]["seccompProfile"] == {"type": "RuntimeDefault"}
     assert {"name": "tmp", "mountPath": "/tmp"} in model["volumeMounts"] and {"name": "HOME", "value": "/tmp"} in model["env"]
     assert ("canaryTrafficPercent" in predictor) == (canary is not None)
     endpoint = kserve.endpoint(inference_service_args(cfg), "example.com", {})
@@ -206,6 +210,23 @@ def test_vllm_pod_lands_on_the_gpu_pool_without_service_links():
     assert not any(e["name"] == "HF_TOKEN" for e in main["env"])
 
 
+def test_vllm_runs_unprivileged_and_writes_only_to_its_empty_dirs():
+    cfg = lab("g6", vllm={"enabled": True})
+    pod = vllm.deployment(vllm_args(cfg, PLACEMENT), with_token=False)["spec"]["template"]["spec"]
+    main = container({"spec": {"template": {"spec": pod}}})
+    env = {e["name"]: e.get("value") for e in main["env"]}
+    empty_dirs = {v["name"]: v["emptyDir"] for v in pod["volumes"]}
+    mounts = {m["mountPath"]: m["name"] for m in main["volumeMounts"]}
+    # The image's root (uid 0) is not used: nobody, with a read-only root filesystem.
+    assert pod["securityContext"]["runAsUser"] == 65534 and main["securityContext"]["readOnlyRootFilesystem"] is True
+    # Everything vLLM writes by default lands on an emptyDir: ~ (caches), the model download, /tmp
+    # (IPC sockets, TorchInductor) and /dev/shm (in memory).
+    assert set(mounts) == {"/tmp", "/cache", "/dev/shm"} and set(mounts.values()) <= set(empty_dirs)
+    assert env["HOME"] == "/cache" and env["HF_HOME"].startswith("/cache/")
+    assert empty_dirs[mounts["/dev/shm"]]["medium"] == "Memory"
+    assert empty_dirs[mounts["/cache"]]["sizeLimit"] == "40Gi", "room for the model download"
+
+
 def test_hf_token_comes_from_a_secret_only_when_one_is_given():
     cfg = lab("g6", vllm={"enabled": True})
     main = container(vllm.deployment(vllm_args(cfg, PLACEMENT), with_token=True))
@@ -259,6 +280,39 @@ def test_workflow_template_validates_and_chains_train_register_deploy():
         assert "tolerations" not in step, "CPU steps never tolerate the GPU taint"
     assert {e["name"]: e["value"] for e in steps["register"]["script"]["env"]}["BUCKET"] == "bucket-x"
     assert steps["train"]["outputs"]["artifacts"][0]["name"] == "model"
+
+
+def test_workflow_steps_install_and_write_only_under_their_tmp_empty_dir():
+    cfg = lab("g7", kserve={"enabled": True}, argo={"enabled": True})
+    spec = argo.workflow_template(argo_args(cfg), "bucket-x")["spec"]
+    # The pods run as argoexec's user, so the init and wait containers and the step share file ownership.
+    assert spec["securityContext"]["runAsUser"] == argo.ARGO_EXECUTOR_UID
+    assert spec["volumes"] == [{"name": "tmp", "emptyDir": {"sizeLimit": "2Gi"}}]
+    for step in (t for t in spec["templates"] if "script" in t):
+        script = step["script"]
+        env = {e["name"]: e["value"] for e in script["env"]}
+        assert script["securityContext"]["readOnlyRootFilesystem"] is True
+        assert script["volumeMounts"] == [{"name": "tmp", "mountPath": "/tmp"}] and env["HOME"] == "/tmp"
+        # pip cannot write the image's site-packages (root's, and read-only): it installs under /tmp.
+        assert f"--target {argo.DEPS_DIR} " in script["source"] and env["PYTHONPATH"] == argo.DEPS_DIR
+    for path in (argo.DEPS_DIR, argo.MODEL_DIR, argo.STORAGE_URI_FILE):
+        assert path.startswith("/tmp/")
+
+
+def test_deploy_step_creates_a_restricted_predictor_that_validates():
+    cfg = lab("g7", kserve={"enabled": True}, argo={"enabled": True})
+    step = next(t for t in argo.workflow_template(argo_args(cfg), "bucket-x")["spec"]["templates"] if t["name"] == "deploy")
+    env = {e["name"]: e["value"] for e in step["script"]["env"]}
+    # As the step does it: the predictor from the template, the storageUri from the register step.
+    predictor = json.loads(env["PREDICTOR"])
+    predictor["model"]["storageUri"] = "gs://bucket-x/models/iris-argo/wf-1"
+    isvc = {"apiVersion": kserve.API_VERSION, "kind": "InferenceService",
+            "metadata": {"name": "iris-argo", "namespace": "pipelines"}, "spec": {"predictor": predictor}}
+    schemas.validate_object(isvc)
+    assert predictor["serviceAccountName"] == argo.MODEL_SA and predictor["minReplicas"] == 0
+    assert predictor["securityContext"]["runAsUser"] == kserve.KSERVE_UID
+    assert predictor["automountServiceAccountToken"] is False
+    assert 'predictor["model"]["storageUri"] = os.environ["STORAGE_URI"]' in (argo.STEPS / "deploy.py").read_text()
 
 
 def test_workflow_service_account_may_do_exactly_what_its_steps_do():

@@ -233,7 +233,6 @@ def _sources() -> dict[str, str]:
 @pytest.mark.parametrize(
     "pattern, why",
     [
-        (r"\.\./shared|shared/upstream", "a user's clone has no ../shared"),
         (r"\.cache/upstream|UPSTREAM_DIR|UPSTREAM_BASE_URL", "only tests/upstream.py knows where the files lie"),
         (r"schemas\.UPSTREAM|\bUPSTREAM\s*/", "paths are built by upstream.path, which checks the lock"),
     ],
@@ -241,6 +240,33 @@ def _sources() -> dict[str, str]:
 def test_every_upstream_file_a_test_reads_goes_through_the_lock(pattern, why):
     offenders = [name for name, text in _sources().items() if re.search(pattern, text)]
     assert offenders == [], f"{', '.join(offenders)} reach upstream files around tests/upstream.py ({why})"
+
+
+REPO = TESTS.parent
+TEXT_SUFFIXES = {".py", ".md", ".yaml", ".yml", ".toml", ".ini", ".txt", ".sh", ".tsv", ".json", ".cfg"}
+NOT_OURS = {".git", ".venv", ".cache", "results", "plan-out", "__pycache__", ".pytest_cache", ".pulumi-state"}
+
+
+def _offline_folder() -> str:
+    """The folder beside the clone that .ci/run gives CI as UPSTREAM_DIR: the one file that may name it."""
+    m = re.search(r'UPSTREAM_DIR:-\$PWD/(\.\./[^/"}]+)', (REPO / ".ci" / "run").read_text())
+    assert m, ".ci/run no longer points UPSTREAM_DIR at a folder beside the clone"
+    return m.group(1)
+
+
+def test_no_file_but_the_ci_script_names_the_folder_beside_the_clone():
+    """A user's clone has nothing beside it: no code, test, comment or doc may point there."""
+    folder = _offline_folder()
+    pattern = re.compile(f"{re.escape(folder)}|{re.escape(folder.removeprefix('../'))}/upstream")
+    offenders = [
+        str(path.relative_to(REPO))
+        for path in sorted(REPO.rglob("*"))
+        if path.is_file()
+        and not NOT_OURS & set(path.relative_to(REPO).parts)
+        and (path.suffix in TEXT_SUFFIXES or path.name == "Makefile")
+        and pattern.search(path.read_text(errors="replace"))
+    ]
+    assert offenders == [], f"{', '.join(offenders)} name {folder}, which only .ci/run may (as UPSTREAM_DIR)"
 
 
 def test_every_locked_file_is_one_a_test_reads():

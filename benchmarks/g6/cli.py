@@ -301,17 +301,24 @@ def planned_specs(params: G6Params, kv: KvParams, quant: QuantParams, base_url: 
     return [spec for _ in params.max_num_seqs for spec in load_specs(params, base_url)]
 
 
-def write_client_manifest(
-    folder: Path, outputs: dict[str, Any] | None, params: G6Params, kv: KvParams, quant: QuantParams, cpus: int
-) -> list[Path]:
-    """The ConfigMap and one Job per point, as the in-cluster runner would create them, as YAML files."""
+def client_manifest(
+    outputs: dict[str, Any] | None, params: G6Params, kv: KvParams, quant: QuantParams, cpus: int
+) -> list[dict[str, Any]]:
+    """The ConfigMap and one Job per point, as the in-cluster runner would create them."""
     if outputs is None or params.client != "in-cluster":
         raise G6Error("--client-manifest shows the in-cluster client: give --stack or --outputs, and no --target")
     ep = _vllm_endpoint(outputs)
-    specs = planned_specs(params, kv, quant, ep.server_url())
+    return manifests(ep.namespace, system_selector(outputs), planned_specs(params, kv, quant, ep.server_url()), cpus)
+
+
+def write_client_manifest(
+    folder: Path, outputs: dict[str, Any] | None, params: G6Params, kv: KvParams, quant: QuantParams, cpus: int
+) -> list[Path]:
+    """client_manifest as YAML files."""
+    objects = client_manifest(outputs, params, kv, quant, cpus)
     prepare(folder, "--client-manifest")
     paths = []
-    for obj in manifests(ep.namespace, system_selector(outputs), specs, cpus):
+    for obj in objects:
         path = folder / f"{obj['kind'].lower()}-{obj['metadata']['name']}.yaml"
         path.write_text(yaml.safe_dump(obj, sort_keys=False))
         paths.append(path)
@@ -380,6 +387,14 @@ def _meta(params: G6Params, argv: list[str], started: datetime, versions: dict[s
     )
 
 
+def experiment_params(args: argparse.Namespace, params: G6Params) -> tuple[KvParams, QuantParams]:
+    """The kv and quant experiments' settings from the command line."""
+    kv = KvParams(context_lens=args.context_len or list(DEFAULT_CONTEXT_LENS), concurrency=params.concurrency)
+    quant = QuantParams(variants=args.variants or list(DEFAULT_VARIANTS), quality_prompts=args.quality_prompts,
+                        quality_tokens=args.quality_tokens)  # fmt: skip
+    return kv, quant
+
+
 EXIT_CODES = {"Ctrl-C": 130, "SIGTERM": 143}  # 128 + the signal's number, as shells report them
 ERRORS = (G6Error, HarnessError, LoadgenError, MetricsError, ServingError, ClusterError, LabError, OutputFolderError)
 
@@ -401,9 +416,7 @@ def _run(args: argparse.Namespace, argv: list[str], started: datetime) -> int:
     try:
         outputs = read_stack_outputs(args)
         params = resolve_params(args, outputs)
-        kv = KvParams(context_lens=args.context_len or list(DEFAULT_CONTEXT_LENS), concurrency=params.concurrency)
-        quant = QuantParams(variants=args.variants or list(DEFAULT_VARIANTS), quality_prompts=args.quality_prompts,
-                            quality_tokens=args.quality_tokens)  # fmt: skip
+        kv, quant = experiment_params(args, params)
         if params.experiment == "kv":
             check_lengths(params, kv)  # before anything starts
         if args.client_manifest is not None:

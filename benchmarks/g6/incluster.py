@@ -23,7 +23,7 @@ from benchmarks.labs import images, objects
 from benchmarks.loadgen import LoadgenError, LoadRun, LoadSpec
 from benchmarks.loadgen.core import PLAN_ENV, OutputReader
 from benchmarks.loadgen.runner import CORE_FLAGS, CORE_PATH, Progress, placed, read_output
-from podspec.security import Scratch, restricted
+from podspec.security import Scratch
 
 CORE_FILE = "loadgen.py"
 CONTAINER = "loadgen"
@@ -81,9 +81,7 @@ def job(
     client["env"].append({"name": "NODE_NAME", "valueFrom": {"fieldRef": {"fieldPath": "spec.nodeName"}}})
     # The restricted Pod Security Standard with a read-only root: the one place the core writes is
     # /dev/shm (multiprocessing's locks are POSIX semaphores there).
-    pod = restricted(
-        objects.pod_spec([client], node_selector=node_selector, scripts_config_map=scripts), scratch=(SHM,), home=None
-    )
+    pod = objects.pod_spec([client], node_selector=node_selector, scripts_config_map=scripts, scratch=(SHM,), home=None)
     # The vLLM Service's environment variables would only add noise to the pod.
     pod["enableServiceLinks"] = False
     return objects.job(name, namespace, pod, ttl_after_finished_s=TTL_AFTER_FINISHED_S)

@@ -73,7 +73,8 @@ def build_workloads(outputs: dict[str, Any], run_id: str = "manual") -> list[dic
         probe_name(run_id),
         params.namespace,
         objects.pod_spec(
-            [objects.container("probe", images.BUSYBOX, ["sleep", "900"], limits={GPU: "1"})],
+            [objects.container("probe", images.BUSYBOX, ["sleep", "900"], requests={"cpu": "10m", "memory": "16Mi"},
+                               limits={GPU: "1", "cpu": "100m", "memory": "32Mi"})],
             node_selector=selector,
             tolerations=tolerations,
         ),
@@ -84,7 +85,8 @@ def build_workloads(outputs: dict[str, Any], run_id: str = "manual") -> list[dic
         untolerated_name(run_id),
         params.namespace,
         objects.pod_spec(
-            [objects.container("idle", images.BUSYBOX, ["sleep", "900"], requests={"cpu": "10m", "memory": "16Mi"})],
+            [objects.container("idle", images.BUSYBOX, ["sleep", "900"], requests={"cpu": "10m", "memory": "16Mi"},
+                               limits={"cpu": "100m", "memory": "32Mi"})],
             node_selector=selector,
         ),
     )

@@ -76,9 +76,11 @@ def build_workloads(outputs: dict[str, Any], run_id: str = "manual", pods: int =
     cm_name = f"g2-scripts-{run_id[-4:]}"
     out = [objects.scripts_config_map(cm_name, _namespace(outputs), ["gpu_matmul.py"])] if round_no == 1 else []
     for j in range(pods):
+        # No CPU limit: the pod's kernel-launch loop is part of the latency measured (podspec.security.WAIVERS).
         spec = objects.pod_spec(
             [objects.container("matmul", images.PYTORCH_CUDA, ["python", f"{objects.SCRIPT_MOUNT}/gpu_matmul.py"],
-                               env={"DURATION_S": str(duration_s)}, limits={GPU: "1"}, with_scripts=True)],
+                               env={"DURATION_S": str(duration_s)}, requests=objects.PYTORCH_REQUESTS,
+                               limits={GPU: "1", "memory": objects.PYTORCH_MEMORY_LIMIT}, with_scripts=True)],
             node_selector=selector,
             tolerations=tolerations,
             scripts_config_map=cm_name,

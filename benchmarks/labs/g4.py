@@ -86,9 +86,12 @@ def build_workloads(outputs: dict[str, Any], run_id: str = "manual") -> list[dic
             p.image or images.PYTORCH_CUDA,
             ["python", f"{objects.SCRIPT_MOUNT}/rendezvous.py"],
             env={"LINGER_S": str(LINGER_S)},
-            limits=gpus,
+            requests=objects.PYTORCH_REQUESTS,
+            limits={**gpus, "cpu": "1", "memory": objects.PYTORCH_MEMORY_LIMIT},
             with_scripts=True,
         )
+        # The operator adds an init container (init-pytorch) to Worker pods; the pod-level user (nobody)
+        # lets that root-by-default image start, and the namespace enforces baseline for it.
         spec = objects.pod_spec(
             [container], node_selector=selector, tolerations=tolerations, scripts_config_map=cm["metadata"]["name"],
             restart_policy="Never",

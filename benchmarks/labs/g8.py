@@ -127,7 +127,9 @@ def build_workloads(
     }
     spec = objects.pod_spec(
         [objects.container("trainer", p.image or images.PYTORCH_CUDA, ["python", f"{objects.SCRIPT_MOUNT}/trainer.py"],
-                           env=env, limits={"nvidia.com/gpu": "1"}, with_scripts=True)],
+                           env=env, requests=objects.PYTORCH_REQUESTS,
+                           limits={"nvidia.com/gpu": "1", "cpu": "2", "memory": objects.PYTORCH_MEMORY_LIMIT},
+                           with_scripts=True)],
         node_selector=selector,
         tolerations=tolerations,
         scripts_config_map=cm["metadata"]["name"],

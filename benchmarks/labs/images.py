@@ -1,4 +1,5 @@
-"""Every container image the lab benchmarks run, pinned to a tag here and nowhere else."""
+"""Every container image the lab benchmarks run, pinned to a tag here and nowhere else (a tag, not a
+digest: components/versions.py says why)."""
 
 # PyTorch with CUDA 12.4 runtime: the L4 (Ada) is supported and GKE's LATEST driver serves CUDA 12.x.
 # Used for the GPU workloads (g2 matmul loop, g8 trainer) and the g4 rendezvous (gloo on CPU).

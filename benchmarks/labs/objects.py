@@ -2,7 +2,8 @@
 
 One place for metadata, script ConfigMaps, containers and pods, so every lab's objects look alike
 (and carry the run labels, which RunScope adds at creation). Scripts live in benchmarks/labs/scripts/
-and are mounted from a ConfigMap, so what runs in the cluster is readable (and testable) here.
+and are mounted from a ConfigMap, so what runs in the cluster is readable (and testable) here. Every
+pod meets the restricted Pod Security Standard (podspec.security), as the lab namespaces enforce.
 """
 
 from __future__ import annotations
@@ -10,8 +11,14 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
+from podspec.security import TMP, Scratch, restricted
+
 SCRIPTS = Path(__file__).resolve().parent / "scripts"
 SCRIPT_MOUNT = "/scripts"
+# A PyTorch pod (CUDA context, cuBLAS/cuDNN loaded: 1-2 GiB of host memory): small requests, since up
+# to five share one 4-vCPU, 16 GB node when the GPU is time-shared, and a memory limit well above use.
+PYTORCH_REQUESTS = {"cpu": "250m", "memory": "512Mi"}
+PYTORCH_MEMORY_LIMIT = "4Gi"
 
 
 def script_text(name: str) -> str:
@@ -75,15 +82,16 @@ def pod_spec(
     scripts_config_map: str | None = None,
     restart_policy: str = "Never",
     service_account: str | None = None,
+    scratch: tuple[Scratch, ...] = (TMP,),
+    home: str | None = TMP.path,
 ) -> dict[str, Any]:
-    """A pod spec; GPU pods pass the GPU pool's selector and tolerations, everything else the system
-    pool's selector (both from the stack outputs: benchmarks.labs.stack)."""
+    """A restricted pod spec (as nobody, read-only root with `scratch` writable and HOME there, no
+    token: benchmark pods never call the API); GPU pods pass the GPU pool's selector and tolerations,
+    everything else the system pool's selector (both from the stack outputs: benchmarks.labs.stack)."""
     spec: dict[str, Any] = {
         "restartPolicy": restart_policy,
         "nodeSelector": dict(node_selector),
         "containers": containers,
-        # Benchmark pods never need the API: no token mounted.
-        "automountServiceAccountToken": False,
         "terminationGracePeriodSeconds": 5,
     }
     if tolerations:
@@ -92,7 +100,7 @@ def pod_spec(
         spec["volumes"] = [{"name": "scripts", "configMap": {"name": scripts_config_map}}]
     if service_account:
         spec["serviceAccountName"] = service_account
-    return spec
+    return restricted(spec, scratch=scratch, home=home)
 
 
 def namespace(name: str, labels: dict[str, str] | None = None) -> dict[str, Any]:

@@ -82,9 +82,11 @@ def _gateway_client(
     gw = target.gateway
     env = {"TARGET": f"http://{gw['service']}.{gw['namespace']}.svc.cluster.local:{gw['port']}", "HOST": target.host,
            "PATH_": target.path, **env}
+    # No CPU limit: the client times each response (podspec.security.WAIVERS).
     spec = objects.pod_spec(
         [objects.container("client", images.PYTHON, ["python", f"{objects.SCRIPT_MOUNT}/{script}"], env=env,
-                           requests=requests or {"cpu": "100m", "memory": "64Mi"}, with_scripts=True)],
+                           requests=requests or {"cpu": "100m", "memory": "64Mi"}, limits={"memory": "256Mi"},
+                           with_scripts=True)],
         node_selector=target.node_selector,
         scripts_config_map=cm["metadata"]["name"],
     )

@@ -85,7 +85,7 @@ def cost_dashboard() -> dict:
             Panel(
                 "Nodes without a price",
                 "short",
-                "Nodes whose machine type is not in ops/pricing.py: their cost is missing above.",
+                "Nodes whose machine type is not in facts/prices.py: their cost is missing above.",
                 (Query(f"max({UNPRICED})", "unpriced nodes"),),
             ),
         ),

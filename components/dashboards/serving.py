@@ -1,6 +1,6 @@
 """The serving dashboard: vLLM latency (TTFT, ITL, end to end), throughput, load and KV cache.
 
-Metric names are those of vLLM's OpenAI server (vllm/v1/metrics/loggers.py; FACTS.md lists them).
+Metric names are those of vLLM's OpenAI server (vllm/v1/metrics/loggers.py).
 Counters are exposed with a `_total` suffix; every series carries `model_name`. Pod and namespace
 come from the scrape target (ServiceMonitor or PodMonitoring).
 """

@@ -1,6 +1,8 @@
 """Deploy the registered model as a KServe InferenceService: create it, or patch it if it exists.
 
-Uses exactly the verbs the workflow's Role grants on inferenceservices: get, create, patch.
+The predictor comes ready from the WorkflowTemplate (PREDICTOR, built by components.argo with the
+project's restricted settings); this step adds the model's storageUri. Uses exactly the verbs the
+workflow's Role grants on inferenceservices: get, create, patch.
 """
 
 import json
@@ -15,6 +17,8 @@ from kubernetes.client.rest import ApiException
 
 GROUP, VERSION, PLURAL = "serving.kserve.io", "v1beta1", "inferenceservices"
 name, namespace = os.environ["MODEL_NAME"], os.environ["NAMESPACE"]
+predictor = json.loads(os.environ["PREDICTOR"])
+predictor["model"]["storageUri"] = os.environ["STORAGE_URI"]
 body = {
     "apiVersion": f"{GROUP}/{VERSION}",
     "kind": "InferenceService",
@@ -23,21 +27,7 @@ body = {
         "namespace": namespace,
         "annotations": {"serving.kserve.io/deploymentMode": "Knative"},
     },
-    "spec": {
-        "predictor": {
-            "serviceAccountName": os.environ["MODEL_SERVICE_ACCOUNT"],
-            "minReplicas": 0,
-            "model": {
-                "modelFormat": {"name": "sklearn"},
-                "storageUri": os.environ["STORAGE_URI"],
-                # Small requests: the predictor shares the CPU system pool with the controllers.
-                "resources": {
-                    "requests": {"cpu": "100m", "memory": "256Mi"},
-                    "limits": {"cpu": "1", "memory": "1Gi"},
-                },
-            },
-        }
-    },
+    "spec": {"predictor": predictor},
 }
 config.load_incluster_config()
 api = client.CustomObjectsApi()

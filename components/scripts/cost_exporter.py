@@ -3,7 +3,7 @@ price, so idle spend is visible while a lab runs.
 
 Each node's hourly price (its machine type from node.kubernetes.io/instance-type, spot from
 cloud.google.com/gke-spot) comes from the price table rendered into prices.json at deploy time
-(ops/pricing.py). The price is split into a GPU part (the machine's `gpu_share`), and the rest
+(facts/prices.py). The price is split into a GPU part (the machine's `gpu_share`), and the rest
 into CPU (`cpu_share_of_vm`) and memory. A pod pays for what it requests, as a fraction of the
 node's allocatable amount of each; what no pod requests is the node's idle cost.
 """

@@ -21,7 +21,7 @@ from typing import Any, Literal
 from benchmarks.labs import images, objects
 from benchmarks.labs.errors import LabError
 from benchmarks.labs.stack import LabParams, gpu_placement, lab_params
-from podspec.security import restricted
+from podspec.security import pod_security_labels
 
 LAB = "g3"
 SECTION = "kueue"
@@ -37,7 +37,7 @@ BARRIER_PORT = 29500
 SCRIPT = "barrier.py"
 GPU = "nvidia.com/gpu"
 # Run B's namespace admits only pods that meet the restricted Pod Security Standard.
-PSA_RESTRICTED = {f"pod-security.kubernetes.io/{mode}": "restricted" for mode in ("enforce", "warn", "audit")}
+PSA_RESTRICTED = pod_security_labels("restricted")
 
 Run = Literal["kueue", "default-scheduler"]
 RUNS: tuple[Run, Run] = ("kueue", "default-scheduler")
@@ -143,9 +143,7 @@ def jobset(
         with_scripts=True,
         ports=[BARRIER_PORT],
     )
-    spec = restricted(
-        objects.pod_spec([container], node_selector=selector, tolerations=tolerations, scripts_config_map=config_map)
-    )
+    spec = objects.pod_spec([container], node_selector=selector, tolerations=tolerations, scripts_config_map=config_map)
     if gated:
         spec["schedulingGates"] = [{"name": RELEASE_GATE}]
     job_spec = {
