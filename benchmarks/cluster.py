@@ -13,7 +13,6 @@ import json
 import logging
 import os
 import shutil
-import signal
 import subprocess
 import time
 from collections.abc import Callable, Iterator
@@ -22,6 +21,7 @@ from typing import Any, Protocol, TypeVar
 
 import yaml
 
+from benchmarks.harness.signals import shielded, sigterm_raises
 from facts.gke_auth import AUTH_PLUGIN, INSTALL_HINT
 
 RUN_LABEL = "gke-ml-labs/benchmark-run"
@@ -36,10 +36,6 @@ class ClusterError(Exception):
 
 class WaitTimeout(ClusterError):
     """A wait ran past its deadline; the message says what was awaited and what was last seen."""
-
-
-class Interrupted(BaseException):
-    """SIGTERM during a run: raised like KeyboardInterrupt so cleanup in `finally` still runs."""
 
 
 class Cluster(Protocol):
@@ -362,7 +358,6 @@ class RunScope:
         self.lab = lab
         self.log = log
         self._created: list[tuple[str, str, str | None]] = []  # (apiVersion, kind, namespace), in order
-        self._old_sigterm: Any = None
 
     @property
     def labels(self) -> dict[str, str]:
@@ -376,19 +371,15 @@ class RunScope:
         return self.cluster.create(obj)
 
     def __enter__(self) -> RunScope:
-        def on_term(signum: int, frame: Any) -> None:
-            raise Interrupted(f"signal {signum}")
-
-        try:
-            self._old_sigterm = signal.signal(signal.SIGTERM, on_term)
-        except ValueError:  # not the main thread: Ctrl-C still reaches us as KeyboardInterrupt
-            self._old_sigterm = None
+        self._sigterm = sigterm_raises()
+        self._sigterm.__enter__()
         return self
 
     def __exit__(self, *exc: object) -> None:
-        self.cleanup()
-        if self._old_sigterm is not None:
-            signal.signal(signal.SIGTERM, self._old_sigterm)
+        try:
+            self.cleanup()
+        finally:
+            self._sigterm.__exit__(None, None, None)
 
     def cleanup(self) -> None:
         """Delete everything this run labelled, newest kind first; never raises."""
@@ -396,30 +387,14 @@ class RunScope:
         namespaces = {ns for _, _, ns in self._created if ns}
         targets = list(reversed(self._created)) + [("v1", "Pod", ns) for ns in sorted(namespaces)]
         # A second Ctrl-C or SIGTERM (a CI runner's stop) during cleanup must not leave a GPU busy:
-        # ignore both until we are done.
-        old_int, old_term = _ignore(signal.SIGINT), _ignore(signal.SIGTERM)
-        try:
+        # neither stops it.
+        with shielded(lambda name: self.log(f"cleanup: {name} received; deleting what the run created first")):
             for api_version, kind, ns in targets:
                 try:
                     self.cluster.delete_labelled(api_version, kind, ns, selector)
                     self.log(f"cleanup: deleted {kind} labelled {selector}" + (f" in {ns}" if ns else ""))
                 except Exception as e:  # report and go on: the next kind may still hold a GPU
                     self.log(f"cleanup: FAILED to delete {kind} labelled {selector} in {ns}: {e}")
-        finally:
-            _restore(signal.SIGINT, old_int)
-            _restore(signal.SIGTERM, old_term)
-
-
-def _ignore(signum: signal.Signals) -> Any:
-    try:
-        return signal.signal(signum, signal.SIG_IGN)
-    except ValueError:  # not the main thread
-        return None
-
-
-def _restore(signum: signal.Signals, old: Any) -> None:
-    if old is not None:
-        signal.signal(signum, old)
 
 
 def wait_until(

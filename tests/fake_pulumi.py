@@ -13,19 +13,27 @@ from pathlib import Path
 
 
 def fake_pulumi(
-    tmp_path: Path, monkeypatch, outputs: dict, config: dict | None = None, fail_up_if: dict | None = None
+    tmp_path: Path, monkeypatch, outputs: dict, config: dict | None = None, fail_up_if: dict | None = None,
+    hold_ups: tuple[int, ...] = (),
 ) -> Path:
     """A `pulumi` on PATH that records its argv, keeps config in a file and prints `outputs`;
-    `up` fails while the config holds every key/value of `fail_up_if`."""
+    `up` prints progress lines as pulumi does, and fails while the config holds every key/value of
+    `fail_up_if`. The n-th `up` for n in `hold_ups` prints its first lines and waits until the file
+    `release_path(state, n)` exists; SIGINT or SIGTERM cancel it (exit 255, as pulumi's first Ctrl-C
+    does), and the signal is recorded among the calls as ["signal", NAME, n]."""
     bin_dir = tmp_path / "bin"
     bin_dir.mkdir()
     state = tmp_path / "pulumi-state.json"
-    state.write_text(json.dumps({"outputs": outputs, "config": config or {}, "fail_up_if": fail_up_if}))
+    state.write_text(json.dumps({"outputs": outputs, "config": config or {}, "fail_up_if": fail_up_if,
+                                 "hold_ups": list(hold_ups), "ups": 0}))  # fmt: skip
     script = bin_dir / "pulumi"
     script.write_text(
         f"#!{sys.executable}\n"
-        "import json, sys\n"
+        "import json, os, signal, sys, time\n"
         f"state_path = {str(state)!r}\n"
+        "def save(state):  # whole or not at all, as pulumi keeps its state: a reader never sees half of it\n"
+        "    json.dump(state, open(state_path + '.tmp', 'w'))\n"
+        "    os.replace(state_path + '.tmp', state_path)\n"
         "state = json.load(open(state_path))\n"
         "args = sys.argv[1:]\n"
         "open(state_path + '.log', 'a').write(json.dumps(args) + '\\n')\n"
@@ -41,14 +49,33 @@ def fake_pulumi(
         "elif args[:2] == ['config', 'rm']:\n"
         "    cfg.pop(args[3], None)\n"
         "elif args[0] == 'up':\n"
+        "    n = state['ups'] = state['ups'] + 1\n"
+        "    save(state)\n"
+        "    def cancel(signum, frame):\n"
+        "        open(state_path + '.log', 'a').write(json.dumps(['signal', signal.Signals(signum).name, n]) + '\\n')\n"
+        "        print('^C received; cancelling the current operation', flush=True)\n"
+        "        os._exit(255)\n"
+        "    signal.signal(signal.SIGINT, cancel)\n"
+        "    signal.signal(signal.SIGTERM, cancel)\n"
+        "    print(f'Updating ({args[-1]})', flush=True)\n"
+        "    if n in state['hold_ups']:\n"
+        "        print('    ~  kubernetes:apps/v1:Deployment vllm updating', flush=True)\n"
+        "        while not os.path.exists(f'{state_path}.release-{n}'):\n"
+        "            time.sleep(0.01)\n"
         "    fail = state['fail_up_if']\n"
         "    if fail and all(cfg.get(k) == v for k, v in fail.items()):\n"
         "        sys.exit('error: update failed')\n"
-        "json.dump(state, open(state_path, 'w'))\n"
+        "    print('Resources:\\n    ~ 1 updated', flush=True)\n"
+        "save(state)\n"
     )
     script.chmod(script.stat().st_mode | stat.S_IEXEC)
     monkeypatch.setenv("PATH", f"{bin_dir}{os.pathsep}{os.environ['PATH']}")
     return state
+
+
+def release_path(state: Path, n: int) -> Path:
+    """The file that lets a held n-th `up` go on."""
+    return Path(f"{state}.release-{n}")
 
 
 def pulumi_calls(state: Path) -> list[list[str]]:

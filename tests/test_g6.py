@@ -13,7 +13,7 @@ from benchmarks.g6.plots import PLOTS, render_plots
 from benchmarks.g6.price import cheapest
 from benchmarks.g6.report import render_report
 from benchmarks.g6.result import G6Result
-from benchmarks.g6.targets import ServerSettings, SimTarget, StackTarget
+from benchmarks.g6.targets import Demand, ServerSettings, SimTarget, StackTarget
 from benchmarks.harness import PulumiStack, load_result, save_result
 from benchmarks.harness.server import http_server
 from benchmarks.loadgen import Slo
@@ -186,7 +186,7 @@ def test_saved_outputs_give_model_and_server_parameters(tmp_path, sim_url):
 
 def test_an_unset_value_is_removed_again_after_ctrl_c(tmp_path, monkeypatch, sim_url):
     state = fake_pulumi(tmp_path, monkeypatch, _stack_outputs(tmp_path))
-    target = StackTarget(PulumiStack("g6"), http_server(sim_url), health_timeout_s=10)
+    target = StackTarget(PulumiStack("g6"), http_server(sim_url), Demand(MODEL, 64, "flags"), health_timeout_s=10)
     with pytest.raises(KeyboardInterrupt), target.session(), target.serving(ServerSettings(max_num_seqs=8)):
         raise KeyboardInterrupt
     calls = pulumi_calls(state)
@@ -200,7 +200,7 @@ def test_a_stack_point_without_an_up_still_checks_the_server_is_reachable(tmp_pa
     from benchmarks.harness import HarnessError
 
     fake_pulumi(tmp_path, monkeypatch, _stack_outputs(tmp_path), config={CONFIG_PATH: "16"})
-    target = StackTarget(PulumiStack("g6"), http_server("http://127.0.0.1:9"), health_timeout_s=1)
+    target = StackTarget(PulumiStack("g6"), http_server("http://127.0.0.1:9"), Demand(MODEL, 64, "flags"), health_timeout_s=1)
     with pytest.raises(HarnessError, match="cannot reach http://127.0.0.1:9"), target.session(), target.serving(ServerSettings(max_num_seqs=16)):
         pass
 
@@ -210,7 +210,6 @@ def test_a_stack_point_without_an_up_still_checks_the_server_is_reachable(tmp_pa
     [
         (["--sim", "--stack", "g6", "--model", MODEL], "--sim starts its own server"),
         (["--target", "http://127.0.0.1:9", "--model", MODEL, "--max-num-seqs", "8,32"], "needs --sim or --stack"),
-        (["--target", "http://127.0.0.1:9"], "--model is required"),
         (["--model", MODEL], "say what to measure"),
         (["--target", "http://127.0.0.1:9", "--model", MODEL, "--speedup", "4"], "--speedup applies to --sim only"),
         (["--target", "http://127.0.0.1:9", "--model", MODEL, "--rate", "2", "--concurrency", "4"], "not both"),

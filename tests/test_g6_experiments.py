@@ -18,7 +18,7 @@ from benchmarks.g6.experiments.quant_report import PLOTS as QUANT_PLOTS
 from benchmarks.g6.experiments.quant_report import render_quant_report
 from benchmarks.g6.report import render_report
 from benchmarks.g6.result import G6Result
-from benchmarks.g6.targets import ServerSettings, SimTarget, StackTarget
+from benchmarks.g6.targets import Demand, ServerSettings, SimTarget, StackTarget
 from benchmarks.harness import PulumiStack, load_result
 from benchmarks.harness.server import Server
 from benchmarks.metrics import cache_config
@@ -213,15 +213,30 @@ def test_a_variant_whose_up_fails_is_reported_and_the_stack_restored(tmp_path, m
     assert by["bf16"].error is None and by["fp8"].error is None and by["fp8"].points
 
 
-def test_ctrl_c_during_a_variant_puts_model_and_quantization_back(tmp_path, monkeypatch, sim_15):
+def test_ctrl_c_during_a_variants_up_puts_model_and_quantization_back(tmp_path, monkeypatch, sim_15):
     state = fake_pulumi(tmp_path, monkeypatch, _outputs(), config={MODEL_PATH: QWEN_15, QUANT_PATH: "fp8"})
-    target = StackTarget(PulumiStack("g6"), sim_15, health_timeout_s=10)
+    lines: list[str] = []
+
+    def log(line: str) -> None:  # Ctrl-C as the variant's `pulumi up` prints its first line
+        lines.append(line)
+        if line.startswith("  pulumi:") and len([x for x in lines if x.startswith("  pulumi:")]) == 1:
+            raise KeyboardInterrupt
+
+    target = StackTarget(PulumiStack("g6"), sim_15, Demand(QWEN_15, 64, "flags"), health_timeout_s=10, log=log)
     awq = ServerSettings(model="Qwen/Qwen2.5-1.5B-Instruct-AWQ", quantization=None)
     with pytest.raises(KeyboardInterrupt), target.session(), target.serving(awq):
-        assert json.loads(state.read_text())["config"] == {MODEL_PATH: "Qwen/Qwen2.5-1.5B-Instruct-AWQ"}
-        raise KeyboardInterrupt
+        pass
     assert json.loads(state.read_text())["config"] == {MODEL_PATH: QWEN_15, QUANT_PATH: "fp8"}
-    assert pulumi_calls(state)[-1] == UP
+    # (The interrupted up may have ended before its cancel reached it: a "signal" entry or none.)
+    assert [c for c in pulumi_calls(state) if c[:2] != ["config", "get"] and c[0] != "signal"] == [
+        ["config", "set", "--path", MODEL_PATH, "Qwen/Qwen2.5-1.5B-Instruct-AWQ", "-s", "g6"],
+        ["config", "rm", "--path", QUANT_PATH, "-s", "g6"],
+        UP,  # interrupted as it printed its first line
+        ["config", "set", "--path", MODEL_PATH, QWEN_15, "-s", "g6"],
+        ["config", "set", "--path", QUANT_PATH, "fp8", "-s", "g6"],
+        UP,
+    ]
+    assert any("restoring stack g6's vllm.model Qwen/Qwen2.5-1.5B-Instruct, vllm.quantization fp8" in x for x in lines)
 
 
 # -- pieces ------------------------------------------------------------------------------------

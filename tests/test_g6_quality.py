@@ -12,10 +12,6 @@ from __future__ import annotations
 import copy
 import json
 import math
-import threading
-from collections.abc import Callable, Iterator
-from contextlib import contextmanager
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 
 import pytest
@@ -31,6 +27,7 @@ from benchmarks.g6.experiments.quality import (
     scored_positions,
 )
 from benchmarks.harness.server import http_server
+from loopback import answering
 
 DATA = Path(__file__).parent / "data" / "vllm"
 ECHO = json.loads((DATA / "opt125m-echo-logprobs.json").read_text())
@@ -107,45 +104,22 @@ def test_missing_log_probabilities_are_refused_with_the_reason():
         scored_positions({"error": {"message": "boom"}})
 
 
-@contextmanager
-def _replaying(answer: Callable[[dict], tuple[int, dict]]) -> Iterator[str]:
-    """A loopback HTTP server that answers each POSTed JSON body with `answer(body)`; yields its URL."""
-
-    class Handler(BaseHTTPRequestHandler):
-        def do_POST(self) -> None:
-            status, body = answer(json.loads(self.rfile.read(int(self.headers["Content-Length"]))))
-            data = json.dumps(body).encode()
-            self.send_response(status)
-            self.send_header("Content-Type", "application/json")
-            self.send_header("Content-Length", str(len(data)))
-            self.end_headers()
-            self.wfile.write(data)
-
-        def log_message(self, *args: object) -> None:
-            pass
-
-    server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
-    threading.Thread(target=server.serve_forever, daemon=True).start()
-    try:
-        yield f"http://127.0.0.1:{server.server_port}"
-    finally:
-        server.shutdown()
-        server.server_close()
-
-
 def test_the_client_generates_then_scores_from_what_the_server_answers():
     """Over HTTP (a loopback server replaying recorded bodies): the baseline writes its continuation, then
     scores prompt + continuation, skipping as many positions as the generation said the prompt had."""
     sent = []
 
-    def answer(body: dict) -> tuple[int, dict]:
+    def answer(method: str, path: str, request: bytes) -> tuple[int, str, str]:
+        body = json.loads(request)
         sent.append(body)
         if body.get("echo"):
-            return 200, ECHO
-        return 200, {**PROMPT_LOGPROBS, "usage": {**PROMPT_LOGPROBS["usage"], "prompt_tokens": 5},
-                     "choices": [{**PROMPT_LOGPROBS["choices"][0], "text": " my cat"}]}  # fmt: skip
+            return 200, "application/json", json.dumps(ECHO)
+        return 200, "application/json", json.dumps(
+            {**PROMPT_LOGPROBS, "usage": {**PROMPT_LOGPROBS["usage"], "prompt_tokens": 5},
+             "choices": [{**PROMPT_LOGPROBS["choices"][0], "text": " my cat"}]}
+        )  # fmt: skip
 
-    with _replaying(answer) as url:
+    with answering(answer) as url:
         client = QualityClient(http_server(url), "facebook/opt-125m")
         ref = reference(client, ["Hi, I love"], max_tokens=2)
         score = score_variant(client, ref, max_tokens=2)
@@ -158,7 +132,7 @@ def test_the_client_generates_then_scores_from_what_the_server_answers():
 
 
 def test_a_server_error_names_the_model_and_status():
-    with _replaying(lambda body: (400, {"error": {"message": "echo is not supported"}})) as url:
+    with answering(lambda method, path, body: (400, "application/json", '{"error": {"message": "echo is not supported"}}')) as url:
         client = QualityClient(http_server(url), "m")
         with pytest.raises(QualityError, match="m: completions request failed: POST .* answered HTTP 400: .*echo is not"):
             client.generate("p", 4)

@@ -12,7 +12,8 @@ import signal
 import pytest
 from labs_fakes import FakeCluster
 
-from benchmarks.cluster import RUN_LABEL, Interrupted, RunScope, WaitTimeout, wait_until, with_labels
+from benchmarks.cluster import RUN_LABEL, RunScope, WaitTimeout, wait_until, with_labels
+from benchmarks.harness.signals import Interrupted
 from benchmarks.labs.record import helm_chart_versions, warning_summary
 
 

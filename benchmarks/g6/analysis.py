@@ -11,7 +11,7 @@ from pydantic import BaseModel, ConfigDict
 from benchmarks.g6.config import G6Params
 from benchmarks.g6.result import Bound
 from benchmarks.metrics import ServerMetrics
-from facts.catalogue import ServingError, get_gpu, get_model
+from facts.catalogue import GPUS, ServingError, get_gpu, get_model
 from benchmarks.serving.sizing import Sizing, roofline, size
 
 # KV use at or above this counts as full: vLLM preempts as soon as a step finds no free block.
@@ -20,11 +20,13 @@ KV_FULL = 0.95
 
 def size_for(params: G6Params, max_num_seqs: int | None, model: str | None = None) -> Sizing:
     """What vLLM would allocate for `model` (default: the run's) with the run's server settings;
-    ServingError where vLLM would refuse to start, or the model or GPU is not in the catalogue."""
+    ServingError where vLLM would refuse to start, or the model or GPU is not known (each says which)."""
+    if params.gpu is None:
+        raise ServingError(f"the server's GPU is not known: give --gpu ({', '.join(GPUS)})")
     spec = get_model(model or params.model)
     return size(
         spec,
-        get_gpu(params.gpu or "l4"),
+        get_gpu(params.gpu),
         max_model_len=params.max_model_len,
         gpu_memory_utilization=params.gpu_memory_utilization,
         dtype=spec.torch_dtype,
@@ -39,6 +41,16 @@ def predict(params: G6Params, max_num_seqs: int | None, model: str | None = None
         return size_for(params, max_num_seqs, model)
     except ServingError:
         return None
+
+
+def sizing_gap(params: G6Params) -> str | None:
+    """Why the run has no sizing (the GPU not given, a model not in the catalogue, a setting vLLM
+    would refuse), or None when it has one."""
+    try:
+        size_for(params, params.max_num_seqs[0])
+    except ServingError as exc:
+        return str(exc)
+    return None
 
 
 class Analysis(BaseModel):

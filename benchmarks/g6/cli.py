@@ -25,13 +25,14 @@ import yaml
 from pydantic import ValidationError
 
 from benchmarks.cluster import ClusterError, KubeCluster
-from benchmarks.g6.analysis import predict
+from benchmarks.g6.analysis import predict, sizing_gap
 from benchmarks.g6.config import LAB, G6Outputs, G6Params
 from benchmarks.g6.errors import G6Error
-from benchmarks.g6.experiments.kv import DEFAULT_CONTEXT_LENS, KvParams, check_lengths, first_waves, kv_result, run_kv
+from benchmarks.g6.flags import Parser, fraction, positive, positives, whole, wholes
+from benchmarks.g6.experiments.kv import DEFAULT_CONTEXT_LENS, KvOutcome, KvParams, check_lengths, first_waves, kv_result, run_kv
 from benchmarks.g6.experiments.kv import DEFAULT_GPU_MEMORY_UTILIZATION as KV_GPU_MEMORY_UTILIZATION
 from benchmarks.g6.experiments.kv_report import render_kv_plots, render_kv_report
-from benchmarks.g6.experiments.quant import CHECKPOINTS, DEFAULT_CONCURRENCY, DEFAULT_VARIANTS, QuantParams, quant_result, run_quant
+from benchmarks.g6.experiments.quant import CHECKPOINTS, DEFAULT_CONCURRENCY, DEFAULT_VARIANTS, QuantOutcome, QuantParams, quant_result, run_quant
 from benchmarks.g6.experiments.quant import planned_specs as quant_specs
 from benchmarks.g6.experiments.quant_report import render_quant_plots, render_quant_report
 from benchmarks.g6.plots import render_plots
@@ -39,8 +40,8 @@ from benchmarks.g6.price import gpu_price
 from benchmarks.g6.report import render_report
 from benchmarks.g6.result import G6Result, GpuPrice
 from benchmarks.g6.incluster import DEFAULT_CPUS, ClusterRunner, manifests, proxy_server
-from benchmarks.g6.sweep import Measurement, Target, load_specs, run_sweep
-from benchmarks.g6.targets import ServerSettings, SimTarget, StackTarget, UrlTarget
+from benchmarks.g6.sweep import Measurement, Outcome, SweepOutcome, Target, load_specs, run_sweep
+from benchmarks.g6.targets import Demand, ServerSettings, SimTarget, StackTarget, UrlTarget
 from benchmarks.harness import (
     Endpoint,
     HarnessError,
@@ -55,15 +56,18 @@ from benchmarks.harness import (
     section,
     tool_version,
 )
+from benchmarks.harness.outputs import problems
 from benchmarks.harness.results import client_cpus
-from benchmarks.harness.server import Server, http_server
+from benchmarks.harness.server import Server, http_server, only_model
+from benchmarks.harness.signals import Interrupted, shielded, sigterm_raises
 from benchmarks.labs.errors import LabError
 from benchmarks.labs.live import new_run_id
-from benchmarks.labs.stack import system_selector
+from benchmarks.labs.stack import require_lab, system_selector
 from benchmarks.loadgen import LoadgenError, LoadSpec, LocalRunner, Slo, Timeouts
 from benchmarks.metrics import MetricsError, PrometheusClient
 from facts.catalogue import GPUS, ServingError
 from stacks.cost_estimate import CostEstimate, estimate_or_none, estimate_section, markdown
+from stacks.output_folder import OutputFolderError, prepare
 from stacks.stackfile import load_config
 
 SIM_SPEEDUP = 4.0  # default time compression of --sim: the README's sweep then runs in about a minute
@@ -72,26 +76,6 @@ EXPERIMENTS = ("sweep", "kv", "quant")
 # Counted requests per point: the sweep's grid, and the quant experiment's two points per variant. A
 # kv probe is one wave of as many requests as its concurrency.
 DEFAULT_REQUESTS = {"sweep": 64, "quant": 32}
-
-
-def _ints(text: str) -> list[int]:
-    try:
-        return [int(x) for x in text.split(",") if x.strip()]
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"expected comma-separated integers, got {text!r}") from None
-
-
-def _floats(text: str) -> list[float]:
-    try:
-        return [float(x) for x in text.split(",") if x.strip()]
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"expected comma-separated numbers, got {text!r}") from None
-
-
-def _cpus(text: str) -> int:
-    if not text.isdigit() or int(text) < 1:
-        raise argparse.ArgumentTypeError(f"expected a whole number of CPUs, at least 1, got {text!r}")
-    return int(text)
 
 
 def _variants(text: str) -> list[str]:
@@ -103,7 +87,7 @@ def _variants(text: str) -> list[str]:
 
 
 def parser() -> argparse.ArgumentParser:
-    p = argparse.ArgumentParser(
+    p = Parser(
         prog="python -m benchmarks g6",
         description=__doc__,
         formatter_class=argparse.RawDescriptionHelpFormatter,
@@ -123,49 +107,49 @@ def parser() -> argparse.ArgumentParser:
     client = p.add_argument_group("the in-cluster client (with --stack or --outputs and no --target)")
     client.add_argument("--client-manifest", type=Path, metavar="DIR",
                         help="write the ConfigMap and the Jobs the run would create as YAML into DIR, and stop")  # fmt: skip
-    client.add_argument("--client-cpus", type=_cpus, default=DEFAULT_CPUS,
+    client.add_argument("--client-cpus", type=whole(1), default=DEFAULT_CPUS,
                         help=f"CPUs the load generator Job requests: one worker process each (default {DEFAULT_CPUS}, "
                         "which leaves the controllers room on the e2-standard-4 system node; no CPU limit)")  # fmt: skip
     p.add_argument("--model", help="served model name (default: from the stack outputs)")
     p.add_argument("--api", choices=["completions", "chat"], default="completions")
-    p.add_argument("--concurrency", type=_ints,
+    p.add_argument("--concurrency", type=wholes(1),
                    help="closed-loop concurrency values (sweep: default 1,8,32; quant: 1,64; kv: fixed waves "
                    "at every length instead of the search around the prediction)")  # fmt: skip
-    p.add_argument("--rate", type=_floats, help="open-loop Poisson request rates per second, instead of --concurrency")
-    p.add_argument("--max-num-seqs", type=_ints, help="server batch sizes to sweep (needs --sim or --stack for more than one)")
-    p.add_argument("--input-len", type=int, default=256, help="prompt tokens per request")
-    p.add_argument("--output-len", type=int, default=128, help="output tokens per request (ignore_eos)")
-    p.add_argument("--requests", type=int, help="counted requests per point, after the warm-up (sweep 64, quant 32)")
-    p.add_argument("--warmup", type=int, help="uncounted requests first (default: one per worker / one second)")
-    p.add_argument("--duration", type=float, help="stop sending after this many seconds per point")
+    p.add_argument("--rate", type=positives, help="open-loop Poisson request rates per second, instead of --concurrency")
+    p.add_argument("--max-num-seqs", type=wholes(1), help="server batch sizes to sweep (needs --sim or --stack for more than one)")
+    p.add_argument("--input-len", type=whole(1), default=256, help="prompt tokens per request")
+    p.add_argument("--output-len", type=whole(1), default=128, help="output tokens per request (ignore_eos)")
+    p.add_argument("--requests", type=whole(1), help="counted requests per point, after the warm-up (sweep 64, quant 32)")
+    p.add_argument("--warmup", type=whole(0), help="uncounted requests first (default: one per worker / one second)")
+    p.add_argument("--duration", type=positive, help="stop sending after this many seconds per point")
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--prometheus", help="Prometheus base URL for server metrics (default: scrape /metrics directly)")
-    p.add_argument("--scrape-interval", type=float,
+    p.add_argument("--scrape-interval", type=positive,
                    help=f"seconds between /metrics scrapes (default 1, {SIM_SCRAPE_S:g} with --sim: its points are short)")  # fmt: skip
-    p.add_argument("--slo-ttft-ms", type=float)
-    p.add_argument("--slo-tpot-ms", type=float)
-    p.add_argument("--slo-e2e-ms", type=float)
-    p.add_argument("--slo-itl-ms", type=float, help="ITL p99 limit for the cheapest point within SLOs")
-    p.add_argument("--max-client-lag-ms", type=float, default=1.0, help="lag p99 above which a point is client-bound")
-    p.add_argument("--timeout-connect", type=float, default=5.0)
-    p.add_argument("--timeout-first-token", type=float, default=120.0)
-    p.add_argument("--timeout-total", type=float, default=600.0)
-    p.add_argument("--health-timeout", type=float, default=1800.0, help="seconds to wait for vLLM after a pulumi up")
+    p.add_argument("--slo-ttft-ms", type=positive)
+    p.add_argument("--slo-tpot-ms", type=positive)
+    p.add_argument("--slo-e2e-ms", type=positive)
+    p.add_argument("--slo-itl-ms", type=positive, help="ITL p99 limit for the cheapest point within SLOs")
+    p.add_argument("--max-client-lag-ms", type=positive, default=1.0, help="lag p99 above which a point is client-bound")
+    p.add_argument("--timeout-connect", type=positive, default=5.0)
+    p.add_argument("--timeout-first-token", type=positive, default=120.0)
+    p.add_argument("--timeout-total", type=positive, default=600.0)
+    p.add_argument("--health-timeout", type=positive, default=1800.0, help="seconds to wait for vLLM after a pulumi up")
     sim = p.add_argument_group("simulator and sizing")
     sim.add_argument("--gpu", help=f"GPU of the server ({', '.join(GPUS)}); default l4 for --sim, else from the outputs")
-    sim.add_argument("--speedup", type=float, help=f"--sim only: divide simulated time by this (default {SIM_SPEEDUP:g})")
-    sim.add_argument("--gpu-memory-utilization", type=float,
+    sim.add_argument("--speedup", type=positive, help=f"--sim only: divide simulated time by this (default {SIM_SPEEDUP:g})")
+    sim.add_argument("--gpu-memory-utilization", type=fraction,
                      help=f"the server's (kv: default {KV_GPU_MEMORY_UTILIZATION:g}, applied to the server)")  # fmt: skip
-    sim.add_argument("--max-model-len", type=int)
+    sim.add_argument("--max-model-len", type=whole(1))
     sim.add_argument("--quantization", choices=["fp8", "awq", "gptq"])
     exp = p.add_argument_group("experiments")
     exp.add_argument("--experiment", choices=EXPERIMENTS, default="sweep")
-    exp.add_argument("--context-len", type=_ints, help="kv: tokens per sequence, half prompt and half output "
+    exp.add_argument("--context-len", type=wholes(2), help="kv: tokens per sequence, half prompt and half output "
                      f"(default {','.join(map(str, DEFAULT_CONTEXT_LENS))}, at most max-model-len)")  # fmt: skip
     exp.add_argument("--variants", type=_variants, help=f"quant: comma-separated, the first is the baseline "
                      f"(default {','.join(DEFAULT_VARIANTS)}; allowed: {', '.join(CHECKPOINTS)})")  # fmt: skip
-    exp.add_argument("--quality-prompts", type=int, default=16, help="quant: prompts of the quality score")
-    exp.add_argument("--quality-tokens", type=int, default=64, help="quant: greedy continuation tokens per prompt")
+    exp.add_argument("--quality-prompts", type=whole(1), default=16, help="quant: prompts of the quality score")
+    exp.add_argument("--quality-tokens", type=whole(1), default=64, help="quant: greedy continuation tokens per prompt")
     p.add_argument("--out", type=Path, default=Path("results"), help="results go to OUT/g6[-kv|-quant]-<UTC time>/")
     p.add_argument("--quiet", action="store_true", help="no progress display")
     return p
@@ -192,7 +176,11 @@ def _check_sources(args: argparse.Namespace) -> None:
 def read_stack_outputs(args: argparse.Namespace) -> dict[str, Any] | None:
     """The stack's outputs when the run names a stack (--stack/--outputs), read once."""
     _check_sources(args)
-    return read_outputs(args.stack, args.outputs) if args.stack or args.outputs else None
+    if not (args.stack or args.outputs):
+        return None
+    outputs = read_outputs(args.stack, args.outputs)
+    require_lab(outputs, LAB)
+    return outputs
 
 
 def resolve_params(args: argparse.Namespace, outputs: dict[str, Any] | None) -> G6Params:
@@ -212,7 +200,8 @@ def resolve_params(args: argparse.Namespace, outputs: dict[str, Any] | None) -> 
         bench = bench.model_copy(update={"model": vllm.model, "max_model_len": vllm.max_model_len,
                                          "gpu_memory_utilization": vllm.gpu_memory_utilization})  # fmt: skip
     if not (args.model or bench.model):
-        raise G6Error("--model is required with --target (or give --stack/--outputs)")
+        # A server of one's own: the model it serves, when it serves exactly one.
+        bench = bench.model_copy(update={"model": only_model(http_server(base_url))})
     experiment = args.experiment
     # The kv experiment runs a server it can change (the simulator, a stack) at its own memory setting.
     changeable = args.sim or args.stack
@@ -256,15 +245,26 @@ def resolve_params(args: argparse.Namespace, outputs: dict[str, Any] | None) -> 
     )
 
 
-def make_target(params: G6Params, health_timeout_s: float, server: Server | None = None) -> tuple[G6Params, Target]:
+def demand(params: G6Params, kv: KvParams) -> Demand:
+    """What the run asks of every server: its model, and the longest requests it sends."""
+    if params.experiment == "kv":
+        return Demand(params.model, max(kv.context_lens), f"--context-len {max(kv.context_lens)}")
+    asked = f"--input-len {params.input_len} + --output-len {params.output_len}"
+    return Demand(params.model, params.input_len + params.output_len, asked)
+
+
+def make_target(
+    params: G6Params, need: Demand, health_timeout_s: float, server: Server | None = None,
+    log: Callable[[str], None] = print,
+) -> tuple[G6Params, Target]:  # fmt: skip
     """The target for `params`; `server` is how this process reads a stack's vLLM (default: plain HTTP
     at the target URL). With --sim, an unset max-num-seqs is named as the simulator's default."""
     if params.target_kind != "sim":
         server = server or http_server(params.target)
     if params.target_kind == "stack":
-        return params, StackTarget(PulumiStack(params.stack or ""), server, health_timeout_s)
+        return params, StackTarget(PulumiStack(params.stack or ""), server, need, health_timeout_s, log)
     if params.target_kind == "url":
-        return params, UrlTarget(server)
+        return params, UrlTarget(server, need)
     if params.max_num_seqs == [None]:
         default = predict(params, None)
         params = params.model_copy(update={"max_num_seqs": [default.max_num_seqs if default else None]})
@@ -272,7 +272,7 @@ def make_target(params: G6Params, health_timeout_s: float, server: Server | None
     server = {"model": params.model, "gpu_memory_utilization": params.gpu_memory_utilization,
               "max_model_len": params.max_model_len, "quantization": params.quantization, "max_num_seqs": single}  # fmt: skip
     base = ServerSettings(**{name: value for name, value in server.items() if value is not None})
-    return params, SimTarget(gpu=params.gpu or "l4", speedup=params.speedup, seed=params.seed, base=base)
+    return params, SimTarget(gpu=params.gpu or "l4", speedup=params.speedup, seed=params.seed, base=base, demand=need)
 
 
 def stack_gpu_price(outputs: dict[str, Any] | None, params: G6Params) -> GpuPrice | None:
@@ -316,7 +316,7 @@ def write_client_manifest(
 ) -> list[Path]:
     """client_manifest as YAML files."""
     objects = client_manifest(outputs, params, kv, quant, cpus)
-    folder.mkdir(parents=True, exist_ok=True)
+    prepare(folder, "--client-manifest")
     paths = []
     for obj in objects:
         path = folder / f"{obj['kind'].lower()}-{obj['metadata']['name']}.yaml"
@@ -395,9 +395,24 @@ def experiment_params(args: argparse.Namespace, params: G6Params) -> tuple[KvPar
     return kv, quant
 
 
+EXIT_CODES = {"Ctrl-C": 130, "SIGTERM": 143}  # 128 + the signal's number, as shells report them
+ERRORS = (G6Error, HarnessError, LoadgenError, MetricsError, ServingError, ClusterError, LabError, OutputFolderError)
+
+
 def run(argv: list[str]) -> int:
     args = parser().parse_args(argv)
     started = datetime.now(UTC)
+    with sigterm_raises():  # SIGTERM stops the run as Ctrl-C does: cleanup, restore and partial results
+        try:
+            return _run(args, argv, started)
+        except (KeyboardInterrupt, Interrupted) as exc:
+            # Before a point started, or after the last: nothing measured is lost.
+            print(f"g6: interrupted ({'SIGTERM' if isinstance(exc, Interrupted) else 'Ctrl-C'}) before any point "
+                  "was measured", file=sys.stderr)  # fmt: skip
+            return EXIT_CODES["SIGTERM" if isinstance(exc, Interrupted) else "Ctrl-C"]
+
+
+def _run(args: argparse.Namespace, argv: list[str], started: datetime) -> int:
     try:
         outputs = read_stack_outputs(args)
         params = resolve_params(args, outputs)
@@ -408,43 +423,83 @@ def run(argv: list[str]) -> int:
             for path in write_client_manifest(args.client_manifest, outputs, params, kv, quant, args.client_cpus):
                 print(path)
             return 0
+        prepare(args.out, "--out")  # before any work: the results must have somewhere to go
         progress = RunProgress(enabled=not args.quiet)
         client = client_side(params, outputs, args.client_cpus, progress.log)
-        params, target = make_target(params, args.health_timeout, client.server)
+        params, target = make_target(params, demand(params, kv), args.health_timeout, client.server, progress.log)
         price = stack_gpu_price(outputs, params)
-        how = Measurement(client.runner, client.prometheus, progress, price)
-        # Exits run inner first: the runner deletes what it created in the cluster before a stack
-        # target's `pulumi up` puts the server's config back (minutes).
-        with target.session(), client.runner, progress.running():
-            if params.experiment == "kv":
-                outcome = run_kv(params, kv, target, how)
-            elif params.experiment == "quant":
-                outcome = run_quant(params, quant, target, how)
-            else:
-                outcome = run_sweep(params, target, partial(predict, params), how)
-    except (G6Error, HarnessError, LoadgenError, MetricsError, ServingError, ClusterError, LabError) as exc:
+    except ERRORS as exc:
         print(f"g6: {exc}", file=sys.stderr)
         return 2
     except ValidationError as exc:
-        print(f"g6: invalid parameters: {exc}", file=sys.stderr)
+        print(f"g6: invalid parameters: {problems(exc, 'g6')}", file=sys.stderr)
         return 2
+    how = Measurement(client.runner, client.prometheus, progress, price)
+    outcome = {"kv": KvOutcome, "quant": QuantOutcome}.get(params.experiment, SweepOutcome)()
+    failure = None
+    try:
+        # Exits run inner first: the runner deletes what it created in the cluster before a stack
+        # target's `pulumi up` puts the server's config back (minutes).
+        with target.session(), client.runner, progress.running():
+            if isinstance(outcome, KvOutcome):
+                run_kv(params, kv, target, how, outcome)
+            elif isinstance(outcome, QuantOutcome):
+                run_quant(params, quant, target, how, outcome)
+            else:
+                run_sweep(params, target, partial(predict, params), how, outcome)
+    except ERRORS as exc:
+        failure = str(exc)
+    except (KeyboardInterrupt, Interrupted) as exc:  # outside a point: entering the runner, say
+        outcome.interrupted = "SIGTERM" if isinstance(exc, Interrupted) else "Ctrl-C"
+    if not outcome.measured and (failure or outcome.interrupted):  # nothing to report but why it stopped
+        if outcome.interrupted:
+            print(f"g6: interrupted ({outcome.interrupted}) before any point was measured", file=sys.stderr)
+        if failure:
+            print(f"g6: {failure}", file=sys.stderr)
+        return 2 if failure else EXIT_CODES[outcome.interrupted or "Ctrl-C"]
+    if failure:
+        outcome.errors.append(f"the run stopped: {failure}")
+    if outcome.interrupted:
+        outcome.errors.append(f"interrupted ({outcome.interrupted}) after {outcome.done()}: the rest was not measured")
+    # A second Ctrl-C must not lose what the first one kept.
+    with shielded(lambda name: print(f"g6: {name} received; writing the results first", file=sys.stderr)):
+        folder, ok = write_results(args, argv, started, params, kv, quant, outputs, outcome, price)
+    if outcome.interrupted:
+        print(f"g6: interrupted after {outcome.done()}; partial results in {folder}", file=sys.stderr)
+    if failure:
+        print(f"g6: {failure}; results of {outcome.done()} in {folder}", file=sys.stderr)
+        return 2
+    if outcome.interrupted:
+        return EXIT_CODES[outcome.interrupted]
+    print(folder)
+    return 0 if ok else 1
+
+
+def write_results(
+    args: argparse.Namespace, argv: list[str], started: datetime, params: G6Params, kv: KvParams,
+    quant: QuantParams, outputs: dict[str, Any] | None, outcome: Outcome, price: GpuPrice | None,
+) -> tuple[Path, bool]:  # fmt: skip
+    """result.json, report.md and the plots of what `outcome` holds; the folder, and whether every
+    point (variant) completed."""
     meta = _meta(params, argv, started, outcome.server_versions, outcome.errors)
     cost = cost_section(outputs, params, (datetime.now(UTC) - started).total_seconds())
-    if params.experiment == "kv":
+    if isinstance(outcome, KvOutcome):
         result = kv_result(meta, params, kv, outcome, price, cost)
         folder = new_run_folder(args.out, f"{LAB}-kv", started)
         render_kv_plots(result, folder)
         report, ok = render_kv_report(result), all(p.point.completed for p in result.probes)
-    elif params.experiment == "quant":
+    elif isinstance(outcome, QuantOutcome):
         result = quant_result(meta, params, quant, outcome, price, cost)
         folder = new_run_folder(args.out, f"{LAB}-quant", started)
         render_quant_plots(result, folder)
         report, ok = render_quant_report(result), all(v.error is None for v in result.variants)
     else:
+        assert isinstance(outcome, SweepOutcome)
         result = G6Result(
             meta=meta,
             params=params,
             sizing=[s for mns in params.max_num_seqs if (s := predict(params, mns)) is not None],
+            sizing_gap=sizing_gap(params),
             points=outcome.points,
             cost=cost,
             gpu_price=price,
@@ -454,5 +509,4 @@ def run(argv: list[str]) -> int:
         report, ok = render_report(result), all(p.completed for p in outcome.points)
     save_result(result, folder)
     (folder / "report.md").write_text(report)
-    print(folder)
-    return 0 if ok else 1
+    return folder, ok

@@ -14,7 +14,9 @@ from benchmarks.g6.result import G6Point, G6Result  # noqa: E402
 from benchmarks.serving.sizing import roofline  # noqa: E402
 
 PLOTS = ("ttft-vs-throughput.png", "itl-vs-batch.png", "gpu-over-time.png")
-_GPU_SERIES = (("gpu_util", "GPU util (%)", 0.01), ("sm_active", "SM active", 1.0), ("dram_active", "DRAM active", 1.0), ("kv_cache_usage", "KV cache used", 1.0))
+# (series, legend, factor to percent): DCGM's GPU util is a percentage already; the rest are fractions.
+_GPU_SERIES = (("gpu_util", "GPU util (kernel running)", 1.0), ("sm_active", "SM active", 100.0),
+               ("dram_active", "DRAM active", 100.0), ("kv_cache_usage", "KV cache used", 100.0))  # fmt: skip
 
 
 def _by_mns(result: G6Result) -> dict[int | None, list[G6Point]]:
@@ -72,8 +74,13 @@ def itl_vs_batch(result: G6Result, path: Path) -> None:
     plt.close(fig)
 
 
+def _point_label(p: G6Point) -> str:
+    load = f"c={p.concurrency}" if p.concurrency is not None else f"{p.rate:g}/s"
+    return load if p.max_num_seqs is None else f"{p.max_num_seqs} / {load}"
+
+
 def gpu_over_time(result: G6Result, path: Path) -> None:
-    fig, ax = plt.subplots(figsize=(8, 4.5))
+    fig, ax = plt.subplots(figsize=(9, 4.8))
     t0 = result.meta.started_at.timestamp()
     for name, label, scale in _GPU_SERIES:
         xs, ys = [], []
@@ -84,15 +91,21 @@ def gpu_over_time(result: G6Result, path: Path) -> None:
                     ys += [v * scale for _, v in s.points] + [float("nan")]
         if xs:
             ax.plot(xs, ys, label=label, linewidth=1.2)
+    # Each point's window, shaded in turn and named at the top: which segment is which point.
+    for k, p in enumerate(q for q in result.points if q.window is not None):
+        start, end = p.window.start.timestamp() - t0, p.window.end.timestamp() - t0  # type: ignore[union-attr]
+        ax.axvspan(start, end, color="0.9" if k % 2 else "0.96", zorder=0)
+        ax.text((start + end) / 2, 103, _point_label(p), ha="center", va="bottom", fontsize=7, rotation=90)
     if not ax.lines:
         ax.text(0.5, 0.5, "no server metrics in this result", ha="center", va="center", transform=ax.transAxes)
-    ax.set_xlabel("seconds since the run started (gaps between points)")
-    ax.set_ylabel("fraction (0..1)")
-    ax.set_ylim(-0.02, 1.05)
-    ax.set_title("GPU and KV cache over the run")
-    ax.grid(True, alpha=0.3)
+    ax.set_xlabel("seconds since the run started (shaded: one point each, labelled max-num-seqs / load)")
+    ax.set_ylabel("% (of time, of KV blocks)")
+    ax.set_ylim(-2, 140)  # room above 100% for the points' names
+    ax.set_yticks(range(0, 101, 20))
+    ax.set_title("GPU and KV cache over the run", pad=4)
+    ax.grid(True, axis="y", alpha=0.3)
     if ax.lines:
-        ax.legend(fontsize=8, loc="lower right")
+        ax.legend(fontsize=8, loc="center left", bbox_to_anchor=(1.01, 0.5))
     fig.tight_layout()
     fig.savefig(path, dpi=110)
     plt.close(fig)

@@ -116,7 +116,7 @@ def _header(r: G6Result) -> str:
 
 def _sizing(r: G6Result) -> str:
     if not r.sizing:
-        return "## Sizing\n\nNo sizing: the model or GPU is not in the catalogue.\n"
+        return f"## Sizing\n\nNo sizing: {r.sizing_gap or 'the model or GPU is not in the catalogue'}.\n"
     rows = [
         [s.max_num_seqs, f"{s.weight_bytes / 2**30:.2f}", f"{s.kv_bytes_per_token:,}", f"{s.kv_cache_tokens:,}",
          f"{s.max_concurrency:.1f}", s.max_model_len]

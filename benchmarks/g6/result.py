@@ -58,6 +58,7 @@ class G6Result(BaseModel):
     meta: RunMeta
     params: G6Params
     sizing: list[Sizing] = []
+    sizing_gap: str | None = None  # why there is no sizing, when there is none
     points: list[G6Point]
     cost: str | None = None  # Markdown cost section (stacks.cost_estimate), stored so the report stays pure
     gpu_price: GpuPrice | None = None

@@ -6,8 +6,9 @@ and the experiments), whichever runner sends the load (this machine, or a Job in
 
 from __future__ import annotations
 
-from collections.abc import Callable
-from contextlib import AbstractContextManager
+from collections.abc import Callable, Iterator
+from contextlib import AbstractContextManager, contextmanager
+from dataclasses import dataclass, field
 from typing import Any, NamedTuple, Protocol
 
 from benchmarks.cluster import ClusterError
@@ -18,6 +19,7 @@ from benchmarks.g6.result import G6Point, GpuPrice
 from benchmarks.g6.targets import ServerSettings
 from benchmarks.harness import RunProgress
 from benchmarks.harness.server import Server, server_versions
+from benchmarks.harness.signals import Interrupted
 from benchmarks.loadgen import LoadSpec, PointRunner, summarize
 from benchmarks.metrics import KvCacheConfig, MetricsError, PrometheusClient, Scraper, read_cache_config, with_gpu_metrics
 from benchmarks.serving.sizing import Sizing
@@ -121,6 +123,9 @@ def measure_point(
         errors.append(f"{label}: server metrics: {error}")
     if stats.failed:
         errors.append(f"{label}: {stats.failed} failed requests {stats.failures}")
+        # Said here too: a point that failed whole is no figure to wait for the report to reveal.
+        share = "every request" if not stats.completed else f"{stats.failed} of {stats.failed + stats.completed} requests"
+        how.progress.log(f"g6: {label}: {share} failed: {stats.failures}")
     analysis = analyse(
         output_tokens_per_s=stats.output_tokens_per_s,
         mean_decoding=stats.mean_decoding,
@@ -139,28 +144,63 @@ def measure_point(
     return point, errors
 
 
-class SweepOutcome(NamedTuple):
-    points: list[G6Point]
-    errors: list[str]  # kept for the report
-    server_versions: dict[str, str]
+@dataclass
+class Outcome:
+    """What a run has measured so far, filled in as it goes: a run stopped half way (Ctrl-C, SIGTERM,
+    an error) still reports what it measured."""
+
+    errors: list[str] = field(default_factory=list)  # kept for the report
+    server_versions: dict[str, str] = field(default_factory=dict)
+    interrupted: str | None = None  # the signal that stopped the run ("Ctrl-C", "SIGTERM")
+
+    @property
+    def measured(self) -> int:
+        """Load points measured."""
+        raise NotImplementedError
+
+    def done(self) -> str:
+        """How far the run got, in words ("4 of 6 points")."""
+        raise NotImplementedError
+
+
+@contextmanager
+def interruptible(outcome: Outcome) -> Iterator[None]:
+    """Ctrl-C or SIGTERM inside the block ends it and is noted on `outcome`; the caller then puts the
+    target back and reports what was measured."""
+    try:
+        yield
+    except (KeyboardInterrupt, Interrupted) as exc:
+        outcome.interrupted = "SIGTERM" if isinstance(exc, Interrupted) else "Ctrl-C"
+
+
+@dataclass
+class SweepOutcome(Outcome):
+    points: list[G6Point] = field(default_factory=list)
+    planned: int = 0
+
+    @property
+    def measured(self) -> int:
+        return len(self.points)
+
+    def done(self) -> str:
+        return f"{self.measured} of {self.planned} points"
 
 
 def run_sweep(
-    params: G6Params, target: Target, sizing: Callable[[int | None], Sizing | None], how: Measurement
-) -> SweepOutcome:
-    """All points of the grid, the errors met on the way and what the server said it was. The caller
-    holds `target.session()` and the runner's context around it."""
-    points: list[G6Point] = []
-    errors: list[str] = []
-    versions: dict[str, str] = {}
-    for mns in params.max_num_seqs:
-        settings = ServerSettings() if mns is None else ServerSettings(max_num_seqs=mns)
-        with target.serving(settings) as server:
-            versions = versions or server_versions(server)
-            for spec in load_specs(params, server.base_url):
-                load = f"c={spec.concurrency}" if spec.concurrency else f"rate={spec.rate}/s"
-                label = f"max-num-seqs={mns if mns is not None else '?'} {load}"
-                point, point_errors = measure_point(params, spec, server, label, PointContext(mns, sizing(mns)), how)
-                points.append(point)
-                errors += point_errors
-    return SweepOutcome(points, errors, versions)
+    params: G6Params, target: Target, sizing: Callable[[int | None], Sizing | None], how: Measurement,
+    outcome: SweepOutcome,
+) -> None:  # fmt: skip
+    """Every point of the grid into `outcome`, with the errors met on the way and what the server said it
+    was. The caller holds `target.session()` and the runner's context around it."""
+    outcome.planned = len(params.max_num_seqs) * len(params.concurrency or params.rate)
+    with interruptible(outcome):
+        for mns in params.max_num_seqs:
+            settings = ServerSettings() if mns is None else ServerSettings(max_num_seqs=mns)
+            with target.serving(settings) as server:
+                outcome.server_versions = outcome.server_versions or server_versions(server)
+                for spec in load_specs(params, server.base_url):
+                    load = f"c={spec.concurrency}" if spec.concurrency else f"rate={spec.rate}/s"
+                    label = f"max-num-seqs={mns if mns is not None else '?'} {load}"
+                    point, errors = measure_point(params, spec, server, label, PointContext(mns, sizing(mns)), how)
+                    outcome.points.append(point)
+                    outcome.errors += errors

@@ -6,30 +6,36 @@ is put in place.
   and the load generator do not share one interpreter's lock (that would shape the numbers).
 - StackTarget: `pulumi config set --path vllm.<field> VALUE` (or `config rm` for an unset field)
   then `pulumi up`, waits for the endpoint to be healthy, and restores every changed field when the
-  run ends, however it ends (success, failure, Ctrl-C).
+  run ends, however it ends (success, failure, Ctrl-C, SIGTERM): a restore, once started, is not
+  stopped by a second Ctrl-C, and one that cannot finish says the command that finishes it.
 
 Each yields the `Server` in place: the URL the load generator sends to and how this process reads
-the server (for a stack whose client runs in the cluster, through the API server's service proxy).
+the server (for a stack whose client runs in the cluster, through the API server's service proxy),
+once it serves the run's model and takes requests as long as the run's (`Demand`).
 """
 
 from __future__ import annotations
 
+import os
+import shlex
+import signal
 import socket
 import subprocess
 import sys
 import tempfile
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from pathlib import Path
-from typing import Literal
+from typing import Literal, NamedTuple
 
 import httpx
 from pydantic import BaseModel, ConfigDict, Field
 
 from benchmarks.g6.errors import G6Error
-from benchmarks.harness import PulumiStack
-from benchmarks.harness.server import Server, check_reachable, http_server, wait_healthy
+from benchmarks.harness import HarnessError, PulumiStack
+from benchmarks.harness.server import Server, check_serves, http_server, wait_healthy
+from benchmarks.harness.signals import shielded
 
 CONFIG_OBJECT = "vllm"  # the project's `gke-ml-labs:vllm` stack config object
 _SIM_START_TIMEOUT_S = 30.0
@@ -60,9 +66,23 @@ class ServerSettings(BaseModel):
                                  **self.model_dump(include=self.model_fields_set)})  # fmt: skip
 
 
+class Demand(NamedTuple):
+    """What every server a run puts in place must take: its model (a setting's own model wins), and
+    requests of `tokens` tokens, asked for by the flags `asked` names."""
+
+    model: str
+    tokens: int
+    asked: str
+
+    def check(self, server: Server, settings: ServerSettings) -> Server:
+        check_serves(server, settings.model or self.model, self.tokens, self.asked)
+        return server
+
+
 class UrlTarget:
-    def __init__(self, server: Server) -> None:
+    def __init__(self, server: Server, demand: Demand) -> None:
         self.server = server
+        self.demand = demand
 
     @contextmanager
     def session(self) -> Iterator[None]:
@@ -70,8 +90,7 @@ class UrlTarget:
 
     @contextmanager
     def serving(self, settings: ServerSettings) -> Iterator[Server]:
-        check_reachable(self.server)
-        yield self.server
+        yield self.demand.check(self.server, settings)
 
 
 def _free_port() -> int:
@@ -93,12 +112,35 @@ def _started(proc: subprocess.Popen[str], base_url: str) -> bool:
     return False
 
 
+def _stop(proc: subprocess.Popen[str]) -> None:
+    """Stop a simulator started by SimTarget: its stdin closed (it exits at once), then its whole process
+    group terminated, killed if it lingers."""
+    if proc.stdin is not None:
+        proc.stdin.close()
+    try:
+        proc.wait(timeout=5)
+    except subprocess.TimeoutExpired:
+        pass
+    for sig in (signal.SIGTERM, signal.SIGKILL):
+        try:
+            os.killpg(proc.pid, sig)
+        except ProcessLookupError:
+            break
+        try:
+            proc.wait(timeout=10)
+            break
+        except subprocess.TimeoutExpired:
+            continue
+    proc.wait()
+
+
 class SimTarget:
     """The simulated backend; `base` holds the settings every point starts from (model, memory, ...)."""
 
-    def __init__(self, *, gpu: str, speedup: float, seed: int, base: ServerSettings) -> None:
+    def __init__(self, *, gpu: str, speedup: float, seed: int, base: ServerSettings, demand: Demand | None = None) -> None:
         self.args = ["--gpu", gpu, "--speedup", str(speedup), "--seed", str(seed)]
         self.base = base
+        self.demand = demand
 
     @contextmanager
     def session(self) -> Iterator[None]:
@@ -107,37 +149,48 @@ class SimTarget:
     @contextmanager
     def serving(self, settings: ServerSettings) -> Iterator[Server]:
         port = _free_port()
-        argv = [sys.executable, "-m", "benchmarks.sim", *self.args, "--port", str(port)]
+        # --watch-stdin: the simulator exits when the pipe this process holds open closes, as it does
+        # however this process ends (SIGKILL included); its own session keeps a terminal's Ctrl-C for
+        # this process, which stops it in order.
+        argv = [sys.executable, "-m", "benchmarks.sim", *self.args, "--port", str(port), "--watch-stdin"]
         for name, value in settings.over(self.base).changes().items():
             if value is not None:
                 argv += ["--" + name.replace("_", "-"), value]
         # stderr to a file, not a pipe: a pipe nobody reads would stall a chatty server.
         log = tempfile.TemporaryFile("w+")
-        proc = subprocess.Popen(argv, cwd=_REPO, stdout=subprocess.DEVNULL, stderr=log, text=True)
+        proc = subprocess.Popen(argv, cwd=_REPO, stdin=subprocess.PIPE, stdout=subprocess.DEVNULL, stderr=log,
+                                text=True, start_new_session=True)  # fmt: skip
         base_url = f"http://127.0.0.1:{port}"
         try:
             if not _started(proc, base_url):
-                proc.kill()
-                proc.wait()
+                _stop(proc)
                 log.seek(0)
                 raise G6Error(f"the simulator did not start ({' '.join(argv[2:])}): {log.read()[-800:]}")
-            yield http_server(base_url)
+            server = http_server(base_url)
+            yield server if self.demand is None else self.demand.check(server, settings)
         finally:
             log.close()
-            if proc.poll() is None:
-                proc.terminate()
-                try:
-                    proc.wait(timeout=10)
-                except subprocess.TimeoutExpired:
-                    proc.kill()
-                    proc.wait()
+            _stop(proc)
+
+
+def _values(values: dict[str, str | None]) -> str:
+    return ", ".join(f"{path} {value if value is not None else '(unset)'}" for path, value in values.items())
+
+
+class RestoreError(HarnessError):
+    """A stack's config could not be put back; the message says the command that finishes it."""
 
 
 class StackTarget:
-    def __init__(self, stack: PulumiStack, server: Server, health_timeout_s: float) -> None:
+    def __init__(
+        self, stack: PulumiStack, server: Server, demand: Demand, health_timeout_s: float,
+        log: Callable[[str], None] = print,
+    ) -> None:  # fmt: skip
         self.stack = stack
         self.server = server
+        self.demand = demand
         self.health_timeout_s = health_timeout_s
+        self.log = log
         self._original: dict[str, str | None] = {}  # config path -> value before the run (None: unset)
         self._current: dict[str, str | None] = {}
 
@@ -148,21 +201,49 @@ class StackTarget:
             self.stack.config_set(path, value)
         self._current[path] = value
 
+    def _command(self, paths: list[str]) -> str:
+        """The shell command that puts `paths` back as they were and applies them."""
+        name = self.stack.stack
+        steps = [
+            f"pulumi config rm --path {path} -s {name}" if self._original[path] is None
+            else f"pulumi config set --path {path} {shlex.quote(self._original[path] or '')} -s {name}"
+            for path in paths
+        ]  # fmt: skip
+        return " && ".join([*steps, f"pulumi up -s {name} --yes"])
+
     @contextmanager
     def session(self) -> Iterator[None]:
-        """Put back every config value the run changed, even on error or Ctrl-C, with one `pulumi up`."""
+        """Put back every config value the run changed, even on error, Ctrl-C or SIGTERM, with one `pulumi up`."""
         try:
             yield
         finally:
             changed = [path for path, value in self._original.items() if self._current[path] != value]
-            for path in changed:
-                self._put(path, self._original[path])
             if changed:
-                self.stack.up()
+                self._restore(changed)
+
+    def _restore(self, changed: list[str]) -> None:
+        name = self.stack.stack
+        self.log(f"g6: restoring stack {name}'s {_values({p: self._original[p] for p in changed})}: config and "
+                 "`pulumi up`, which takes minutes; Ctrl-C and SIGTERM wait for it")  # fmt: skip
+
+        def notice(signal_name: str) -> None:
+            self.log(f"g6: {signal_name} received; the restore goes on (stopping it now would leave the "
+                     "stack's config and its deployed server out of step)")  # fmt: skip
+
+        with shielded(notice):
+            try:
+                for path in changed:
+                    self._put(path, self._original[path])
+                self.stack.up(self.log)
+            except HarnessError as exc:
+                raise RestoreError(
+                    f"stack {name}'s config was not restored ({exc}); finish it with: {self._command(changed)}"
+                ) from None
+        self.log(f"g6: stack {name} restored")
 
     @contextmanager
     def serving(self, settings: ServerSettings) -> Iterator[Server]:
-        changed = False
+        changed: dict[str, str | None] = {}
         for name, value in settings.changes().items():
             path = f"{CONFIG_OBJECT}.{name}"
             if path not in self._original:
@@ -170,12 +251,11 @@ class StackTarget:
             if self._current[path] != value:
                 # Recorded before `up`: a failed up must still be undone.
                 self._put(path, value)
-                changed = True
+                changed[path] = value
         if changed:
-            self.stack.up()
+            self.log(f"g6: setting stack {self.stack.stack}'s {_values(changed)}: config and `pulumi up`, which takes minutes")
+            self.stack.up(self.log)
             wait_healthy(self.server, self.health_timeout_s)
-        else:
-            # No `up` to wait for: still fail fast if the server cannot be reached, rather than record
-            # a point where every request failed to connect.
-            check_reachable(self.server)
-        yield self.server
+        # Before any load: a server that cannot be reached, serves another model or shorter requests
+        # fails here, rather than as a point where every request failed.
+        yield self.demand.check(self.server, settings)

@@ -81,7 +81,7 @@ def section(outputs: dict[str, Any], key: str, model: type[M], lab: str) -> M:
     try:
         return model.model_validate(outputs[key])
     except ValidationError as exc:
-        raise HarnessError(f"stack outputs `{key}` do not fit lab {lab}: {exc}") from exc
+        raise HarnessError(f"stack outputs `{key}` do not fit lab {lab}: {problems(exc, key)}") from None
 
 
 def endpoint(outputs: dict[str, Any], name: str, lab: str) -> Endpoint:
@@ -92,4 +92,9 @@ def endpoint(outputs: dict[str, Any], name: str, lab: str) -> Endpoint:
     try:
         return Endpoint.model_validate(endpoints[name])
     except ValidationError as exc:
-        raise HarnessError(f"stack outputs endpoints.{name}: {exc}") from exc
+        raise HarnessError(f"stack outputs endpoints.{name} do not fit lab {lab}: {problems(exc, f'endpoints.{name}')}") from None
+
+
+def problems(exc: ValidationError, where: str) -> str:
+    """A validation error on one line: each bad key under `where` and what was wrong with it."""
+    return "; ".join(f"{'.'.join([where, *map(str, e['loc'])])}: {e['msg']}" for e in exc.errors())

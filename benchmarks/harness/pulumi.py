@@ -8,10 +8,15 @@ from __future__ import annotations
 
 import json
 import shutil
+import signal
 import subprocess
+import threading
+from collections import deque
+from collections.abc import Callable
 from typing import Any
 
 from benchmarks.harness.errors import HarnessError
+from benchmarks.harness.signals import shielded
 
 _NO_CLI = (
     "the pulumi CLI is not on PATH: install it (https://www.pulumi.com/docs/install/), or pass "
@@ -32,7 +37,9 @@ class PulumiStack:
     def _run(self, *args: str, timeout_s: float = 120.0, check: bool = True) -> subprocess.CompletedProcess[str]:
         argv = ["pulumi", *args, "-s", self.stack]
         try:
-            done = subprocess.run(argv, cwd=self.cwd, capture_output=True, text=True, timeout=timeout_s)
+            # Its own session: a Ctrl-C at the terminal reaches this process, which decides what to stop.
+            done = subprocess.run(argv, cwd=self.cwd, capture_output=True, text=True, timeout=timeout_s,
+                                  start_new_session=True)  # fmt: skip
         except subprocess.TimeoutExpired as exc:
             raise HarnessError(f"`{' '.join(argv)}` did not finish within {timeout_s:.0f}s") from exc
         if check and done.returncode != 0:
@@ -57,5 +64,41 @@ class PulumiStack:
     def config_rm(self, path: str) -> None:
         self._run("config", "rm", "--path", path)
 
-    def up(self) -> None:
-        self._run("up", "--yes", "--skip-preview", timeout_s=self.up_timeout_s)
+    def up(self, log: Callable[[str], None] = lambda line: None) -> None:
+        """`pulumi up`, each line it prints passed to `log` as it comes (an update takes minutes).
+
+        Interrupted (Ctrl-C, SIGTERM) while it runs, it is asked to cancel as pulumi's own Ctrl-C does
+        (it finishes the steps in flight and leaves its state consistent) and waited for; then the
+        interrupt goes on."""
+        argv = ["pulumi", "up", "--yes", "--skip-preview", "-s", self.stack]
+        try:
+            proc = subprocess.Popen(argv, cwd=self.cwd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
+                                    start_new_session=True)  # fmt: skip
+        except OSError as exc:
+            raise HarnessError(f"`{' '.join(argv)}` could not start: {exc}") from exc
+        assert proc.stdout is not None
+        tail: deque[str] = deque(maxlen=5)
+        timer = threading.Timer(self.up_timeout_s, proc.kill)
+        timer.start()
+
+        def follow() -> None:
+            for line in proc.stdout:  # type: ignore[union-attr]
+                if line.strip():
+                    tail.append(line.rstrip())
+                    log(f"  pulumi: {line.rstrip()}")
+            proc.wait()
+
+        try:
+            follow()
+        except BaseException:
+            proc.send_signal(signal.SIGINT)
+            log("  pulumi up: cancelling (pulumi finishes the steps in flight; wait for it)")
+            with shielded(lambda name: log(f"  pulumi up: {name} received; still waiting for pulumi to cancel")):
+                follow()
+            raise
+        finally:
+            timer.cancel()
+        if proc.returncode:
+            killed = proc.returncode == -signal.SIGKILL  # by the timer
+            why = f"did not finish within {self.up_timeout_s:.0f}s" if killed else f"failed (exit {proc.returncode})"
+            raise HarnessError(f"`{' '.join(argv)}` {why}: {' / '.join(tail) or 'no output'}")

@@ -9,6 +9,7 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
+from urllib.parse import urlsplit
 
 import httpx
 
@@ -33,6 +34,25 @@ class Server:
     where: str  # how `get` and `post` reach it, for messages
 
 
+class NotOk(HarnessError):
+    """The server answered, with a status that is not 2xx."""
+
+
+def _unreachable(base_url: str, exc: httpx.HTTPError) -> HarnessError:
+    """Why a URL cannot be reached, and what to do where the reason is known: a Service's cluster DNS
+    name (`svc.namespace.svc.cluster.local`) resolves only inside its cluster."""
+    host = urlsplit(base_url).hostname or ""
+    parts = host.split(".")
+    if isinstance(exc, httpx.ConnectError) and len(parts) >= 3 and parts[2] == "svc":
+        port = urlsplit(base_url).port or 80
+        return HarnessError(
+            f"{base_url} is Service {parts[1]}/{parts[0]}'s address inside the cluster, which this machine cannot "
+            f"resolve: give --stack or --outputs without --target (the load generator then runs in the cluster), or "
+            f"`kubectl port-forward -n {parts[1]} svc/{parts[0]} {port}` and --target http://127.0.0.1:{port}"
+        )
+    return HarnessError(f"cannot reach {base_url}: {exc or type(exc).__name__}")
+
+
 def http_server(base_url: str, timeout_s: float = 10.0) -> Server:
     """A server this process reaches at the same URL as the load generator."""
     root = base_url.rstrip("/")
@@ -41,11 +61,11 @@ def http_server(base_url: str, timeout_s: float = 10.0) -> Server:
         try:
             resp = httpx.request(method, root + path, json=body, timeout=timeout)
         except httpx.HTTPError as exc:
-            raise HarnessError(f"cannot reach {base_url}: {exc or type(exc).__name__}") from exc
+            raise _unreachable(base_url, exc) from exc
         if not resp.is_success:
             # A POST's error body says what the server refused (vLLM: {"error": {"message": ...}}).
             detail = f": {resp.text[:300]}" if method == "POST" else ""
-            raise HarnessError(f"{method} {root}{path} answered HTTP {resp.status_code}{detail}")
+            raise NotOk(f"{method} {root}{path} answered HTTP {resp.status_code}{detail}")
         return resp.text
 
     return Server(
@@ -73,9 +93,51 @@ def server_versions(server: Server) -> dict[str, str]:
     return found
 
 
-def check_reachable(server: Server) -> None:
-    """Fail fast on a target nothing listens on, instead of timing out every request of a sweep."""
-    server.get("/v1/models")
+@dataclass(frozen=True)
+class ServedModel:
+    """One card of GET /v1/models: the name requests use, and vLLM's max-model-len where it says."""
+
+    id: str
+    max_model_len: int | None
+
+
+def served_models(server: Server) -> list[ServedModel]:
+    """What the server serves, from GET /v1/models; a HarnessError when it is no OpenAI-compatible server."""
+    try:
+        text = server.get("/v1/models")
+    except NotOk as exc:
+        raise HarnessError(f"{exc}: not an OpenAI-compatible server (vLLM lists its models there)") from None
+    try:
+        cards = json.loads(text)["data"]
+        return [ServedModel(id=str(c["id"]), max_model_len=c.get("max_model_len")) for c in cards]
+    except (ValueError, KeyError, TypeError, AttributeError):
+        raise HarnessError(
+            f"{server.where} is not an OpenAI-compatible server: GET /v1/models answered no model list ({text[:80]!r})"
+        ) from None
+
+
+def only_model(server: Server) -> str:
+    """The model the server serves when it serves exactly one; a HarnessError saying what it serves else."""
+    ids = [m.id for m in served_models(server)]
+    if len(ids) != 1:
+        raise HarnessError(f"{server.where} serves {', '.join(ids) or 'no model'}: say which with --model")
+    return ids[0]
+
+
+def check_serves(server: Server, model: str, tokens: int | None = None, asked: str = "") -> ServedModel:
+    """Fail fast, before any load, on a server that serves another model or shorter sequences than the
+    run sends (`tokens` per request, asked for by the flags in `asked`), instead of recording a sweep of
+    failed requests."""
+    cards = served_models(server)
+    card = next((m for m in cards if m.id == model), None)
+    if card is None:
+        raise HarnessError(f"{server.where} serves {', '.join(m.id for m in cards) or 'no model'}, not {model}")
+    if tokens is not None and card.max_model_len is not None and tokens > card.max_model_len:
+        raise HarnessError(
+            f"{asked} = {tokens} tokens per request: more than {model}'s max-model-len {card.max_model_len} at "
+            f"{server.where} (GET /v1/models); shorten them"
+        )
+    return card
 
 
 def wait_healthy(server: Server, timeout_s: float, poll_s: float = 2.0) -> None:

@@ -11,6 +11,7 @@ from typing import Any, TypeVar
 
 from pydantic import BaseModel, ConfigDict, ValidationError
 
+from benchmarks.harness.outputs import problems
 from benchmarks.labs.errors import LabError
 
 P = TypeVar("P", bound="LabParams")
@@ -46,9 +47,8 @@ def lab_params(outputs: dict[str, Any], lab: str, model: type[P], section: str |
     try:
         return model.model_validate(raw)
     except ValidationError as e:
-        problems = "; ".join(f"{where}.{'.'.join(str(p) for p in err['loc'])}: {err['msg']}" for err in e.errors())
         raise LabError(
-            f"stack outputs lack what the {lab} benchmark needs ({problems}); is the lab's component "
+            f"stack outputs lack what the {lab} benchmark needs ({problems(e, where)}); is the lab's component "
             f"enabled in Pulumi.{lab}.yaml and has `pulumi up -s {lab}` finished?"
         ) from None
 

@@ -10,6 +10,9 @@ Both read the core's output with the same `OutputReader`.
 
 from __future__ import annotations
 
+import contextlib
+import os
+import signal
 import subprocess
 import sys
 from dataclasses import replace
@@ -67,9 +70,12 @@ class LocalRunner:
 
     def run(self, spec: LoadSpec, on_progress: Progress | None = None) -> LoadRun:
         # stderr joins stdout, as in a pod's log: the reader keeps what is not output for error messages.
+        # Its own session (the core and its worker processes): a terminal's Ctrl-C reaches this process,
+        # which stops the whole group on its way out; were this process killed outright, the core's next
+        # progress line meets a closed pipe and it ends, its workers with it.
         proc = subprocess.Popen(
             [sys.executable, *CORE_FLAGS, str(CORE_PATH)],
-            stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
+            stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, start_new_session=True,
         )  # fmt: skip
         try:
             assert proc.stdin is not None and proc.stdout is not None
@@ -79,8 +85,11 @@ class LocalRunner:
             return placed(read_output(reader, spec, f"load generator against {spec.base_url}"), where="local")
         finally:
             if proc.poll() is None:
-                proc.terminate()
+                with contextlib.suppress(ProcessLookupError):
+                    os.killpg(proc.pid, signal.SIGTERM)
             proc.wait()
+            if proc.stdout is not None:
+                proc.stdout.close()
 
 
 def run_load(spec: LoadSpec, on_progress: Progress | None = None, workers: int | None = None) -> LoadRun:

@@ -3,7 +3,9 @@
 from __future__ import annotations
 
 import argparse
+import os
 import sys
+import threading
 
 import uvicorn
 from pydantic import ValidationError
@@ -30,11 +32,27 @@ def _parser() -> argparse.ArgumentParser:
     parser.add_argument("--seed", type=int, default=defaults.seed)
     parser.add_argument("--speedup", type=float, default=defaults.speedup,
                         help="divide every simulated duration by this (for fast tests)")
+    parser.add_argument("--watch-stdin", action="store_true",
+                        help="exit as soon as stdin closes: a parent holds it open, so the simulator never outlives it")
     return parser
+
+
+def _exit_when_stdin_closes() -> None:
+    """Read stdin until it closes, then end the process at once: the parent that started it is gone
+    (however it ended: its pipe closes with it) or wants it gone; a simulator has nothing to save."""
+
+    def watch() -> None:
+        while sys.stdin.buffer.read(4096):
+            pass
+        os._exit(0)
+
+    threading.Thread(target=watch, name="watch-stdin", daemon=True).start()
 
 
 def main(argv: list[str] | None = None) -> int:
     args = vars(_parser().parse_args(argv))
+    if args.pop("watch_stdin"):
+        _exit_when_stdin_closes()
     try:
         config = SimConfig(**args)
         app = build_app(config)

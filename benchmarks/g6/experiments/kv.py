@@ -19,6 +19,7 @@ PagedAttention made, would fit kv_cache_tokens // max_model_len sequences at eve
 from __future__ import annotations
 
 import math
+from dataclasses import dataclass, field
 from typing import Literal
 
 from pydantic import BaseModel, ConfigDict, Field
@@ -27,7 +28,16 @@ from benchmarks.g6.analysis import predict
 from benchmarks.g6.config import G6Params
 from benchmarks.g6.errors import G6Error
 from benchmarks.g6.result import ExperimentResult, G6Point, GpuPrice
-from benchmarks.g6.sweep import Measurement, PointContext, Target, kv_cache_config, load_spec, measure_point
+from benchmarks.g6.sweep import (
+    Measurement,
+    Outcome,
+    PointContext,
+    Target,
+    interruptible,
+    kv_cache_config,
+    load_spec,
+    measure_point,
+)
 from benchmarks.g6.targets import ServerSettings
 from benchmarks.harness import RunMeta
 from benchmarks.harness.server import server_versions
@@ -201,14 +211,19 @@ def _answer(
     )  # fmt: skip
 
 
-class KvOutcome(BaseModel):
-    model_config = ConfigDict(frozen=True, extra="forbid")
+@dataclass
+class KvOutcome(Outcome):
+    cache: KvCacheConfig | None = None
+    probes: list[KvProbe] = field(default_factory=list)
+    lengths: list[KvLength] = field(default_factory=list)
+    planned_lengths: int = 0
 
-    cache: KvCacheConfig | None
-    probes: list[KvProbe]
-    lengths: list[KvLength]
-    errors: list[str]
-    server_versions: dict[str, str]
+    @property
+    def measured(self) -> int:
+        return len(self.probes)
+
+    def done(self) -> str:
+        return f"{self.measured} wave{'s' if self.measured != 1 else ''} ({len(self.lengths)} of {self.planned_lengths} lengths)"
 
 
 def check_lengths(params: G6Params, kv: KvParams) -> int:
@@ -252,51 +267,53 @@ def first_waves(params: G6Params, kv: KvParams, base_url: str) -> list[LoadSpec]
     ]  # fmt: skip
 
 
-def run_kv(params: G6Params, kv: KvParams, target: Target, how: Measurement) -> KvOutcome:
-    """Every length's search (or fixed grid) against one server run at the params' memory settings.
-    The caller holds `target.session()` and the runner's context around it."""
+def run_kv(params: G6Params, kv: KvParams, target: Target, how: Measurement, outcome: KvOutcome) -> None:
+    """Every length's search (or fixed grid) into `outcome`, against one server run at the params'
+    memory settings. The caller holds `target.session()` and the runner's context around it."""
     max_model_len = check_lengths(params, kv)
     mns = params.max_num_seqs[0]
     sizing = predict(params, mns)
     settings = ServerSettings(gpu_memory_utilization=params.gpu_memory_utilization, max_model_len=max_model_len)
-    probes: list[KvProbe] = []
-    errors: list[str] = []
-    lengths: list[KvLength] = []
-    with target.serving(settings) as server:
-        versions = server_versions(server)
+    outcome.planned_lengths = len(kv.context_lens)
+    with interruptible(outcome), target.serving(settings) as server:
+        outcome.server_versions = server_versions(server)
         try:
-            cache = kv_cache_config(server)
+            outcome.cache = kv_cache_config(server)
         except MetricsError as exc:
-            cache, errors = None, [f"vLLM's KV cache configuration: {exc}"]
-        block, blocks = pool(cache, sizing)
-        how.progress.log(f"KV cache: {blocks:,} blocks of {block} tokens ({'vLLM' if cache else 'sizing'})")
+            outcome.errors.append(f"vLLM's KV cache configuration: {exc}")
+        block, blocks = pool(outcome.cache, sizing)
+        how.progress.log(f"KV cache: {blocks:,} blocks of {block} tokens ({'vLLM' if outcome.cache else 'sizing'})")
         cap = _cap(kv, mns)
         for context_len in kv.context_lens:
             predicted = max_batch(blocks, context_len, block, mns)
             here: list[KvProbe] = []
             fixed = iter(kv.concurrency)
-            while len(here) < (len(kv.concurrency) or kv.max_probes):
-                if kv.concurrency:
-                    concurrency = next(fixed)
-                else:
-                    fits = [p.concurrency for p in here if p.fits]
-                    overs = [p.concurrency for p in here if p.fits is False]
-                    found = next_concurrency(max(fits, default=None), min(overs, default=None), predicted, cap,
-                                             kv.tolerance)  # fmt: skip
-                    if found is None or any(p.concurrency == found for p in here):
+            try:
+                while len(here) < (len(kv.concurrency) or kv.max_probes):
+                    if kv.concurrency:
+                        concurrency = next(fixed)
+                    else:
+                        fits = [p.concurrency for p in here if p.fits]
+                        overs = [p.concurrency for p in here if p.fits is False]
+                        found = next_concurrency(max(fits, default=None), min(overs, default=None), predicted, cap,
+                                                 kv.tolerance)  # fmt: skip
+                        if found is None or any(p.concurrency == found for p in here):
+                            break
+                        concurrency = found
+                    spec = wave_spec(params, server.base_url, context_len, concurrency)
+                    label = f"L={context_len} c={concurrency}"
+                    point, errors = measure_point(params, spec, server, label, PointContext(mns, sizing), how)
+                    here.append(KvProbe(context_len=context_len, concurrency=concurrency, point=point))
+                    outcome.errors += errors
+                    if here[-1].fits is None:
+                        outcome.errors.append(f"{label}: no preemption count from the server: the search stops at this length")
                         break
-                    concurrency = found
-                spec = wave_spec(params, server.base_url, context_len, concurrency)
-                label = f"L={context_len} c={concurrency}"
-                point, point_errors = measure_point(params, spec, server, label, PointContext(mns, sizing), how)
-                here.append(KvProbe(context_len=context_len, concurrency=concurrency, point=point))
-                errors += point_errors
-                if here[-1].fits is None:
-                    errors.append(f"{label}: no preemption count from the server: the search stops at this length")
-                    break
-            probes += here
-            lengths.append(_answer(context_len, here, predicted, sizing, cache, mns, kv, max_model_len))
-    return KvOutcome(cache=cache, probes=probes, lengths=lengths, errors=errors, server_versions=versions)
+            finally:
+                # A length stopped half way (an interrupt) still answers from the waves it ran.
+                if here:
+                    outcome.probes += here
+                    outcome.lengths.append(_answer(context_len, here, predicted, sizing, outcome.cache, mns, kv,
+                                                   max_model_len))  # fmt: skip
 
 
 def kv_result(meta: RunMeta, params: G6Params, kv: KvParams, outcome: KvOutcome, price: GpuPrice | None,

@@ -15,6 +15,7 @@ come up is reported as failed with the reason; the others still run.
 
 from __future__ import annotations
 
+from dataclasses import dataclass, field
 from typing import Literal
 
 from pydantic import BaseModel, ConfigDict, Field
@@ -25,10 +26,20 @@ from benchmarks.g6.errors import G6Error
 from benchmarks.g6.experiments.prompts import select
 from benchmarks.g6.experiments.quality import QualityClient, QualityError, QualityScore, Reference, reference, score_variant
 from benchmarks.g6.result import ExperimentResult, G6Point, GpuPrice
-from benchmarks.g6.sweep import Measurement, PointContext, Target, kv_cache_config, load_spec, measure_point
+from benchmarks.g6.sweep import (
+    Measurement,
+    Outcome,
+    PointContext,
+    Target,
+    interruptible,
+    kv_cache_config,
+    load_spec,
+    measure_point,
+)
 from benchmarks.g6.targets import ServerSettings
 from benchmarks.harness import HarnessError, RunMeta
 from benchmarks.harness.server import Server, server_versions
+from benchmarks.harness.signals import Interrupted
 from benchmarks.loadgen import LoadSpec
 from benchmarks.metrics import KvCacheConfig, MetricsError
 from facts.catalogue import MODELS, ServingError, get_model
@@ -87,13 +98,19 @@ class QuantResult(ExperimentResult):
     reference: Reference | None = Field(None, description="the baseline's continuations and their scores")
 
 
-class QuantOutcome(BaseModel):
-    model_config = ConfigDict(frozen=True, extra="forbid")
+@dataclass
+class QuantOutcome(Outcome):
+    variants: list[VariantResult] = field(default_factory=list)
+    reference: Reference | None = None
+    planned: int = 0  # points
+    planned_variants: int = 0
 
-    variants: list[VariantResult]
-    reference: Reference | None
-    errors: list[str]
-    server_versions: dict[str, str]
+    @property
+    def measured(self) -> int:
+        return sum(len(v.points) for v in self.variants)
+
+    def done(self) -> str:
+        return f"{self.measured} of {self.planned} points ({len(self.variants)} of {self.planned_variants} variants started)"
 
 
 def _quality(params: G6Params, quant: QuantParams, server: Server, served: str, ref: Reference | None,
@@ -140,54 +157,58 @@ def _setting_text(settings: ServerSettings) -> str:
     return f"{settings.model}" + (f" --quantization {settings.quantization}" if settings.quantization else "")
 
 
-def run_quant(params: G6Params, quant: QuantParams, target: Target, how: Measurement) -> QuantOutcome:
-    """Every variant in turn on one target. The caller holds `target.session()` (which restores the
-    target's original settings at the end) and the runner's context around it."""
+def run_quant(params: G6Params, quant: QuantParams, target: Target, how: Measurement, outcome: QuantOutcome) -> None:
+    """Every variant in turn on one target, into `outcome`. The caller holds `target.session()` (which
+    restores the target's original settings at the end) and the runner's context around it."""
+    outcome.planned_variants = len(quant.variants)
+    outcome.planned = len(quant.variants) * len(params.concurrency or DEFAULT_CONCURRENCY)
+    with interruptible(outcome):
+        for index, variant in enumerate(quant.variants):
+            outcome.variants.append(_variant(params, quant, target, how, outcome, variant, baseline=index == 0))
+
+
+def _variant(
+    params: G6Params, quant: QuantParams, target: Target, how: Measurement, outcome: QuantOutcome, variant: str,
+    baseline: bool,
+) -> VariantResult:  # fmt: skip
+    """One variant: its server put in place, its points, its quality; or why it did not run."""
     mns = params.max_num_seqs[0]
-    results: list[VariantResult] = []
-    errors: list[str] = []
-    versions: dict[str, str] = {}
-    ref: Reference | None = None
-    for index, variant in enumerate(quant.variants):
-        try:
-            settings = variant_settings(variant, params.model)
-        except G6Error as exc:
-            results.append(VariantResult(variant=variant, model=params.model, quantization=None, error=str(exc)))
-            continue
-        served = settings.model or params.model
-        try:
-            sizing = size_for(params.model_copy(update={"quantization": settings.quantization}), mns, served)
-        except ServingError as exc:
-            if served in MODELS:  # a refusal, not a model the catalogue lacks: skip the start
-                results.append(VariantResult(variant=variant, model=served, quantization=settings.quantization,
-                                             error=f"not started: the sizing says {exc}"))  # fmt: skip
-                continue
-            sizing = None
-        planned = VariantResult(variant=variant, model=served, quantization=settings.quantization, sizing=sizing)
-        how.progress.log(f"variant {variant}: {_setting_text(settings)}")
-        try:
-            with target.serving(settings) as server:
-                versions = versions or server_versions(server)
-                try:
-                    cache = kv_cache_config(server)
-                except MetricsError as exc:
-                    cache = None
-                    errors.append(f"{variant}: vLLM's KV cache configuration: {exc}")
-                points = []
-                for spec in variant_specs(params, server.base_url, served):
-                    point, point_errors = measure_point(
-                        params, spec, server, f"{variant} c={spec.concurrency}", PointContext(mns, sizing), how
-                    )
-                    points.append(point)
-                    errors += point_errors
-                ref, score, note = _quality(params, quant, server, served, ref, baseline=index == 0)
-        except (G6Error, HarnessError) as exc:
-            # A server that does not come up (a failed `pulumi up`, a simulator that exits).
-            results.append(planned.model_copy(update={"error": f"did not run: {exc}"}))
-            continue
-        results.append(planned.model_copy(update={"cache": cache, "points": points, "quality": score,
-                                                  "quality_note": note}))  # fmt: skip
-    return QuantOutcome(variants=results, reference=ref, errors=errors, server_versions=versions)
+    try:
+        settings = variant_settings(variant, params.model)
+    except G6Error as exc:
+        return VariantResult(variant=variant, model=params.model, quantization=None, error=str(exc))
+    served = settings.model or params.model
+    try:
+        sizing = size_for(params.model_copy(update={"quantization": settings.quantization}), mns, served)
+    except ServingError as exc:
+        if served in MODELS:  # a refusal, not a model the catalogue lacks: skip the start
+            return VariantResult(variant=variant, model=served, quantization=settings.quantization,
+                                 error=f"not started: the sizing says {exc}")  # fmt: skip
+        sizing = None
+    result = VariantResult(variant=variant, model=served, quantization=settings.quantization, sizing=sizing)
+    how.progress.log(f"variant {variant}: {_setting_text(settings)}")
+    points: list[G6Point] = []
+    try:
+        with target.serving(settings) as server:
+            outcome.server_versions = outcome.server_versions or server_versions(server)
+            try:
+                result = result.model_copy(update={"cache": kv_cache_config(server)})
+            except MetricsError as exc:
+                outcome.errors.append(f"{variant}: vLLM's KV cache configuration: {exc}")
+            for spec in variant_specs(params, server.base_url, served):
+                point, errors = measure_point(
+                    params, spec, server, f"{variant} c={spec.concurrency}", PointContext(mns, sizing), how
+                )
+                points.append(point)
+                outcome.errors += errors
+            outcome.reference, score, note = _quality(params, quant, server, served, outcome.reference, baseline)
+    except (G6Error, HarnessError) as exc:
+        # A server that does not come up (a failed `pulumi up`, a simulator that exits).
+        return result.model_copy(update={"error": f"did not run: {exc}", "points": points})
+    except (KeyboardInterrupt, Interrupted):
+        outcome.variants.append(result.model_copy(update={"points": points, "error": "interrupted before it finished"}))
+        raise
+    return result.model_copy(update={"points": points, "quality": score, "quality_note": note})
 
 
 def quant_result(meta: RunMeta, params: G6Params, quant: QuantParams, outcome: QuantOutcome, price: GpuPrice | None,

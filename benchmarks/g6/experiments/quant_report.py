@@ -190,9 +190,9 @@ def tradeoffs_plot(r: QuantResult, path: Path) -> None:
     for i, (w, k, label) in enumerate(zip(weights, kv, labels)):
         mem.text(i, w + k / 2, label, ha="center", va="center", fontsize=8)
     mem.set_ylabel("GiB of vLLM's memory budget")
-    mem.set_ylim(0, 1.3 * max((a + b + c for a, b, c in zip(weights, kv, reserve)), default=1.0))
+    mem.set_ylim(0, 1.4 * max((a + b + c for a, b, c in zip(weights, kv, reserve)), default=1.0))
     mem.set_title("memory: the weights freed become KV cache")
-    mem.legend(fontsize=7, loc="upper center", ncol=2)
+    mem.legend(fontsize=7, loc="upper center")
     width = 0.38
     for offset, level, colour in ((-width / 2, low, "#9ecae1"), (width / 2, high, "#3182bd")):
         values = [(_at(v, level).output_tokens_per_s / r.params.speedup if _at(v, level) else 0) for v in r.variants]

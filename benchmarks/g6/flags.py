@@ -1,0 +1,82 @@
+"""The g6 command line's value types and parser: a bad value is one line naming the flag, what was
+given and what is allowed, never a validation dump after the work has started."""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from collections.abc import Callable
+from typing import NoReturn
+
+
+class Parser(argparse.ArgumentParser):
+    """argparse, with its errors on one line (g6's usage alone spans a screen)."""
+
+    def error(self, message: str) -> NoReturn:
+        print(f"g6: {message} (`{self.prog} --help` lists the options)", file=sys.stderr)
+        sys.exit(2)
+
+
+def _refuse(what: str, text: str) -> NoReturn:
+    raise argparse.ArgumentTypeError(f"expected {what}, got {text!r}")
+
+
+def whole(least: int) -> Callable[[str], int]:
+    """A whole number of at least `least`."""
+
+    def parse(text: str) -> int:
+        try:
+            value = int(text)
+        except ValueError:
+            _refuse(f"a whole number >= {least}", text)
+        if value < least:
+            _refuse(f"a whole number >= {least}", text)
+        return value
+
+    return parse
+
+
+def wholes(least: int) -> Callable[[str], list[int]]:
+    """Comma-separated whole numbers, each at least `least`."""
+    one = whole(least)
+
+    def parse(text: str) -> list[int]:
+        try:
+            values = [one(x) for x in text.split(",") if x.strip()]
+        except argparse.ArgumentTypeError:
+            values = []
+        if not values:
+            _refuse(f"comma-separated whole numbers >= {least}", text)
+        return values
+
+    return parse
+
+
+def positive(text: str) -> float:
+    """A number above zero."""
+    try:
+        value = float(text)
+    except ValueError:
+        _refuse("a number > 0", text)
+    if not value > 0:  # NaN included
+        _refuse("a number > 0", text)
+    return value
+
+
+def positives(text: str) -> list[float]:
+    """Comma-separated numbers, each above zero."""
+    try:
+        values = [positive(x) for x in text.split(",") if x.strip()]
+    except argparse.ArgumentTypeError:
+        values = []
+    if not values:
+        _refuse("comma-separated numbers > 0", text)
+    return values
+
+
+def fraction(text: str) -> float:
+    """A share of a whole: above zero, at most one."""
+    value = positive(text)
+    if value > 1:
+        _refuse("a fraction > 0 and <= 1", text)
+    return value
