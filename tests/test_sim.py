@@ -190,15 +190,20 @@ def test_gpu_series_show_a_busy_bandwidth_bound_gpu_while_decoding():
     readings = {}
 
     async def scrape_mid_run(client: httpx.AsyncClient) -> None:
-        await asyncio.sleep(1.2)  # past the one-second window the GPU series look back over
+        # From the moment the sequence runs (not from the request: a busy machine may start it late),
+        # past the one-second window the GPU series look back over.
+        while _metric((await client.get("/metrics")).text, "vllm:num_requests_running") < 1:
+            await asyncio.sleep(0.01)
+        await asyncio.sleep(1.2)
         text = (await client.get("/metrics")).text
         for name in ("DCGM_FI_DEV_GPU_UTIL", "DCGM_FI_PROF_SM_ACTIVE", "DCGM_FI_PROF_DRAM_ACTIVE",
-                     "DCGM_FI_DEV_POWER_USAGE"):
+                     "DCGM_FI_DEV_POWER_USAGE", "vllm:num_requests_running"):
             readings[name] = _metric(text, name)
 
-    # About 2.5 ms per token at speedup 2: 700 tokens outlast the scrape.
+    # About 2.5 ms per token at speedup 2: 1,400 tokens (about 3.5 s) outlast the scrape.
     with running_server(SimConfig(model=QWEN_05, max_model_len=2048, speedup=2)) as url:
-        asyncio.run(_stream_all(url, [{"prompt": "x", "max_tokens": 700, "ignore_eos": True}], during=scrape_mid_run))
+        asyncio.run(_stream_all(url, [{"prompt": "x", "max_tokens": 1400, "ignore_eos": True}], during=scrape_mid_run))
+    assert readings["vllm:num_requests_running"] == 1, "the scrape came after decoding ended"
     # One sequence decoding: the GPU is never idle, and memory traffic, not FLOPs, bounds it.
     assert readings["DCGM_FI_DEV_GPU_UTIL"] > 80
     assert readings["DCGM_FI_PROF_DRAM_ACTIVE"] > 0.5 > readings["DCGM_FI_PROF_SM_ACTIVE"]
