@@ -437,3 +437,52 @@ def test_a_bad_plan_is_refused_with_the_reason(capsys):
     assert capsys.readouterr().out.startswith("gml-loadgen:error ")
     with pytest.raises(core.PlanError, match="exactly one of concurrency and rate"):
         core.Plan.from_json(json.dumps({"base_url": "http://x", "model": "m", "requests": 1, "warmup": 0}))
+
+
+@pytest.mark.skipif(core.SO_TIMESTAMPNS is None, reason="kernel receive timestamps are Linux's (SO_TIMESTAMPNS)")
+def test_the_ground_truth_server_stamps_an_arrival_when_it_lands_not_when_its_busy_loop_gets_to_it():
+    """The overhead benchmark's server (fastserver) is the ground truth the client's TTFT error is
+    measured against: a request that lands while its loop is busy writing other streams must still be
+    stamped on arrival, or that wait would count as the client's error."""
+    from benchmarks.loadgen.fastserver import serve
+
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        port = probe.getsockname()[1]
+    loop = asyncio.new_event_loop()
+    server = loop.create_task(serve(port, 0.01, 0.001, 0.0))
+    thread = threading.Thread(target=loop.run_forever, daemon=True)
+    thread.start()
+
+    async def stop() -> None:
+        server.cancel()
+        await asyncio.gather(server, return_exceptions=True)
+
+    deadline = time.monotonic() + 10
+    while True:
+        try:
+            sock = socket.create_connection(("127.0.0.1", port), timeout=5)
+            break
+        except ConnectionRefusedError:
+            assert time.monotonic() < deadline, "fastserver did not start"
+            time.sleep(0.02)
+    with sock:
+        body = json.dumps({"max_tokens": 2}).encode()
+        request = b"POST /v1/completions HTTP/1.1\r\nContent-Length: %d\r\n\r\n%s" % (len(body), body)
+        blocked = threading.Event()
+        loop.call_soon_threadsafe(lambda: (blocked.set(), time.sleep(0.3)))  # the loop busy for 300 ms
+        blocked.wait(5)
+        sent = time.monotonic()
+        sock.sendall(request)
+        while not sock.recv(65536).endswith(b"0\r\n\r\n"):
+            pass
+        truth = httpx.get(f"http://127.0.0.1:{port}/truth", timeout=5).json()
+    asyncio.run_coroutine_threadsafe(stop(), loop).result(5)
+    loop.call_soon_threadsafe(loop.stop)
+    thread.join(5)
+    loop.close()
+    (arrival,) = truth["arrival"]
+    # Stamped within a few ms of the send (loopback), not 300 ms later when the loop was free again;
+    # the first token then follows the fixed TTFT counted from that arrival, busy loop included.
+    assert sent - 1e-3 <= arrival < sent + 0.05
+    assert truth["tokens"][0][0] - arrival > 0.25
