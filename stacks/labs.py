@@ -56,13 +56,15 @@ LABS: dict[str, Lab] = {
         Lab(
             "g5",
             "KServe in Knative mode",
-            "cold start from zero; canary traffic split measured from responses",
+            "replicas following a request-rate ramp (sklearn on CPU or Triton on the L4); cold start from zero;"
+            " canary traffic split measured from responses",
             {"kserve": {"enabled": True}, "idle_guard": {"enabled": True}},
         ),
         Lab(
             "g6",
             "vLLM on the L4",
-            "TTFT against throughput over max-num-seqs x concurrency, against the bandwidth roofline",
+            "TTFT against throughput over max-num-seqs x concurrency, against the bandwidth roofline; the KV cache"
+            " as the limit on batch size (PagedAttention); what quantization buys and costs",
             {
                 "observability": {"enabled": True},
                 "cost_exporter": {"enabled": True},
