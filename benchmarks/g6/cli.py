@@ -56,11 +56,13 @@ from benchmarks.harness import (
     section,
     tool_version,
 )
+from benchmarks.harness.evidence import SIMULATOR, Evidence
 from benchmarks.harness.outputs import problems
 from benchmarks.harness.results import client_cpus
 from benchmarks.harness.server import Server, http_server, only_model
 from benchmarks.harness.signals import Interrupted, shielded, sigterm_raises
 from benchmarks.labs.errors import LabError
+from benchmarks.labs.evidence import collect as collect_evidence
 from benchmarks.labs.live import new_run_id
 from benchmarks.labs.stack import require_lab, system_selector
 from benchmarks.loadgen import LoadgenError, LoadSpec, LocalRunner, Slo, Timeouts
@@ -372,7 +374,19 @@ def cost_section(outputs: dict[str, Any] | None, params: G6Params, seconds: floa
     )
 
 
-def _meta(params: G6Params, argv: list[str], started: datetime, versions: dict[str, str], errors: list[str]) -> RunMeta:
+def run_evidence(params: G6Params, outputs: dict[str, Any] | None, client: ClientSide, started: datetime) -> Evidence:
+    """What really ran: read from the cluster for an in-cluster run; "simulator" or "not known" otherwise."""
+    if params.target_kind == "sim":
+        return Evidence.offline(SIMULATOR)
+    if outputs is None or not isinstance(client.runner, ClusterRunner):
+        return Evidence.offline()
+    runner = client.runner
+    return collect_evidence(runner.cluster, outputs, [runner.namespace], runner.run_id, started, datetime.now(UTC))
+
+
+def _meta(
+    params: G6Params, argv: list[str], started: datetime, versions: dict[str, str], errors: list[str], evidence: Evidence
+) -> RunMeta:
     return RunMeta(
         lab=LAB,
         target=params.target,
@@ -384,6 +398,7 @@ def _meta(params: G6Params, argv: list[str], started: datetime, versions: dict[s
         command=["python", "-m", "benchmarks", LAB, *argv],
         server_versions=versions,
         errors=errors,
+        evidence=evidence,
     )
 
 
@@ -462,8 +477,12 @@ def _run(args: argparse.Namespace, argv: list[str], started: datetime) -> int:
     if outcome.interrupted:
         outcome.errors.append(f"interrupted ({outcome.interrupted}) after {outcome.done()}: the rest was not measured")
     # A second Ctrl-C must not lose what the first one kept.
+    try:
+        evidence = run_evidence(params, outputs, client, started)
+    except (KeyboardInterrupt, Interrupted):  # what was measured matters more than the evidence
+        evidence = Evidence.offline()
     with shielded(lambda name: print(f"g6: {name} received; writing the results first", file=sys.stderr)):
-        folder, ok = write_results(args, argv, started, params, kv, quant, outputs, outcome, price)
+        folder, ok = write_results(args, argv, started, params, kv, quant, outputs, outcome, price, evidence)
     if outcome.interrupted:
         print(f"g6: interrupted after {outcome.done()}; partial results in {folder}", file=sys.stderr)
     if failure:
@@ -477,11 +496,11 @@ def _run(args: argparse.Namespace, argv: list[str], started: datetime) -> int:
 
 def write_results(
     args: argparse.Namespace, argv: list[str], started: datetime, params: G6Params, kv: KvParams,
-    quant: QuantParams, outputs: dict[str, Any] | None, outcome: Outcome, price: GpuPrice | None,
+    quant: QuantParams, outputs: dict[str, Any] | None, outcome: Outcome, price: GpuPrice | None, evidence: Evidence,
 ) -> tuple[Path, bool]:  # fmt: skip
     """result.json, report.md and the plots of what `outcome` holds; the folder, and whether every
     point (variant) completed."""
-    meta = _meta(params, argv, started, outcome.server_versions, outcome.errors)
+    meta = _meta(params, argv, started, outcome.server_versions, outcome.errors, evidence)
     cost = cost_section(outputs, params, (datetime.now(UTC) - started).total_seconds())
     if isinstance(outcome, KvOutcome):
         result = kv_result(meta, params, kv, outcome, price, cost)

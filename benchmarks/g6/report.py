@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from benchmarks.harness.evidence import markdown as evidence_section
 from benchmarks.g6.config import G6Params
 from benchmarks.g6.plots import PLOTS
 from benchmarks.g6.price import cheapest, slo_text
@@ -100,6 +101,7 @@ def _header(r: G6Result) -> str:
         "",
         f"Model `{p.model}` served by {target_text(p)}; {m.started_at.isoformat()} to {m.finished_at.isoformat()}.",
         "",
+        evidence_section(m.evidence),
         "## What was run",
         "",
         f"- Grid: max-num-seqs {[x for x in p.max_num_seqs]} x {load}",

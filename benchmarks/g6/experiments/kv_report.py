@@ -11,6 +11,7 @@ import matplotlib.pyplot as plt  # noqa: E402  (the backend must be chosen first
 
 from benchmarks.g6.experiments.kv import KvLength, KvParams, KvResult  # noqa: E402
 from benchmarks.g6.report import context_lines, cost_sections, errors_section, latency_pair, price_cell, target_text  # noqa: E402
+from benchmarks.harness.evidence import markdown as evidence_section  # noqa: E402
 from benchmarks.harness.markdown import num, table  # noqa: E402
 
 PLOTS = ("kv-max-batch.png", "kv-probes.png")
@@ -49,6 +50,7 @@ def _header(r: KvResult) -> str:
         "",
         f"Model `{p.model}` served by {target_text(p)}; {m.started_at.isoformat()} to {m.finished_at.isoformat()}.",
         "",
+        evidence_section(m.evidence),
         "## What was run",
         "",
         f"- Server: max-model-len {p.max_model_len}, gpu-memory-utilization {p.gpu_memory_utilization:g}, "

@@ -12,6 +12,7 @@ import matplotlib.pyplot as plt  # noqa: E402  (the backend must be chosen first
 from benchmarks.g6.experiments.quant import QuantResult, VariantResult  # noqa: E402
 from benchmarks.g6.report import context_lines, cost_sections, errors_section, latency_pair, price_cell, target_text  # noqa: E402
 from benchmarks.g6.result import G6Point  # noqa: E402
+from benchmarks.harness.evidence import markdown as evidence_section  # noqa: E402
 from benchmarks.harness.markdown import num, table  # noqa: E402
 
 PLOTS = ("quant-tradeoffs.png",)
@@ -47,6 +48,7 @@ def _header(r: QuantResult) -> str:
         "",
         f"Model `{p.model}` served by {target_text(p)}; {m.started_at.isoformat()} to {m.finished_at.isoformat()}.",
         "",
+        evidence_section(m.evidence),
         "## What was run",
         "",
         f"- Variants, the first the baseline: {', '.join(f'{v.variant} ({_setting(v)})' for v in r.variants)}",
