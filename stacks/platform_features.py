@@ -29,7 +29,7 @@ RESERVED_NAMESPACES = frozenset(
 
 class _Feature(BaseModel):
     model_config = ConfigDict(frozen=True, extra="forbid")
-    enabled: bool = False
+    enabled: bool = Field(False, description="switch the feature on (the labs that need it switch it on themselves)")
 
 
 class Observability(_Feature):

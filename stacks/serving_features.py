@@ -43,7 +43,7 @@ _RUNTIME_DEFAULTS: dict[str, dict[str, object]] = {
 
 class _Feature(BaseModel):
     model_config = ConfigDict(frozen=True, extra="forbid")
-    enabled: bool = False
+    enabled: bool = Field(False, description="switch the feature on (the labs that need it switch it on themselves)")
 
 
 class KServe(_Feature):
