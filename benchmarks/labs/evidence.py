@@ -67,17 +67,17 @@ def run_nvidia_smi(
     """nvidia-smi's output from a one-shot pod on a free GPU node (deleted with the run's objects), or
     None when no GPU node is free or the pod did not finish in time (said in the log)."""
     cluster = scope.cluster
-    if free_gpu_node(cluster, outputs) is None:
-        log("evidence: no GPU node with a free GPU; the driver and CUDA versions stay 'not known'")
-        return None
-    pod = scope.create(nvidia_smi_pod(outputs, scope.run_id))
-    name = pod["metadata"]["name"]
+    name = nvidia_smi_pod(outputs, scope.run_id)["metadata"]["name"]
 
     def poll() -> str | None:
         found = [p for p in cluster.list("v1", "Pod", NAMESPACE) if p["metadata"]["name"] == name]
         return phase(found[0]) if found else None
 
     try:
+        if free_gpu_node(cluster, outputs) is None:
+            log("evidence: no GPU node with a free GPU; the driver and CUDA versions stay 'not known'")
+            return None
+        scope.create(nvidia_smi_pod(outputs, scope.run_id))
         wait_until(f"nvidia-smi pod {name}", poll, lambda p: p in ("Succeeded", "Failed"), timeout_s, 3.0, log,
                    sleep=sleep)  # fmt: skip
         return cluster.pod_log(NAMESPACE, name)
