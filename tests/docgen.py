@@ -268,10 +268,6 @@ def pages() -> dict[Path, str]:
     return out
 
 
-def stale() -> list[Path]:
-    return [p for p, text in pages().items() if not p.exists() or p.read_text() != text]
-
-
 def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(prog="python -m tests.docgen", description=__doc__.splitlines()[0])
     p.add_argument("--check", action="store_true", help="only report stale pages (exit 1 if any)")

@@ -144,10 +144,6 @@ def record(session: LabSession, args: argparse.Namespace) -> Recording:
         describe=lambda s: _describe(s, run_id),
     )
     node = (_pod(snapshots[-1].objects["pods"], probe_name(run_id)) or {}).get("spec", {}).get("nodeName")
-    try:
-        session.nvidia_smi = cluster.pod_log(params.namespace, probe_name(run_id))
-    except ClusterError as e:
-        session.notes.append(f"nvidia-smi output of the probe not read: {e}")
     target = PrometheusRef.model_validate(session.outputs["prometheus"])
     prometheus = PrometheusClient.through_service_proxy(cluster, target)
     answers: list[dict[str, Any]] = session.client.setdefault("dcgm", [])
@@ -170,6 +166,10 @@ def record(session: LabSession, args: argparse.Namespace) -> Recording:
     except Exception as e:  # keep the scheduling evidence even if Prometheus is unreachable
         session.notes.append(f"DCGM wait ended: {e}")
     poll()  # the untolerated pod's final state, after the GPU node has long been there
+    try:  # read after the DCGM wait: by now the probe's nvidia-smi has long finished writing
+        session.nvidia_smi = cluster.pod_log(params.namespace, probe_name(run_id))
+    except ClusterError as e:
+        session.notes.append(f"nvidia-smi output of the probe not read: {e}")
     return session.recording(objects={"gpu_nodes_before": nodes_before})
 
 
