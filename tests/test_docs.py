@@ -39,13 +39,12 @@ PROJECT = ("benchmarks", "stacks", "ops", "tests")
 FENCE = re.compile(r"^```.*?^```", re.S | re.M)
 # Offline commands of the docs that take seconds: run for real. Every other command is checked against
 # its module's --help (each flag it shows must exist), never run (they need a cluster or take minutes).
-RUN = [
-    "python -m stacks.plan dev",
-    "python -m ops.estimate --all",
-    "python -m benchmarks --help",
-    "python -m tests.docgen --check",
-    "python -m benchmarks.sizing --model Qwen/Qwen2.5-1.5B-Instruct --gpu l4 --max-model-len 4096 --gpu-memory-utilization 0.9",
-]
+SIZING = "python -m benchmarks.sizing --model Qwen/Qwen2.5-1.5B-Instruct --gpu l4 --max-model-len 4096 --gpu-memory-utilization 0.9"
+RUN = ["python -m stacks.plan dev", "python -m ops.estimate --all", "python -m benchmarks --help",
+       "python -m tests.docgen --check", SIZING]  # fmt: skip
+# Figures a page quotes from a command's output: (page, command) -> what both must say.
+QUOTED = {("docs/labs/g6.md", SIZING): ["2.88 GiB", "28,672 B", "580,304", "141.68"],
+          ("docs/operations.md", "python -m ops.estimate --all"): ["$0.141", "$0.436"]}  # fmt: skip
 
 
 def _sections(text: str) -> list[str]:
@@ -223,4 +222,9 @@ def test_the_quick_offline_commands_of_the_docs_run(cmd, capsys):
     assert any(c == cmd for _, c in COMMANDS), f"`{cmd}` is no longer in the docs"
     words = shlex.split(cmd)
     assert _run(words[2], words[3:]) in (0, None)
-    assert capsys.readouterr().out.strip() or "--check" in words  # a check that finds nothing stale says nothing
+    out = capsys.readouterr().out
+    assert out.strip() or "--check" in words  # a check that finds nothing stale says nothing
+    for (page, quoted_cmd), figures in QUOTED.items():
+        if quoted_cmd == cmd:
+            text = (REPO / page).read_text()
+            assert [f for f in figures if f not in out or f not in text] == [], f"{page} quotes `{cmd}`"
