@@ -79,7 +79,7 @@ def _event(kind: str, name: str, reason: str, message: str, at: str, type_: str 
             "lastTimestamp": at}  # fmt: skip
 
 
-def test_what_did_not_work_first_time_lists_oom_pull_backoff_scheduling_and_node_loss():
+def test_what_did_not_work_first_time_lists_oom_pull_backoff_scheduling_preemption_and_node_loss():
     oom = {"name": "vllm", "image": "vllm/vllm-openai:v0.11.2", "imageID": "docker.io/vllm/vllm-openai@sha256:" + "1" * 64,
            "restartCount": 2, "ready": True, "state": {"running": {"startedAt": "2026-11-29T17:05:00Z"}},
            "lastState": {"terminated": {"reason": "OOMKilled", "exitCode": 137, "startedAt": "2026-11-29T17:03:00Z",
@@ -97,6 +97,8 @@ def test_what_did_not_work_first_time_lists_oom_pull_backoff_scheduling_and_node
         _event("Node", "gke-gpu-1", "NodeNotReady", "Node gke-gpu-1 status is now: NodeNotReady",
                "2026-11-29T17:06:00Z", type_="Normal"),
         _event("Pod", "vllm-0", "Scheduled", "Successfully assigned llm/vllm-0", "2026-11-29T17:03:00Z", type_="Normal"),
+        _event("Pod", "batch-1", "Preempted", "Preempted by pod 5d8c1e2a-0b6f-4c1e-9a57-3f0d2c7b9e41 on node gke-gpu-1",
+               "2026-11-29T17:05:10Z", type_="Normal"),
         _event("Pod", "old", "FailedScheduling", "from an earlier run", "2026-11-29T16:30:00Z"),
     ]
     got = first_time_problems(events, [_pod("vllm-0", [oom, healthy]), evicted], STARTED, FINISHED)
@@ -104,6 +106,7 @@ def test_what_did_not_work_first_time_lists_oom_pull_backoff_scheduling_and_node
         "17:02:10 Pod/vllm-0 FailedScheduling (x3): 0/2 nodes are available: 1 Insufficient nvidia.com/gpu.",
         '17:02:40 Pod/vllm-0 Failed (x1): Failed to pull image "vllm/vllm-openai:v0.11.2": context deadline exceeded',
         '17:02:41 Pod/vllm-0 BackOff (x1): Back-off pulling image "vllm/vllm-openai:v0.11.2"',
+        "17:05:10 Pod/batch-1 Preempted (x1): Preempted by pod 5d8c1e2a-0b6f-4c1e-9a57-3f0d2c7b9e41 on node gke-gpu-1",
         "17:06:00 Node/gke-gpu-1 NodeNotReady (x1): Node gke-gpu-1 status is now: NodeNotReady",
         "pod llm/loadgen-x failed: Evicted: The node was low on resource: ephemeral-storage.",
         "pod llm/vllm-0 container vllm: restarted 2 time(s), last ended OOMKilled (exit 137)",

@@ -29,9 +29,10 @@ ZONE_LABEL = "topology.kubernetes.io/zone"
 # CUDA Version: 12.8 |". The CUDA version there is the newest the driver supports, not a toolkit's.
 _DRIVER = re.compile(r"Driver Version:\s*([0-9][0-9.]*)")
 _CUDA = re.compile(r"CUDA Version:\s*([0-9][0-9.]*)")
-# Node events that say a node went away under the run, though Kubernetes files them as Normal: the node
-# controller's (pkg/controller/nodelifecycle) and the kubelet's after a reboot.
-_NODE_TROUBLE = ("NodeNotReady", "RemovingNode", "Rebooted")
+# Events Kubernetes files as Normal that still say something went wrong: a node lost under the run (the
+# node controller's NodeNotReady and RemovingNode, pkg/controller/nodelifecycle; the kubelet's Rebooted)
+# and a pod the scheduler preempted for a higher-priority one.
+_NORMAL_TROUBLE = {("Node", "NodeNotReady"), ("Node", "RemovingNode"), ("Node", "Rebooted"), ("Pod", "Preempted")}
 # The billing export lags the usage by hours and the GPU node bills until the autoscaler removes it
 # (about 10 minutes after its last pod): the cost window runs an hour past the run.
 _COST_TAIL = timedelta(hours=1)
@@ -86,16 +87,15 @@ def first_time_problems(
     events: list[dict[str, Any]], pods: list[dict[str, Any]], started: datetime, finished: datetime
 ) -> list[str]:
     """What did not work first time in [started, finished]: every Warning event (FailedScheduling with
-    the scheduler's reason, image pull back-offs, evictions, preemptions), nodes that went away, and
-    containers that restarted or were OOM-killed, one line each, oldest first."""
+    the scheduler's reason, image pull back-offs, evictions, Job back-off limits), pods preempted, nodes
+    that went away, then pods that failed and containers that restarted or were OOM-killed, one line each."""
     in_window = [e for e in events if (t := event_time(e)) is None or started <= t <= finished]
-    node_trouble = [
+    trouble = [
         {**e, "type": "Warning"}
         for e in in_window
-        if e.get("type") != "Warning" and (e.get("involvedObject") or {}).get("kind") == "Node"
-        and e.get("reason") in _NODE_TROUBLE
+        if e.get("type") != "Warning" and ((e.get("involvedObject") or {}).get("kind"), e.get("reason")) in _NORMAL_TROUBLE
     ]  # fmt: skip
-    lines = warning_summary([e for e in in_window if e.get("type") == "Warning"] + node_trouble)
+    lines = warning_summary([e for e in in_window if e.get("type") == "Warning"] + trouble)
     seen: set[tuple[str, str]] = set()
     for pod in reversed(pods):  # the last state of each pod counts
         meta, status = pod.get("metadata") or {}, pod.get("status") or {}
