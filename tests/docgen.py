@@ -26,7 +26,6 @@ from functools import cache
 from pathlib import Path
 from typing import Any, Literal
 
-import annotated_types
 import yaml
 from pydantic import BaseModel
 from pydantic.fields import FieldInfo
@@ -128,9 +127,9 @@ def type_text(annotation: Any) -> str:
 
 def limits(info: FieldInfo) -> str:
     words = []
-    for m in info.metadata:
+    for m in info.metadata:  # pydantic's Field(ge=..., pattern=...) constraints, one object each
         for attr, sign in (("ge", ">="), ("gt", ">"), ("le", "<="), ("lt", "<")):
-            if isinstance(m, getattr(annotated_types, attr.title())):
+            if getattr(m, attr, None) is not None:
                 words.append(f"{sign} {getattr(m, attr)}")
         if getattr(m, "pattern", None):
             words.append(f"matches `{m.pattern}`")
