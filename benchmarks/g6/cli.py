@@ -476,11 +476,11 @@ def _run(args: argparse.Namespace, argv: list[str], started: datetime) -> int:
         outcome.errors.append(f"the run stopped: {failure}")
     if outcome.interrupted:
         outcome.errors.append(f"interrupted ({outcome.interrupted}) after {outcome.done()}: the rest was not measured")
-    # A second Ctrl-C must not lose what the first one kept.
     try:
         evidence = run_evidence(params, outputs, client, started)
     except (KeyboardInterrupt, Interrupted):  # what was measured matters more than the evidence
         evidence = Evidence.offline()
+    # A second Ctrl-C must not lose what the first one kept.
     with shielded(lambda name: print(f"g6: {name} received; writing the results first", file=sys.stderr)):
         folder, ok = write_results(args, argv, started, params, kv, quant, outputs, outcome, price, evidence)
     if outcome.interrupted:

@@ -2,12 +2,12 @@
 
 from __future__ import annotations
 
-from benchmarks.harness.evidence import markdown as evidence_section
 from benchmarks.g6.config import G6Params
 from benchmarks.g6.plots import PLOTS
 from benchmarks.g6.price import cheapest, slo_text
 from benchmarks.g6.result import G6Point, G6Result, GpuPrice
 from benchmarks.harness import RunMeta
+from benchmarks.harness.evidence import markdown as evidence_section
 from benchmarks.harness.markdown import num, table
 from benchmarks.loadgen import Summary
 
