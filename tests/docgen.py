@@ -36,7 +36,11 @@ from stacks.stackfile import load_config, stack_names
 REPO = Path(__file__).resolve().parents[1]
 CONFIG_PAGE = REPO / "docs" / "configuration.md"
 NAMESPACE = "gke-ml-labs"
-FIGURE = re.compile(r"<!-- fig (?P<file>\S+) (?P<path>\S+)(?: (?P<spec>\S+))? -->(?P<value>.*?)<!-- /fig -->")
+# The path runs to the first space outside brackets: a filter's value may hold spaces ([name=node Ready]).
+FIGURE = re.compile(
+    r"<!-- fig (?P<file>\S+) (?P<path>(?:[^\s\[]|\[[^\]]*\])+)(?: (?P<spec>\S+))? -->(?P<value>.*?)<!-- /fig -->", re.S
+)
+OPENER = "<!-- fig "
 _STEP = re.compile(r"^(?P<key>[^\[\]]+)?(?:\[(?P<index>[^\]]+)\])?$")
 # Fields the loader fills from outside the gke-ml-labs namespace.
 _FROM_LOADER = {"stack": "the Pulumi stack name", "project": "`gcp:project`", "region": "`gcp:region`"}
@@ -90,7 +94,11 @@ def figure(file: str, path: str, spec: str | None) -> str:
 
 
 def fill_figures(text: str, where: str) -> str:
-    """`text` with every figure marker's value recomputed from its source."""
+    """`text` with every figure marker's value recomputed from its source; a marker that does not parse
+    is an error, never a figure left unchecked."""
+    if text.count(OPENER) != len(FIGURE.findall(text)):
+        bad = next(i for i in range(len(text)) if text.startswith(OPENER, i) and not FIGURE.match(text, i))
+        raise DocError(f"{where}:{text.count(chr(10), 0, bad) + 1}: a figure marker that does not parse")
 
     def one(m: re.Match[str]) -> str:
         try:

@@ -147,6 +147,11 @@ def test_a_figure_follows_its_source(tmp_path, monkeypatch):
     assert format(0.6123, ".0%") == "61%"  # the spec as the g6 chapter uses it
     with pytest.raises(docgen.DocError, match="t:1: no key 'nope'"):
         docgen.fill_figures("<!-- fig examples/g4/result.json nope -->1<!-- /fig -->", "t")
+    # A marker that does not parse would otherwise be left alone, its figure never checked.
+    with pytest.raises(docgen.DocError, match="t:2: a figure marker that does not parse"):
+        docgen.fill_figures("x\n<!-- fig examples/g4/result.json world_size -->2<!-- fig -->", "t")
+    filter_with_space = "<!-- fig examples/g1/result.json stages[name=node Ready].after_s .0f -->0<!-- /fig -->"
+    assert docgen.fill_figures(filter_with_space, "t") == filter_with_space.replace("->0<", "->101<")
 
 
 def _commands() -> list[tuple[str, str]]:
