@@ -190,11 +190,12 @@ class SimServer:
             prompt_tokens = _chat_tokens(body) if chat else _prompt_tokens(body)
             max_tokens = self._max_tokens(body, prompt_tokens, chat=chat)
             min_tokens = _int_field(body, "min_tokens", 0) or 0
+            seed = _int_field(body, "seed", None)
             toy = None
             if not chat and any(body.get(name) is not None for name in TOY_FIELDS):
                 if body.get("stream"):
                     raise BadRequest("the simulator lists log-probabilities and token ids on non-streamed completions only")
-                toy = _Toy(body, _prompt_ids(body))
+                toy = _Toy(body, _prompt_ids(body), seed)
         except BadRequest as exc:
             return _error(exc)
         assert self.engine is not None
@@ -203,6 +204,7 @@ class SimServer:
             max_tokens=max_tokens,
             min_tokens=min(min_tokens, max_tokens),
             ignore_eos=bool(body.get("ignore_eos", False)),
+            seed=seed,
         )
         shape = _ChatShape(self, sim) if chat else _CompletionShape(self, sim)
         if body.get("stream"):
@@ -336,14 +338,13 @@ class _CompletionShape(_Shape):
 class _Toy:
     """A completion answered from the toy model: its continuation, log-probabilities and token ids."""
 
-    def __init__(self, body: dict[str, Any], prompt_ids: list[int]) -> None:
+    def __init__(self, body: dict[str, Any], prompt_ids: list[int], seed: int | None) -> None:
         self.prompt_ids = prompt_ids
         self.logprobs = _logprobs_field(body, "logprobs")
         self.prompt_logprobs = _logprobs_field(body, "prompt_logprobs")
         self.as_ids = bool(body.get("return_tokens_as_token_ids"))
         self.return_ids = bool(body.get("return_token_ids"))
         temperature = body.get("temperature")
-        seed = body.get("seed")
         self.rng = None if temperature == 0 else random.Random(seed) if seed is not None else random.Random()
 
     def _key(self, token: int) -> str:
