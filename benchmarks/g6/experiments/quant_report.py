@@ -252,7 +252,7 @@ def tradeoffs_plot(r: QuantResult, path: Path) -> None:
         agree.set_ylabel("top-1 agreement")
         quality.set_ylabel("KL nats per token (95% CI)")
         quality.legend(handles=quality.get_legend_handles_labels()[0] + agree.get_legend_handles_labels()[0],
-                       fontsize=7, loc="lower left")  # fmt: skip
+                       fontsize=7, loc="upper left")  # fmt: skip
     else:
         note = next((v.quality_note for v in r.variants if v.quality_note), "not measured")
         quality.text(0.5, 0.5, note.replace(": ", ":\n", 1), ha="center", va="center", transform=quality.transAxes,
