@@ -23,6 +23,7 @@ from benchmarks.g6.targets import Demand, ServerSettings, SimTarget, StackTarget
 from benchmarks.harness import PulumiStack, load_result
 from benchmarks.harness.server import Server
 from benchmarks.metrics import cache_config
+from benchmarks.sim.costs import ScheduledWork, step_cost
 from fake_pulumi import fake_pulumi, pulumi_calls
 
 QWEN_05 = "Qwen/Qwen2.5-0.5B-Instruct"
@@ -127,9 +128,12 @@ def test_quant_reports_a_variant_that_cannot_start_and_the_rest_stands(quant_run
         assert v.kernel == "not known (simulator)"
     assert by["awq"].model == "Qwen/Qwen2.5-1.5B-Instruct-AWQ" and by["awq"].quantization is None
     assert by["fp8"].model == QWEN_15 and by["fp8"].quantization == "fp8"
-    # 4-bit weights stream fewer bytes per step than 8-bit ones: one stream decodes faster.
+    # 4-bit weights stream fewer bytes per step than 8-bit ones: one stream decodes faster. Asked of the
+    # simulator's step for each variant's sizing, not of these points' tokens/s: at x20 a step is shorter
+    # than the event loop's timer grid, so 4 requests' wall-clock rate on a loaded machine is noise.
     assert by["awq"].sizing.weight_bytes < by["fp8"].sizing.weight_bytes
-    assert by["awq"].points[0].output_tokens_per_s > by["fp8"].points[0].output_tokens_per_s
+    one = [ScheduledWork(new_tokens=1, cached_tokens=64 + 16)]
+    assert step_cost(by["awq"].sizing, one).duration_s < step_cost(by["fp8"].sizing, one).duration_s
     assert result.reference is None
 
 

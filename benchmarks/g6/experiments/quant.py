@@ -8,7 +8,9 @@ with it, or a stack's `vllm.model` / `vllm.quantization` set and `pulumi up`, re
   awq         the publisher's AWQ int4 checkpoint (`<model>-AWQ`; vLLM picks its awq_marlin kernel)
   gptq-int8   the publisher's GPTQ int8 checkpoint (`<model>-GPTQ-Int8`; gptq_marlin)
   gptq-int4   the publisher's GPTQ int4 checkpoint (`<model>-GPTQ-Int4`; gptq_marlin)
-The first variant listed is the baseline quality is measured against. A variant the sizing says
+The first variant listed is the baseline quality is measured against (quality.py: KL over vLLM's
+top-20 log-probabilities on the baseline's samples, with intervals and the baseline's own noise floor),
+and each variant's weight kernel is read from the server's start-up log (kernels.py). A variant the sizing says
 vLLM would refuse, one whose checkpoint the catalogue does not know, or one whose server does not
 come up is reported as failed with the reason; the others still run.
 """

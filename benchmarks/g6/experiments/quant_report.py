@@ -255,6 +255,8 @@ def tradeoffs_plot(r: QuantResult, path: Path) -> None:
                        fontsize=7, loc="upper left")  # fmt: skip
     else:
         note = next((v.quality_note for v in r.variants if v.quality_note), "not measured")
+        if r.params.target_kind == "sim" and any(v.quality for v in r.variants):
+            note += "\n\nthe pipeline ran end to end on the\nsimulator's toy model, one made-up\ndistribution for every variant"
         quality.text(0.5, 0.5, note.replace(": ", ":\n", 1), ha="center", va="center", transform=quality.transAxes,
                      fontsize=10, wrap=True)  # fmt: skip
         quality.set_yticks([])
