@@ -68,22 +68,25 @@ def _int_field(body: dict[str, Any], name: str, default: int | None) -> int | No
     return value
 
 
-def _prompt_tokens(body: dict[str, Any]) -> int:
+def _prompt(body: dict[str, Any]) -> str | list[int]:
     prompt = body.get("prompt_token_ids", body.get("prompt"))
     if isinstance(prompt, list) and len(prompt) == 1 and isinstance(prompt[0], (str, list)):
         prompt = prompt[0]  # a batch of one
     if isinstance(prompt, str):
-        return len(prompt.split())
+        return prompt
     if isinstance(prompt, list) and all(isinstance(t, int) and not isinstance(t, bool) for t in prompt):
-        return len(prompt)
+        return prompt
     raise BadRequest("prompt must be a string or a list of token ids (one prompt per request)", param="prompt")
+
+
+def _prompt_tokens(body: dict[str, Any]) -> int:
+    prompt = _prompt(body)
+    return len(prompt.split()) if isinstance(prompt, str) else len(prompt)
 
 
 def _prompt_ids(body: dict[str, Any]) -> list[int]:
     """The prompt as the toy model's token ids: a string's words mapped, a list of ids as given."""
-    prompt = body.get("prompt_token_ids", body.get("prompt"))
-    if isinstance(prompt, list) and len(prompt) == 1 and isinstance(prompt[0], (str, list)):
-        prompt = prompt[0]
+    prompt = _prompt(body)
     if isinstance(prompt, str):
         return [toymodel.token_id(word) for word in prompt.split()]
     ids = list(prompt)
@@ -371,7 +374,8 @@ class _Toy:
         entries: list[dict[str, Any] | None] = [None]
         for prev, token in zip(self.prompt_ids, self.prompt_ids[1:]):
             own = toymodel.logprob(prev, token)
-            listed = {token: own, **{t: toymodel.logprob(prev, t) for t in toymodel.top(prev, self.prompt_logprobs)}}
+            ranked = enumerate(toymodel.successors(prev)[: self.prompt_logprobs], start=1)
+            listed = {token: own, **{t: (lp, rank) for rank, (t, lp) in ranked}}
             entries.append({str(t): {"logprob": lp, "rank": rank, "decoded_token": toymodel.text(t)}
                             for t, (lp, rank) in listed.items()})  # fmt: skip
         return entries
