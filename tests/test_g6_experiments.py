@@ -219,6 +219,10 @@ def test_variants_switch_model_and_quantization_through_pulumi_and_restore_them(
     assert fp8.quality.positions == baseline.quality.positions > 0 and fp8.quality.kl.value == 0.0
     assert fp8.quality.floor is not None and not fp8.quality.floor.kl_resolved
     assert fp8.kernel == "not known (this process cannot read the server's log)"
+    # The report prints the figures (a stack's, not labelled simulated) and says fp8 is not resolved.
+    report = render_quant_report(result)
+    assert "| 0 [0, 0] | 100.0% [100.0%, 100.0%] | +0 [+0, +0] | the floor |" in report
+    assert "KL below the floor: +0 [+0, +0] nats/token above it; top-1 below the floor" in report
 
 
 def test_a_variant_whose_up_fails_is_reported_and_the_stack_restored(tmp_path, monkeypatch, sim_15):

@@ -88,11 +88,11 @@ def _pct(e: Estimate) -> str:
     return f"{e.value:.1%} [{lo:.1%}, {hi:.1%}]"
 
 
-def _against_floor(q: QualityScore) -> str:
+def _against_floor(r: QuantResult, v: VariantResult, q: QualityScore) -> str:
     """Whether the variant's difference from the baseline stands above the noise floor."""
     f = q.floor
     if f is None:
-        return "the floor"
+        return "the floor" if v is r.variants[0] else "no floor to compare with (the baseline's own score is missing)"
     kl = f"KL {'resolved' if f.kl_resolved else 'below the floor'}: {_g(f.kl_excess, '+')} nats/token above it"
     top1 = f"top-1 {'resolved' if f.top1_resolved else 'below the floor'}: {_pct(f.top1_drop)} lower agreement"
     return f"{kl}; {top1}"
@@ -102,7 +102,7 @@ def _quality_cells(r: QuantResult, v: VariantResult) -> list[str | None]:
     q = v.quality
     if q is None or r.params.target_kind == "sim":
         return [v.quality_note or None, None, None, None]
-    return [_g(q.kl), _pct(q.top1_agreement), _g(q.logprob_delta, "+"), _against_floor(q)]
+    return [_g(q.kl), _pct(q.top1_agreement), _g(q.logprob_delta, "+"), _against_floor(r, v, q)]
 
 
 def _table(r: QuantResult) -> str:
@@ -164,7 +164,7 @@ def _reading(r: QuantResult) -> str:
                 parts.append(f"{v_high.output_tokens_per_s / b_high.output_tokens_per_s:.2f}x at c={high}")
             if v.quality is not None and r.params.target_kind != "sim":
                 parts.append(f"KL {_g(v.quality.kl)} nats/token, top-1 agreement {_pct(v.quality.top1_agreement)} "
-                             f"({_against_floor(v.quality)})")  # fmt: skip
+                             f"({_against_floor(r, v, v.quality)})")  # fmt: skip
             else:
                 parts.append(f"quality {v.quality_note}")
             lines.append(f"- **{v.variant}**: " + "; ".join(parts) + ".")
