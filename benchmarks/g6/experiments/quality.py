@@ -15,7 +15,8 @@ serving_completion.py; unchanged in 0.33.0): a generation with `logprobs: k` ans
 k; `return_tokens_as_token_ids` keys them `"token_id:<id>"` (decoded text collides across ids), and
 `return_token_ids` adds `choices[0].prompt_token_ids`. A scoring request with `prompt_logprobs: k`
 answers `choices[0].prompt_logprobs`, null for the first position, then `{"<id>": {"logprob", "rank",
-"decoded_token"}}` with the prompt's own token first. vLLM refuses k above `--max-logprobs`
+"decoded_token"}}` with the prompt's own token first; such a request skips reading the prefix cache
+(SamplingParams.skip_reading_prefix_cache), so every position is computed. vLLM refuses k above `--max-logprobs`
 (ModelConfig.max_logprobs, 20 by default) with HTTP 400. tests/data/vllm/ has recorded bodies.
 Token ids compare across variants only when they share the tokenizer, as a publisher's quantized
 checkpoints of one model do (the catalogue's AWQ and GPTQ checkpoints of Qwen2.5).
@@ -42,7 +43,8 @@ CONCURRENCY = 16
 # Sampling from the model's own distribution: every knob explicit, because vLLM otherwise applies the
 # checkpoint's generation_config.json defaults (Qwen2.5's Instruct checkpoints lower the temperature,
 # cut top-p and top-k and add a repetition penalty), and samples from another distribution would not
-# estimate KL(p || q). top_k 0 disables top-k in vLLM 0.11.2 and 0.33.0 (SamplingParams).
+# estimate KL(p || q). top_k 0 disables top-k in vLLM 0.11.2 and 0.33.0 (SamplingParams). The listed
+# log-probabilities are the model's own either way (ModelConfig.logprobs_mode "raw_logprobs", the default).
 SAMPLING = {"temperature": 1.0, "top_p": 1.0, "top_k": 0, "min_p": 0.0, "repetition_penalty": 1.0,
             "presence_penalty": 0.0, "frequency_penalty": 0.0}  # fmt: skip
 TOKEN_ID = "token_id:"
