@@ -214,7 +214,7 @@ def main(argv: list[str] | None = None, client: GcpClient | None = None) -> int:
               f"`pulumi config set gcp:project YOUR_PROJECT -s {args.stack}`")
         return 2
     print(f"preflight for stack {args.stack} (lab {cfg.lab}) in project {cfg.project}, region {cfg.region}")
-    with client or GcpClient() as gcp:
+    with client or GcpClient.from_environment() as gcp:
         results = run_checks(gcp, cfg)
     for result in results:
         print(result.line())

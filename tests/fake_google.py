@@ -1,20 +1,22 @@
 """A local HTTP server on loopback that answers like the Google REST APIs the operator commands
-call (Cloud Resource Manager, Service Usage, Compute, BigQuery), with the response shapes of
-Google's API references: list pages with `nextPageToken`, errors as {"error": {code, message,
-status, details}}, a 401 for an expired token. It also answers like the Compute Engine metadata
+call (Cloud Resource Manager, Service Usage, Compute, Container, Cloud Storage, BigQuery), with the
+response shapes of Google's API references: list pages with `nextPageToken` (Compute's aggregated
+lists one scope per page, so every caller must follow the token), a `filter` on labels honoured as
+Compute honours it, errors as {"error": {code, message, status, details}}, a 401 for an expired token. It also answers like the Compute Engine metadata
 server (GCE_METADATA_HOST), the Application Default Credentials of a VM: a service-account token.
 Tests set its state and read the calls it saw."""
 
 from __future__ import annotations
 
 import json
+import re
 import threading
 from dataclasses import dataclass, field
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any
 from urllib.parse import parse_qs, urlparse
 
-from ops.gcp import GcpClient
+from ops.gcp import ENDPOINT_ENV_PREFIX, TOKEN_ENV, GcpClient
 
 VALID_TOKEN = "ya29.valid-token"
 EXPIRED_TOKEN = "ya29.expired-token"
@@ -33,6 +35,12 @@ class GoogleState:
     region_quotas: dict[str, list[dict]] = field(default_factory=dict)  # region -> quotas[]
     zone_accelerators: dict[str, list[str]] = field(default_factory=dict)  # zone -> accelerator names
     instances: dict[str, list[dict]] = field(default_factory=dict)  # zone -> instances
+    disks: dict[str, list[dict]] = field(default_factory=dict)  # zone -> disks
+    addresses: dict[str, list[dict]] = field(default_factory=dict)  # region, or "global" -> addresses
+    forwarding_rules: dict[str, list[dict]] = field(default_factory=dict)  # region, or "global" -> rules
+    clusters: list[dict] = field(default_factory=list)  # GKE clusters, any location
+    buckets: list[dict] = field(default_factory=list)
+    objects: dict[str, list[dict]] = field(default_factory=dict)  # bucket -> objects
     bigquery_responses: list[dict] = field(default_factory=list)  # answered in order
     calls: list[tuple[str, str, dict, Any]] = field(default_factory=list)
 
@@ -93,6 +101,8 @@ class _Handler(BaseHTTPRequestHandler):
         if p == f"/crm/v1/{project_prefix}":
             return 200, {"projectNumber": s.project_number, "projectId": s.project, "lifecycleState": "ACTIVE",
                          "name": s.project, "createTime": "2026-01-05T10:00:00.000Z"}
+        if parts[1:4] == ["storage", "v1", "b"]:
+            return self._storage(parts[4:], query)
         if p.startswith("/crm/v1/projects/") or (project_prefix not in p):
             return 403, google_error(403, "PERMISSION_DENIED", "The caller does not have permission")
         if p == f"/serviceusage/v1/{project_prefix}/services":
@@ -125,16 +135,75 @@ class _Handler(BaseHTTPRequestHandler):
             else:
                 answer["warning"] = {"code": "NO_RESULTS_ON_PAGE", "message": "There are no results for scope on this page."}
             return 200, answer
-        if p == f"/compute/v1/{project_prefix}/aggregated/instances":
-            items = {}
-            for zone, vms in s.instances.items():
-                items[f"zones/{zone}"] = {"instances": vms} if vms else {
-                    "warning": {"code": "NO_RESULTS_ON_PAGE", "message": "There are no results for scope on this page.",
-                                "data": [{"key": "scope", "value": f"zones/{zone}"}]}}
-            return 200, {"kind": "compute#instanceAggregatedList", "items": items}
+        compute_lists = {"instances": ("zones", s.instances), "disks": ("zones", s.disks),
+                         "addresses": ("regions", s.addresses), "forwardingRules": ("regions", s.forwarding_rules)}
+        if parts[:7] == ["", "compute", "v1", "projects", s.project, "aggregated"] and parts[7] in compute_lists:
+            kind = parts[7]
+            scope, by_scope = compute_lists[kind]
+            return 200, _aggregated(kind, scope, {k: v for k, v in by_scope.items() if k != "global"}, query)
+        if parts[:7] == ["", "compute", "v1", "projects", s.project, "global"] and parts[7] in compute_lists:
+            kind = parts[7]
+            items = _filtered(compute_lists[kind][1].get("global", []), query)
+            return 200, {"kind": f"compute#{kind[:-1]}List", "items": items} if items else {"kind": f"compute#{kind[:-1]}List"}
+        if p == f"/container/v1/{project_prefix}/locations/-/clusters":
+            return 200, {"clusters": s.clusters} if s.clusters else {}
         if parts[:6] == ["", "bigquery", "v2", "projects", s.project, "queries"]:
             return 200, s.bigquery_responses.pop(0)
         return 404, google_error(404, "NOT_FOUND", f"no route for {method} {p}")
+
+    def _storage(self, rest: list[str], query: dict) -> tuple[int, dict]:
+        """buckets.list (?project=, no label filter: Cloud Storage has none) and objects.list, two
+        items a page."""
+        s = self.state
+        if not rest:
+            if query.get("project") != s.project:
+                return 403, google_error(403, "PERMISSION_DENIED", "The caller does not have storage.buckets.list access")
+            return 200, _page("storage#buckets", s.buckets, query)
+        if len(rest) == 2 and rest[1] == "o":
+            if rest[0] not in s.objects and rest[0] not in {b["name"] for b in s.buckets}:
+                return 404, google_error(404, "NOT_FOUND", "The specified bucket does not exist.")
+            return 200, _page("storage#objects", s.objects.get(rest[0], []), query)
+        return 404, google_error(404, "NOT_FOUND", f"no route for storage {'/'.join(rest)}")
+
+
+def _page(kind: str, items: list[dict], query: dict, size: int = 2) -> dict:
+    start = int(query.get("pageToken") or 0)
+    page = {"kind": kind}
+    if items[start : start + size]:
+        page["items"] = items[start : start + size]
+    if start + size < len(items):
+        page["nextPageToken"] = str(start + size)
+    return page
+
+
+_LABEL_FILTER = re.compile(r'^labels\.([a-z0-9_-]+)\s*=\s*"([^"]*)"$')
+
+
+def _filtered(items: list[dict], query: dict) -> list[dict]:
+    """Compute's `filter=labels.KEY="VALUE"`, the one form the operator commands send."""
+    if "filter" not in query:
+        return items
+    match = _LABEL_FILTER.match(query["filter"])
+    if not match:
+        raise ValueError(f"fake Compute API: unsupported filter {query['filter']!r}")
+    key, value = match.groups()
+    return [i for i in items if (i.get("labels") or {}).get(key) == value]
+
+
+def _aggregated(kind: str, scope: str, by_scope: dict[str, list[dict]], query: dict) -> dict:
+    """An aggregatedList answer: one scope per page, an empty scope carrying Google's warning."""
+    scopes = sorted(by_scope)
+    start = int(query.get("pageToken") or 0)
+    items = {}
+    for name in scopes[start : start + 1]:
+        found = _filtered(by_scope[name], query)
+        items[f"{scope}/{name}"] = {kind: found} if found else {
+            "warning": {"code": "NO_RESULTS_ON_PAGE", "message": "There are no results for scope on this page.",
+                        "data": [{"key": "scope", "value": f"{scope}/{name}"}]}}
+    answer = {"kind": f"compute#{kind[:-1]}AggregatedList", "items": items}
+    if start + 1 < len(scopes):
+        answer["nextPageToken"] = str(start + 1)
+    return answer
 
 
 class FakeGoogle:
@@ -155,13 +224,18 @@ class FakeGoogle:
         self.server.shutdown()
         self.server.server_close()
 
+    def endpoints(self) -> dict[str, str]:
+        """The overrides a command reads from the environment (ops.gcp.ENDPOINT_ENV_PREFIX) to come here."""
+        return {
+            f"{ENDPOINT_ENV_PREFIX}{api.upper()}": f"{self.url}{path}"
+            for api, path in {
+                "serviceusage": "/serviceusage/v1", "compute": "/compute/v1", "cloudresourcemanager": "/crm/v1",
+                "bigquery": "/bigquery/v2", "container": "/container/v1", "storage": "/storage/v1",
+            }.items()
+        }
+
+    def environment(self, token: str = VALID_TOKEN) -> dict[str, str]:
+        return {**self.endpoints(), TOKEN_ENV: token}
+
     def client(self, token: str = VALID_TOKEN) -> GcpClient:
-        return GcpClient(
-            token_source=lambda: token,
-            base_urls={
-                "serviceusage": f"{self.url}/serviceusage/v1",
-                "compute": f"{self.url}/compute/v1",
-                "cloudresourcemanager": f"{self.url}/crm/v1",
-                "bigquery": f"{self.url}/bigquery/v2",
-            },
-        )
+        return GcpClient.from_environment(self.environment(token))

@@ -67,6 +67,7 @@ from benchmarks.loadgen import LoadgenError, LoadSpec, LocalRunner, Slo, Timeout
 from benchmarks.metrics import MetricsError, PrometheusClient
 from facts.catalogue import GPUS, ServingError
 from stacks.cost_estimate import CostEstimate, estimate_or_none, estimate_section, markdown
+from stacks.loader import ConfigError
 from stacks.output_folder import OutputFolderError, prepare
 from stacks.stackfile import load_config
 
@@ -396,7 +397,10 @@ def experiment_params(args: argparse.Namespace, params: G6Params) -> tuple[KvPar
 
 
 EXIT_CODES = {"Ctrl-C": 130, "SIGTERM": 143}  # 128 + the signal's number, as shells report them
-ERRORS = (G6Error, HarnessError, LoadgenError, MetricsError, ServingError, ClusterError, LabError, OutputFolderError)
+ERRORS = (
+    G6Error, HarnessError, LoadgenError, MetricsError, ServingError, ClusterError, LabError, OutputFolderError,
+    ConfigError,  # Pulumi.g6.yaml, which --sim reads
+)
 
 
 def run(argv: list[str]) -> int:
