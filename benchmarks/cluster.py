@@ -22,7 +22,7 @@ from typing import Any, Protocol, TypeVar
 import yaml
 
 from benchmarks.harness.signals import shielded, sigterm_raises
-from facts.gke_auth import AUTH_PLUGIN, INSTALL_HINT
+from facts.gke_auth import ADC_FLAG, ADC_LOGIN_HINT, AUTH_PLUGIN, GCLOUD_LOGIN_HINT, INSTALL_HINT
 
 RUN_LABEL = "gke-ml-labs/benchmark-run"
 LAB_LABEL = "gke-ml-labs/lab"
@@ -292,7 +292,7 @@ def check_exec_plugin(plugin: dict[str, Any], timeout_s: float = 60.0) -> None:
         reason = next((line[line.index("ERROR:"):] for line in lines if "ERROR:" in line), lines[0] if lines else "")
         raise ClusterError(
             f"{os.path.basename(command[0])} could not get a token (exit {done.returncode}): {reason[:300]} "
-            "Log in with `gcloud auth login` (check the account with `gcloud auth list`), then run again."
+            f"{ADC_LOGIN_HINT if ADC_FLAG in command else GCLOUD_LOGIN_HINT}, then run again."
         )
 
 

@@ -214,7 +214,12 @@ def main(argv: list[str] | None = None, client: GcpClient | None = None) -> int:
               f"`pulumi config set gcp:project YOUR_PROJECT -s {args.stack}`")
         return 2
     print(f"preflight for stack {args.stack} (lab {cfg.lab}) in project {cfg.project}, region {cfg.region}")
-    with client or GcpClient.from_environment() as gcp:
+    try:
+        gcp = client or GcpClient.from_environment()
+    except GcpError as e:  # a misspelt endpoint override
+        print(f"FAIL  environment: {e}")
+        return 2
+    with gcp:
         results = run_checks(gcp, cfg)
     for result in results:
         print(result.line())

@@ -84,16 +84,12 @@ def stack_projects(stacks: list[str], directory: Path) -> tuple[dict[str, list[s
         try:
             config, _ = stack_config(stack, directory)
         except (ConfigError, FileNotFoundError) as e:
-            unreadable.append(str(e) if isinstance(e, FileNotFoundError) else _one_line(e))
+            unreadable.append(str(e))  # one line: a StackFileError names file:line:column
             continue
         project = config.get("gcp:project")
         if project:
             projects.setdefault(project, []).append(f"Pulumi.{stack}.yaml")
     return projects, unreadable
-
-
-def _one_line(e: ConfigError) -> str:
-    return f"{e.stack_file}: cannot be read: {'; '.join(e.problems)}"
 
 
 @dataclass

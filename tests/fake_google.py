@@ -137,12 +137,12 @@ class _Handler(BaseHTTPRequestHandler):
             return 200, answer
         compute_lists = {"instances": ("zones", s.instances), "disks": ("zones", s.disks),
                          "addresses": ("regions", s.addresses), "forwardingRules": ("regions", s.forwarding_rules)}
-        if parts[:7] == ["", "compute", "v1", "projects", s.project, "aggregated"] and parts[7] in compute_lists:
-            kind = parts[7]
+        if parts[:6] == ["", "compute", "v1", "projects", s.project, "aggregated"] and parts[6:7] and parts[6] in compute_lists:
+            kind = parts[6]
             scope, by_scope = compute_lists[kind]
             return 200, _aggregated(kind, scope, {k: v for k, v in by_scope.items() if k != "global"}, query)
-        if parts[:7] == ["", "compute", "v1", "projects", s.project, "global"] and parts[7] in compute_lists:
-            kind = parts[7]
+        if parts[:6] == ["", "compute", "v1", "projects", s.project, "global"] and parts[6:7] and parts[6] in compute_lists:
+            kind = parts[6]
             items = _filtered(compute_lists[kind][1].get("global", []), query)
             return 200, {"kind": f"compute#{kind[:-1]}List", "items": items} if items else {"kind": f"compute#{kind[:-1]}List"}
         if p == f"/container/v1/{project_prefix}/locations/-/clusters":
