@@ -340,6 +340,8 @@ def client_side(params: G6Params, outputs: dict[str, Any] | None, cpus: int, log
     created until the runner is entered."""
     over_http = PrometheusClient.over_http(params.prometheus) if params.prometheus else None
     if params.client == "local" or outputs is None:
+        if over_http is not None:
+            over_http.check()  # a --prometheus URL that does not answer fails the run now, in one line
         return ClientSide(LocalRunner(), None, over_http)
     ep = _vllm_endpoint(outputs)
     cluster = KubeCluster.from_kubeconfig(outputs.get("kubeconfig") or "")
@@ -351,6 +353,8 @@ def client_side(params: G6Params, outputs: dict[str, Any] | None, cpus: int, log
     prometheus = over_http
     if ref is not None and params.prometheus == ref.in_cluster_url():
         prometheus = PrometheusClient.through_service_proxy(cluster, ref)
+    elif prometheus is not None:
+        prometheus.check()
     return ClientSide(runner, proxy_server(cluster, ep), prometheus)
 
 

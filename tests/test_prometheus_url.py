@@ -1,0 +1,42 @@
+"""A --prometheus URL that is wrong fails the run before it starts, in one line: unreachable, or a web
+server that answers a 404 page (whose HTML is never pasted into a message or a report)."""
+
+from __future__ import annotations
+
+import socket
+
+import pytest
+from loopback import answering
+
+from benchmarks.g6.cli import run
+from benchmarks.metrics import MetricsError
+from benchmarks.metrics.prometheus import PrometheusClient
+
+# What nginx answers for a path it does not have.
+NGINX_404 = ("<html>\r\n<head><title>404 Not Found</title></head>\r\n<body>\r\n<center><h1>404 Not Found</h1>"
+             "</center>\r\n<hr><center>nginx/1.24.0</center>\r\n</body>\r\n</html>\r\n")  # fmt: skip
+SIM = ["--sim", "--model", "Qwen/Qwen2.5-1.5B-Instruct", "--max-num-seqs", "8", "--concurrency", "1",
+       "--requests", "4", "--quiet"]  # fmt: skip
+
+
+def closed_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def test_an_unreachable_prometheus_fails_the_run_in_one_line(tmp_path, capsys):
+    url = f"http://127.0.0.1:{closed_port()}"
+    assert run([*SIM, "--prometheus", url, "--out", str(tmp_path / "out")]) == 2
+    captured = capsys.readouterr()
+    (line,) = captured.err.strip().splitlines()
+    assert line.startswith(f"g6: Prometheus at {url} unreachable: ")
+    assert not list((tmp_path / "out").glob("*/report.md")), "no report of a run that did not start"
+
+
+def test_a_404_page_is_named_not_pasted():
+    with answering(lambda method, path, body: (404, "text/html", NGINX_404)) as url:
+        with pytest.raises(MetricsError) as e:
+            PrometheusClient.over_http(url).check()
+    assert str(e.value) == (f"Prometheus at {url} rejected 'vector(1)': HTTP 404 (an HTML page, not an answer of "
+                       "Prometheus's HTTP API: is the URL the base URL of a Prometheus?)")
