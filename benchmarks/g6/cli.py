@@ -24,7 +24,7 @@ from typing import Any, NamedTuple
 import yaml
 from pydantic import ValidationError
 
-from benchmarks.cluster import ClusterError, KubeCluster
+from benchmarks.cluster import RUN_LABEL, ClusterError, KubeCluster
 from benchmarks.g6.analysis import predict, sizing_gap
 from benchmarks.g6.config import LAB, G6Outputs, G6Params
 from benchmarks.g6.errors import G6Error
@@ -315,15 +315,29 @@ def client_manifest(
 def write_client_manifest(
     folder: Path, outputs: dict[str, Any] | None, params: G6Params, kv: KvParams, quant: QuantParams, cpus: int
 ) -> list[Path]:
-    """client_manifest as YAML files."""
+    """client_manifest as YAML files, in place of those an earlier --client-manifest left in the folder
+    (fewer points now would otherwise leave its extra Jobs beside the new ones)."""
     objects = client_manifest(outputs, params, kv, quant, cpus)
     prepare(folder, "--client-manifest")
+    for old in folder.glob("*.yaml"):
+        if _benchmark_object(old):
+            old.unlink()
     paths = []
     for obj in objects:
         path = folder / f"{obj['kind'].lower()}-{obj['metadata']['name']}.yaml"
         path.write_text(yaml.safe_dump(obj, sort_keys=False))
         paths.append(path)
     return paths
+
+
+def _benchmark_object(path: Path) -> bool:
+    """A file holding one object labelled as a benchmark run's (benchmarks.cluster.RUN_LABEL)."""
+    try:
+        obj = yaml.safe_load(path.read_text())
+    except (OSError, UnicodeDecodeError, yaml.YAMLError):
+        return False
+    labels = (obj.get("metadata") or {}).get("labels") if isinstance(obj, dict) else None
+    return isinstance(labels, dict) and RUN_LABEL in labels
 
 
 class ClientSide(NamedTuple):
