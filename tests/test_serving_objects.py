@@ -436,6 +436,32 @@ def test_the_transform_rewrites_manifest_children_as_the_engine_hands_them_over(
     assert transform(deployment) is None
 
 
+# The activator Deployment of Knative Serving 1.21.1 (config/core/deployments/activator.yaml), cut to
+# the fields around the one we change.
+ACTIVATOR = {
+    "apiVersion": "apps/v1", "kind": "Deployment",
+    "metadata": {"name": "activator", "namespace": "knative-serving",
+                 "labels": {"app.kubernetes.io/component": "activator", "app.kubernetes.io/name": "knative-serving"}},
+    "spec": {"selector": {"matchLabels": {"app": "activator", "role": "activator"}},
+             "template": {"metadata": {"labels": {"app": "activator", "role": "activator"}},
+                          "spec": {"serviceAccountName": "controller", "terminationGracePeriodSeconds": 600,
+                                   "containers": [{"name": "activator", "image": "gcr.io/knative-releases/activator"}]}}},
+}  # fmt: skip
+
+
+def test_the_activator_drains_as_long_as_the_longest_request_it_may_hold():
+    """Knative's config-defaults: raise the activator's terminationGracePeriodSeconds with
+    max-revision-timeout-seconds, or a drained activator cuts requests held through a cold start."""
+    patched = knative.patch_object(ACTIVATOR, knative.config_maps(KNATIVE))
+    schemas.validate_object(patched)
+    assert patched["spec"]["template"]["spec"]["terminationGracePeriodSeconds"] == 1200  # KNATIVE's timeout
+    assert ACTIVATOR["spec"]["template"]["spec"]["terminationGracePeriodSeconds"] == 600, "not mutated"
+    short = knative.KnativeArgs(domain="lab.example", progress_deadline_min=20, request_timeout_s=300,
+                                scale_to_zero_grace_s=60)  # fmt: skip
+    kept = knative.patch_object(ACTIVATOR, knative.config_maps(short))
+    assert kept["spec"]["template"]["spec"]["terminationGracePeriodSeconds"] == 600, "never below Knative's own"
+
+
 @pytest.mark.parametrize("step", ["train", "register", "deploy"])
 def test_each_step_program_exits_non_zero_when_fail_step_names_it(step):
     # Run as the workflow runs it (python reading the program on stdin), before its packages are needed.
