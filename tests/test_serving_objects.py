@@ -160,7 +160,8 @@ def test_triton_start_moves_the_example_to_the_gpu_and_keeps_the_runtime_flags(t
     out = _start_triton(tmp_path, src)
     repo = tmp_path / "repo"
     assert out.splitlines()[-1] == (
-        f"exec: tritonserver --model-store={repo} --grpc-port=9000 --http-port=8080 --allow-http=true"
+        f"exec: tritonserver --model-store={repo} --grpc-port=9000 --http-port=8080 --allow-http=true "
+        "--pinned-memory-pool-byte-size=67108864"  # 64 MiB, not Triton's 256 MiB, inside the 2Gi limit
     )
     config = (repo / "cifar10" / "config.pbtxt").read_text()
     assert "kind: KIND_GPU" in config and "KIND_CPU" not in config
