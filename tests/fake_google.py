@@ -14,7 +14,7 @@ import threading
 from dataclasses import dataclass, field
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any
-from urllib.parse import parse_qs, urlparse
+from urllib.parse import parse_qs, unquote, urlparse
 
 from ops.gcp import ENDPOINT_ENV_PREFIX, TOKEN_ENV, GcpClient
 
@@ -40,7 +40,7 @@ class GoogleState:
     forwarding_rules: dict[str, list[dict]] = field(default_factory=dict)  # region, or "global" -> rules
     clusters: list[dict] = field(default_factory=list)  # GKE clusters, any location
     buckets: list[dict] = field(default_factory=list)
-    objects: dict[str, list[dict]] = field(default_factory=dict)  # bucket -> objects
+    objects: dict[str, list[dict]] = field(default_factory=dict)  # bucket -> objects (+ "content" for media)
     bigquery_responses: list[dict] = field(default_factory=list)  # answered in order
     calls: list[tuple[str, str, dict, Any]] = field(default_factory=list)
 
@@ -81,7 +81,7 @@ class _Handler(BaseHTTPRequestHandler):
                 401, "UNAUTHENTICATED",
                 "Request had invalid authentication credentials. Expected OAuth 2 access token, login cookie "
                 "or other valid authentication credential.", "ACCESS_TOKEN_EXPIRED"))
-        code, answer = self._route(method, url.path.split("/"), query, body)
+        code, answer = self._route(method, url.path.split("/"), query, body)  # path still %-encoded
         self._send(code, answer)
 
     def _metadata(self, path: str) -> None:
@@ -151,18 +151,27 @@ class _Handler(BaseHTTPRequestHandler):
             return 200, s.bigquery_responses.pop(0)
         return 404, google_error(404, "NOT_FOUND", f"no route for {method} {p}")
 
-    def _storage(self, rest: list[str], query: dict) -> tuple[int, dict]:
-        """buckets.list (?project=, no label filter: Cloud Storage has none) and objects.list, two
-        items a page."""
+    def _storage(self, rest: list[str], query: dict) -> tuple[int, dict | str]:
+        """buckets.list (?project=, no label filter: Cloud Storage has none), objects.list (?prefix=),
+        two items a page, and objects.get with alt=media (an object's `content`)."""
         s = self.state
         if not rest:
             if query.get("project") != s.project:
                 return 403, google_error(403, "PERMISSION_DENIED", "The caller does not have storage.buckets.list access")
             return 200, _page("storage#buckets", s.buckets, query)
+        bucket = unquote(rest[0])
+        if bucket not in s.objects and bucket not in {b["name"] for b in s.buckets}:
+            return 404, google_error(404, "NOT_FOUND", "The specified bucket does not exist.")
+        objects = s.objects.get(bucket, [])
         if len(rest) == 2 and rest[1] == "o":
-            if rest[0] not in s.objects and rest[0] not in {b["name"] for b in s.buckets}:
-                return 404, google_error(404, "NOT_FOUND", "The specified bucket does not exist.")
-            return 200, _page("storage#objects", s.objects.get(rest[0], []), query)
+            listed = [o for o in objects if o["name"].startswith(query.get("prefix", ""))]
+            return 200, _page("storage#objects", [{k: v for k, v in o.items() if k != "content"} for o in listed], query)
+        if len(rest) == 3 and rest[1] == "o" and query.get("alt") == "media":
+            name = unquote(rest[2])
+            found = next((o for o in objects if o["name"] == name), None)
+            if found is None:
+                return 404, google_error(404, "NOT_FOUND", f"No such object: {bucket}/{name}")
+            return 200, found["content"]  # the object's bytes (text here), as alt=media answers
         return 404, google_error(404, "NOT_FOUND", f"no route for storage {'/'.join(rest)}")
 
 
