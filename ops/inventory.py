@@ -2,7 +2,7 @@
 which a failed destroy can leave wrong): GKE clusters, VM instances, persistent disks, static
 addresses, forwarding rules and Cloud Storage buckets that carry the label app=gke-ml-labs (every
 stack sets it: stacks.config.LabConfig.billing_labels), in every zone and region, each priced at list
-price from facts/prices.py. Read-only calls only.
+price from facts/prices.py; and HMAC keys of the stacks' service accounts. Read-only calls only.
 """
 
 from __future__ import annotations
@@ -24,8 +24,10 @@ GPU_MACHINE_PREFIXES = ("g2-", "a2-", "a3-", "a4-")
 NODE_CLUSTER_LABEL, NODE_POOL_LABEL = "goog-k8s-cluster-name", "goog-k8s-node-pool-name"
 NOT_BILLING = ("TERMINATED", "STOPPED")  # a stopped VM bills only its disks, which are listed themselves
 
-Kind = Literal["cluster", "VM", "disk", "address", "forwarding rule", "bucket"]
-KINDS: tuple[Kind, ...] = ("cluster", "VM", "disk", "address", "forwarding rule", "bucket")
+Kind = Literal["cluster", "VM", "disk", "address", "forwarding rule", "bucket", "HMAC key"]
+KINDS: tuple[Kind, ...] = ("cluster", "VM", "disk", "address", "forwarding rule", "bucket", "HMAC key")
+# Every service account a stack creates is named gml-<stack>-... (components.naming).
+ACCOUNT_PREFIX = "gml-"
 
 
 class Billable(BaseModel):
@@ -251,6 +253,24 @@ def buckets(client: GcpClient, project: str) -> list[Billable]:
     return found
 
 
+def hmac_keys(client: GcpClient, project: str) -> list[Billable]:
+    """HMAC keys of our service accounts (HMAC keys carry no labels, so no lab either): a live
+    credential to a lab's bucket left behind (the g7 artefact check once asked for one)."""
+    found = []
+    for page in client.pages("storage", f"projects/{project}/hmacKeys"):
+        for key in page.get("items", []):
+            email = key.get("serviceAccountEmail", "")
+            if not email.startswith(ACCOUNT_PREFIX) or key.get("state") == "DELETED":
+                continue
+            found.append(Billable(
+                kind="HMAC key", name=key["accessId"], where="global", lab="?",
+                detail=f"{key.get('state', '?')}, of {email}", since=_since(key["timeCreated"]), hourly_usd=None,
+                price="no list price in facts/prices.py, but a live credential to the lab's buckets: "
+                f"`gcloud storage hmac update {key['accessId']} --deactivate && gcloud storage hmac delete {key['accessId']}`",
+            ))  # fmt: skip
+    return found
+
+
 # What each kind needs listed, in report order; the API each call needs (for "enable it" hints).
 Lister = Callable[[GcpClient, str], list[Billable]]
 LISTERS: dict[str, tuple[str, Lister]] = {
@@ -259,6 +279,7 @@ LISTERS: dict[str, tuple[str, Lister]] = {
     "addresses": ("compute.googleapis.com", addresses),
     "forwarding rules": ("compute.googleapis.com", forwarding_rules),
     "buckets": ("storage.googleapis.com", buckets),
+    "HMAC keys": ("storage.googleapis.com", hmac_keys),
 }
 CLUSTER_API = "container.googleapis.com"
 

@@ -4,7 +4,8 @@
 
 Checks every project named by a stack file (gcp:project, read even from a stack file whose lab config
 is invalid) and every --project, in every zone and region: GKE clusters, VMs, persistent disks,
-static addresses, forwarding rules and buckets labelled app=gke-ml-labs (ops.inventory), each with
+static addresses, forwarding rules and buckets labelled app=gke-ml-labs, and HMAC keys of the
+stacks' service accounts (ops.inventory), each with
 where, since when, its list price and its cost so far. Pulumi state is reported beside it, but the
 proof is the cloud's own answer: a failed destroy can leave state wrong.
 
@@ -129,7 +130,7 @@ def check_project(client: GcpClient, project: str, gpu_only: bool) -> ProjectChe
 
 
 def report(check: ProjectCheck, now: datetime, gpu_only: bool) -> list[str]:
-    scope = "GPU VMs" if gpu_only else "clusters, VMs, disks, addresses, forwarding rules, buckets"
+    scope = "GPU VMs" if gpu_only else "clusters, VMs, disks, addresses, forwarding rules, buckets, HMAC keys"
     lines = [f"project {check.project} ({scope}, every zone and region):"]
     for line in check.not_checked:
         lines.append(f"  NOT CHECKED {line}")
@@ -195,9 +196,9 @@ def _verdict(checks: list[ProjectCheck], unread: list[str], unchecked: list[str]
     found = [b for c in checks for b in c.found]
     incomplete = unread or unchecked or any(c.not_checked for c in checks)
     if found:
-        labs = sorted({b.lab for b in found})
+        labs = sorted({b.lab for b in found} - {"?"})
         print(f"\nNOT DOWN: {len(found)} billable thing(s) of gke-ml-labs remain; "
-              + ", ".join(f"`make down LAB={lab}`" for lab in labs) + " (or delete them by hand)")  # fmt: skip
+              + "".join(f"`make down LAB={lab}`, " for lab in labs) + "or delete them as their lines say")  # fmt: skip
         return 1
     if incomplete:
         print("\nNOT PROVEN: nothing of ours found in what could be checked, but the check is incomplete (see above)")

@@ -40,6 +40,7 @@ class GoogleState:
     forwarding_rules: dict[str, list[dict]] = field(default_factory=dict)  # region, or "global" -> rules
     clusters: list[dict] = field(default_factory=list)  # GKE clusters, any location
     buckets: list[dict] = field(default_factory=list)
+    hmac_keys: list[dict] = field(default_factory=list)  # HMAC key metadata of the project
     objects: dict[str, list[dict]] = field(default_factory=dict)  # bucket -> objects (+ "content" for media)
     bigquery_responses: list[dict] = field(default_factory=list)  # answered in order
     calls: list[tuple[str, str, dict, Any]] = field(default_factory=list)
@@ -103,6 +104,8 @@ class _Handler(BaseHTTPRequestHandler):
                          "name": s.project, "createTime": "2026-01-05T10:00:00.000Z"}
         if parts[1:4] == ["storage", "v1", "b"]:
             return self._storage(parts[4:], query)
+        if p == f"/storage/v1/{project_prefix}/hmacKeys":
+            return 200, _page("storage#hmacKeysMetadata", s.hmac_keys, query)
         if p.startswith("/crm/v1/projects/") or (project_prefix not in p):
             return 403, google_error(403, "PERMISSION_DENIED", "The caller does not have permission")
         if p == f"/serviceusage/v1/{project_prefix}/services":

@@ -113,6 +113,13 @@ def bucket(name: str, created: datetime, *, labels: dict) -> dict:
     }  # fmt: skip
 
 
+def hmac_key(access_id: str, email: str, created: datetime) -> dict:
+    return {"kind": "storage#hmacKeyMetadata", "id": f"{PROJECT}/{access_id}", "accessId": access_id,
+            "projectId": PROJECT, "serviceAccountEmail": email, "state": "ACTIVE", "etag": "MQ==",
+            "timeCreated": created.isoformat(timespec="milliseconds").replace("+00:00", "Z"),
+            "updated": created.isoformat(timespec="milliseconds").replace("+00:00", "Z")}  # fmt: skip
+
+
 def leftovers() -> GoogleState:
     """A session's leftovers after a `pulumi destroy` that failed half-way, beside another team's things."""
     day = NOW - timedelta(hours=24)
@@ -136,6 +143,8 @@ def leftovers() -> GoogleState:
         forwarding_rules={"us-central1": [forwarding_rule("a1b2c3", "us-central1", day, labels=OURS)]},
         buckets=[bucket("search-logs", day, labels=THEIRS), bucket("gml-g7-artifacts", day, labels=G7),
                  bucket("other-1", day, labels={}), bucket("other-2", day, labels={})],
+        hmac_keys=[hmac_key("GOOG1EOURS", f"gml-g7-model@{PROJECT}.iam.gserviceaccount.com", day),
+                   hmac_key("GOOG1ETHEIRS", f"ranker@{PROJECT}.iam.gserviceaccount.com", day)],
         objects={"gml-g7-artifacts": [{"kind": "storage#object", "name": f"model/{i}", "size": str(512 * 1024**2)}
                                       for i in range(3)]},
     )  # fmt: skip
@@ -182,15 +191,19 @@ def test_every_kind_of_leftover_is_found_priced_and_fails_the_proof(tmp_path, ca
     assert "forwarding rule a1b2c3 (us-central1, lab g6)" in out and "$0.0250/h (rule 1 of the project" in out
     assert "bucket gml-g7-artifacts (us-central1, lab g7): STANDARD, holds 1610612736 bytes" in out
     assert "1.50 GiB x $0.020/GiB-month = $0.03/month, $0.00 so far" in out
+    assert "HMAC key GOOG1EOURS (global, lab ?): ACTIVE, of gml-g7-model@lab-project.iam.gserviceaccount.com" in out
+    assert "a live credential to the lab's buckets: `gcloud storage hmac update GOOG1EOURS --deactivate && " \
+           "gcloud storage hmac delete GOOG1EOURS`, cost so far not known" in out
     total = 2.40 + 0.13402 * 24 + (5.0 + 10.0) / 730 * 24 + 0.12 + 0.60 + 1.5 * 0.02 / 730 * 24
-    assert "7 billable (1 cluster, 1 VM, 2 disks, 1 address, 1 forwarding rule, 1 bucket)" in out
-    assert f"${total:.2f} so far at list price" in out
-    assert "NOT DOWN: 7 billable thing(s) of gke-ml-labs remain; `make down LAB=g6`, `make down LAB=g7`" in out
+    assert "8 billable (1 cluster, 1 VM, 2 disks, 1 address, 1 forwarding rule, 1 bucket, 1 HMAC key)" in out
+    assert f"${total:.2f} so far at list price" in out and "1 more with no list price there" in out
+    assert "NOT DOWN: 8 billable thing(s) of gke-ml-labs remain" in out
+    assert "`make down LAB=g6`, `make down LAB=g7`" in out
 
 
 def test_other_peoples_resources_are_not_listed(tmp_path, capsys):
     _, out = run(leftovers(), capsys, [], project_stack_files(tmp_path, {"g6": G6_FILE}))
-    for theirs in ("search-prod", "ranker-1", "ranker-data", "ranker-lb", "search-logs", "other-1"):
+    for theirs in ("search-prod", "ranker-1", "ranker-data", "ranker-lb", "search-logs", "other-1", "GOOG1ETHEIRS"):
         assert theirs not in out
 
 
@@ -209,7 +222,7 @@ def test_nothing_left_exits_zero_only_then(tmp_path, capsys):
         vm("gke-old-gpu", "us-central1-a", "g2-standard-4", NOW, labels=OURS, status_="TERMINATED")]})
     code, out = run(empty, capsys, [], project_stack_files(tmp_path, {"g6": G6_FILE}))
     assert code == 0, out
-    assert f"project {PROJECT} (clusters, VMs, disks, addresses, forwarding rules, buckets" in out
+    assert f"project {PROJECT} (clusters, VMs, disks, addresses, forwarding rules, buckets, HMAC keys" in out
     assert "none of ours" in out and f"DOWN: nothing billable of gke-ml-labs in {PROJECT}" in out
 
 
@@ -288,7 +301,7 @@ def test_make_status_reaches_google_through_the_endpoint_overrides(tmp_path):
             assert name in done.stdout
         assert "$0.1000/h cluster fee" in done.stdout
         state.clusters, state.instances, state.disks, state.addresses = [], {}, {}, {}
-        state.forwarding_rules, state.buckets = {}, []
+        state.forwarding_rules, state.buckets, state.hmac_keys = {}, [], []
         done = subprocess.run(["make", "-s", "status", f"PROJECT={PROJECT}"], cwd=REPO, env=env,
                               capture_output=True, text=True, timeout=120)  # fmt: skip
     assert done.returncode == 0, done.stdout + done.stderr
