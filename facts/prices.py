@@ -459,7 +459,9 @@ def gcs_gib_month(location: str) -> float:
     price = PRICES[region].gcs_standard_gib_month if region in PRICES else None
     if price is None:
         priced = [r for r, p in PRICES.items() if p.gcs_standard_gib_month is not None]
-        raise PricingError(f"no price for standard storage in {location} (facts/prices.py prices it in {', '.join(priced)})")
+        raise PricingError(
+            f"no price for standard storage in {location} (facts/prices.py prices it in {', '.join(priced)})"
+        )
     return price
 
 

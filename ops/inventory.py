@@ -216,7 +216,8 @@ def forwarding_rules(client: GcpClient, project: str) -> list[Billable]:
         hourly = prices.forwarding_rule_hourly(nth)
         found.append(Billable(
             kind="forwarding rule", name=rule["name"], where=_tail(scope), lab=_lab(rule.get("labels")),
-            detail=f"{rule.get('loadBalancingScheme', '?')} {rule.get('IPProtocol', '')} {rule.get('IPAddress', '?')}".replace("  ", " "),
+            detail=" ".join(filter(None, (rule.get("loadBalancingScheme", "?"), rule.get("IPProtocol"),
+                                          rule.get("IPAddress", "?")))),
             since=_since(rule["creationTimestamp"]), hourly_usd=hourly,
             price=f"{_hourly(hourly)} (rule {nth} of the project: the first {prices.FORWARDING_RULES_AT_FULL_PRICE} "
             f"cost ${prices.FORWARDING_RULE_PER_HOUR}/h, each further one ${prices.FORWARDING_RULE_EXTRA_PER_HOUR}/h)",
@@ -266,7 +267,8 @@ def hmac_keys(client: GcpClient, project: str) -> list[Billable]:
                 kind="HMAC key", name=key["accessId"], where="global", lab="?",
                 detail=f"{key.get('state', '?')}, of {email}", since=_since(key["timeCreated"]), hourly_usd=None,
                 price="no list price in facts/prices.py, but a live credential to the lab's buckets: "
-                f"`gcloud storage hmac update {key['accessId']} --deactivate && gcloud storage hmac delete {key['accessId']}`",
+                f"`gcloud storage hmac update {key['accessId']} --deactivate && "
+                f"gcloud storage hmac delete {key['accessId']}`",
             ))  # fmt: skip
     return found
 

@@ -45,7 +45,9 @@ def _read(path: Path) -> dict:
     if document is None:
         return {}
     if not isinstance(document, dict) or not isinstance(document.get("config") or {}, dict):
-        raise StackFileError(path.name, "expected a mapping with a `config:` mapping of keys (as `pulumi config set` writes)")
+        raise StackFileError(
+            path.name, "expected a mapping with a `config:` mapping of keys (as `pulumi config set` writes)"
+        )
     return document
 
 

@@ -2,8 +2,9 @@
 call (Cloud Resource Manager, Service Usage, Compute, Container, Cloud Storage, BigQuery), with the
 response shapes of Google's API references: list pages with `nextPageToken` (Compute's aggregated
 lists one scope per page, so every caller must follow the token), a `filter` on labels honoured as
-Compute honours it, errors as {"error": {code, message, status, details}}, a 401 for an expired token. It also answers like the Compute Engine metadata
-server (GCE_METADATA_HOST), the Application Default Credentials of a VM: a service-account token.
+Compute honours it, errors as {"error": {code, message, status, details}}, a 401 for an expired token.
+It also answers like the Compute Engine metadata server (GCE_METADATA_HOST), the Application
+Default Credentials of a VM: a service-account token.
 Tests set its state and read the calls it saw."""
 
 from __future__ import annotations
