@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from collections import Counter
 from collections.abc import Callable, Iterator
-from datetime import datetime
+from datetime import datetime, timezone
 from typing import Literal
 
 from pydantic import BaseModel, ConfigDict
@@ -78,7 +78,8 @@ def _region(location: str) -> str:
 
 
 def _since(stamp: str) -> datetime:
-    return datetime.fromisoformat(stamp.replace("Z", "+00:00"))
+    """In UTC: Compute writes Pacific time, Container and Storage write UTC."""
+    return datetime.fromisoformat(stamp.replace("Z", "+00:00")).astimezone(timezone.utc)
 
 
 def _hourly(per_hour: float | None, unit: str = "/h") -> str:

@@ -129,9 +129,9 @@ def check_project(client: GcpClient, project: str, gpu_only: bool) -> ProjectChe
     return result
 
 
-def report(check: ProjectCheck, now: datetime, gpu_only: bool) -> list[str]:
+def report(check: ProjectCheck, named_by: list[str], now: datetime, gpu_only: bool) -> list[str]:
     scope = "GPU VMs" if gpu_only else "clusters, VMs, disks, addresses, forwarding rules, buckets, HMAC keys"
-    lines = [f"project {check.project} ({scope}, every zone and region):"]
+    lines = [f"project {check.project} (named by {', '.join(named_by)}; {scope}, every zone and region):"]
     for line in check.not_checked:
         lines.append(f"  NOT CHECKED {line}")
     for b in check.found:
@@ -145,7 +145,7 @@ def report(check: ProjectCheck, now: datetime, gpu_only: bool) -> list[str]:
     lines.append(
         f"  {len(check.found)} billable ({inventory.count_by_kind(check.found)}): ${per_hour:.4f}/h now and "
         f"${sum(priced):.2f} so far at list price (facts/prices.py, prices of {prices.PRICE_DATE} or later)"
-        + (f"; {unpriced} more with no list price there" if unpriced else "")
+        + (f"; {unpriced} of them with no list price there, not in these figures" if unpriced else "")
     )
     return lines
 
@@ -184,8 +184,7 @@ def main(argv: list[str] | None = None, client: GcpClient | None = None, now: da
         print(f"cannot check any project: {e}")
         return 2
     for check in checks:
-        print(f"\n(named by {', '.join(projects[check.project])})")
-        print("\n".join(report(check, now, args.gpu_only)))
+        print("\n" + "\n".join(report(check, projects[check.project], now, args.gpu_only)))
     unchecked = sorted(set(projects) - {c.project for c in checks})
     for project in unchecked:
         print(f"project {project}: NOT CHECKED (credentials failed above)")

@@ -196,7 +196,7 @@ def test_every_kind_of_leftover_is_found_priced_and_fails_the_proof(tmp_path, ca
            "gcloud storage hmac delete GOOG1EOURS`, cost so far not known" in out
     total = 2.40 + 0.13402 * 24 + (5.0 + 10.0) / 730 * 24 + 0.12 + 0.60 + 1.5 * 0.02 / 730 * 24
     assert "8 billable (1 cluster, 1 VM, 2 disks, 1 address, 1 forwarding rule, 1 bucket, 1 HMAC key)" in out
-    assert f"${total:.2f} so far at list price" in out and "1 more with no list price there" in out
+    assert f"${total:.2f} so far at list price" in out and "; 1 of them with no list price there, not in" in out
     assert "NOT DOWN: 8 billable thing(s) of gke-ml-labs remain" in out
     assert "`make down LAB=g6`, `make down LAB=g7`" in out
 
@@ -222,14 +222,15 @@ def test_nothing_left_exits_zero_only_then(tmp_path, capsys):
         vm("gke-old-gpu", "us-central1-a", "g2-standard-4", NOW, labels=OURS, status_="TERMINATED")]})
     code, out = run(empty, capsys, [], project_stack_files(tmp_path, {"g6": G6_FILE}))
     assert code == 0, out
-    assert f"project {PROJECT} (clusters, VMs, disks, addresses, forwarding rules, buckets, HMAC keys" in out
+    assert f"project {PROJECT} (named by Pulumi.g6.yaml; clusters, VMs, disks, addresses, forwarding rules, " \
+           "buckets, HMAC keys, every zone and region):" in out
     assert "none of ours" in out and f"DOWN: nothing billable of gke-ml-labs in {PROJECT}" in out
 
 
 def test_a_stack_file_with_a_typo_still_gets_its_project_checked(tmp_path, capsys):
     typo = G6_FILE + "  gke-ml-labs:gpu_max_node: 2\n"
     code, out = run(leftovers(), capsys, [], project_stack_files(tmp_path, {"g6": typo}))
-    assert code == 1 and "cluster gml-g6" in out and "(named by Pulumi.g6.yaml)" in out
+    assert code == 1 and "cluster gml-g6" in out and f"project {PROJECT} (named by Pulumi.g6.yaml; " in out
 
 
 def test_an_unreadable_stack_file_is_one_line_and_the_others_are_still_checked(tmp_path, capsys):
