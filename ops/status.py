@@ -97,6 +97,7 @@ def stack_projects(stacks: list[str], directory: Path) -> tuple[dict[str, list[s
 class ProjectCheck:
     project: str
     found: list[Billable] = field(default_factory=list)
+    checked: list[str] = field(default_factory=list)  # the kinds listed
     not_checked: list[str] = field(default_factory=list)  # what could not be listed, and why
 
 
@@ -105,7 +106,9 @@ def check_project(client: GcpClient, project: str, gpu_only: bool) -> ProjectChe
 
     def attempt(what: str, api: str, call):
         try:
-            return call()
+            found = call()
+            result.checked.append(what)
+            return found
         except ApiDisabled as e:
             result.not_checked.append(
                 f"{what}: {api} is not enabled, so they could not be listed "
@@ -137,7 +140,10 @@ def report(check: ProjectCheck, named_by: list[str], now: datetime, gpu_only: bo
     for b in check.found:
         lines.append(f"  {b.line(now)}")
     if not check.found:
-        lines.append("  none of ours" + (" among what could be listed" if check.not_checked else ""))
+        if check.checked and check.not_checked:
+            lines.append(f"  none of ours among the {', '.join(check.checked)}")
+        elif check.checked:
+            lines.append("  none of ours")
         return lines
     priced = [b.cost_so_far(now) for b in check.found if b.hourly_usd is not None]
     unpriced = len(check.found) - len(priced)

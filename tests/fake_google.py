@@ -42,6 +42,7 @@ class GoogleState:
     clusters: list[dict] = field(default_factory=list)  # GKE clusters, any location
     buckets: list[dict] = field(default_factory=list)
     hmac_keys: list[dict] = field(default_factory=list)  # HMAC key metadata of the project
+    disabled: set[str] = field(default_factory=set)  # first path segments ("storage", ...) of APIs turned off
     objects: dict[str, list[dict]] = field(default_factory=dict)  # bucket -> objects (+ "content" for media)
     bigquery_responses: list[dict] = field(default_factory=list)  # answered in order
     calls: list[tuple[str, str, dict, Any]] = field(default_factory=list)
@@ -103,6 +104,11 @@ class _Handler(BaseHTTPRequestHandler):
         if p == f"/crm/v1/{project_prefix}":
             return 200, {"projectNumber": s.project_number, "projectId": s.project, "lifecycleState": "ACTIVE",
                          "name": s.project, "createTime": "2026-01-05T10:00:00.000Z"}
+        if parts[1] in s.disabled:
+            # What Google answers for a call to an API the project has not enabled.
+            return 403, google_error(
+                403, "PERMISSION_DENIED", f"{parts[1]}.googleapis.com API has not been used in project "
+                f"{s.project_number} before or it is disabled.", "SERVICE_DISABLED")
         if parts[1:4] == ["storage", "v1", "b"]:
             return self._storage(parts[4:], query)
         if p == f"/storage/v1/{project_prefix}/hmacKeys":

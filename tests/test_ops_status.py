@@ -250,10 +250,18 @@ def test_a_project_that_cannot_be_checked_is_never_none(tmp_path, capsys):
                     project_stack_files(tmp_path, {"g6": G6_FILE}))  # fmt: skip
     assert code == 2
     section = out.split("project gpu-project-b")[1].split("project lab-project")[0]
-    assert "NOT CHECKED VMs: GET" in section and "HTTP 403" in section and "none of ours" not in section.split(
-        "NOT CHECKED")[0]
-    assert "none of ours among what could be listed" in section
+    assert "NOT CHECKED VMs: GET" in section and "HTTP 403" in section and "NOT CHECKED buckets: GET" in section
+    assert "none of ours" not in section, "nothing could be listed there: no claim about it"
     assert "NOT PROVEN" in out
+
+
+def test_an_api_not_enabled_is_named_with_the_command_that_enables_it(tmp_path, capsys):
+    state = GoogleState(project=PROJECT, disabled={"storage"})
+    code, out = run(state, capsys, [], project_stack_files(tmp_path, {"g6": G6_FILE}))
+    assert code == 2
+    assert "NOT CHECKED buckets: storage.googleapis.com is not enabled, so they could not be listed " \
+           f"(`gcloud services enable storage.googleapis.com --project {PROJECT}`)" in out
+    assert "none of ours among the VMs, clusters, disks, addresses, forwarding rules" in out
 
 
 def test_gpu_only_keeps_the_narrow_check(tmp_path, capsys):
