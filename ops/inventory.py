@@ -136,9 +136,9 @@ def _node_of(labels: dict) -> tuple[str, str] | None:
     return None
 
 
-def clusters(client: GcpClient, project: str, nodes: list[Billable]) -> list[Billable]:
-    """Our GKE clusters with their node pools; node counts from the node VMs found (`nodes`), whose
-    prices are their own lines: a cluster's line prices the cluster fee alone."""
+def clusters(client: GcpClient, project: str, nodes: list[Billable] | None) -> list[Billable]:
+    """Our GKE clusters with their node pools; node counts from the node VMs found (`nodes`; None when
+    they could not be listed), whose prices are their own lines: a cluster's line prices the fee alone."""
     answer = client.get("container", f"projects/{project}/locations/-/clusters")
     found = []
     for cluster in answer.get("clusters", []):
@@ -152,7 +152,7 @@ def clusters(client: GcpClient, project: str, nodes: list[Billable]) -> list[Bil
             high = scaling.get("totalMaxNodeCount", scaling.get("maxNodeCount", 0))
             bounds = f", autoscaling {low}-{high}" if scaling.get("enabled") else ""
             spot = "spot" if config.get("spot") or config.get("preemptible") else "on-demand"
-            count = sum(1 for n in nodes if n.node_of == (cluster["name"], pool["name"]))
+            count = "?" if nodes is None else sum(1 for n in nodes if n.node_of == (cluster["name"], pool["name"]))
             pools.append(f"{pool['name']} ({config.get('machineType', '?')}, {spot}, {count} node(s) now{bounds})")
         location = cluster.get("location", "?")
         zonal = location.count("-") == 2

@@ -124,7 +124,8 @@ def check_project(client: GcpClient, project: str, gpu_only: bool) -> ProjectChe
     if gpu_only:
         result.found = [n for n in nodes if n.gpus]
         return result
-    result.found += attempt("clusters", inventory.CLUSTER_API, lambda: inventory.clusters(client, project, nodes))
+    counted = nodes if "VMs" in result.checked else None  # no node counts when the VMs could not be listed
+    result.found += attempt("clusters", inventory.CLUSTER_API, lambda: inventory.clusters(client, project, counted))
     result.found += nodes
     for what, (api, lister) in inventory.LISTERS.items():
         if what != "VMs":
