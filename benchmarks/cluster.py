@@ -21,6 +21,7 @@ from typing import Any, Protocol, TypeVar
 
 import yaml
 
+from benchmarks.harness.answers import body_text
 from benchmarks.harness.signals import shielded, sigterm_raises
 from facts.gke_auth import ADC_FLAG, ADC_LOGIN_HINT, AUTH_PLUGIN, GCLOUD_LOGIN_HINT, INSTALL_HINT
 
@@ -236,7 +237,7 @@ class KubeCluster:
         # call_api does not raise on an error status: the proxy's 503 (no ready endpoints) or 404 (no
         # such service or pod) would otherwise reach the caller as if the service had answered.
         if not 200 <= response.status <= 299:
-            raise ClusterError(f"{method} {path} on {where} answered HTTP {response.status}: {text[:300]}")
+            raise ClusterError(f"{method} {path} on {where} answered HTTP {response.status}: {body_text(text)}")
         return text
 
     def server_version(self) -> dict[str, Any]:

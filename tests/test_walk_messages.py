@@ -43,7 +43,7 @@ def test_a_404_page_is_named_not_pasted():
         with pytest.raises(MetricsError) as e:
             PrometheusClient.over_http(url).check()
     assert str(e.value) == (f"Prometheus at {url} rejected 'vector(1)': HTTP 404 (an HTML page, not an answer of "
-                       "Prometheus's HTTP API: is the URL the base URL of a Prometheus?)")
+                            "the service's API: is the URL the service's base URL?)")
 
 
 def test_an_unknown_model_is_named_whole_with_no_flag_g6_lacks(tmp_path, capsys):
@@ -67,3 +67,13 @@ def test_the_simulator_exits_cleanly_on_a_bad_flag_while_its_parent_holds_stdin(
         proc.stdin.close()
     assert code == 2
     assert err.startswith("error: unknown model 'acme/Giant-1T'") and "Fatal Python error" not in err
+
+
+def test_a_404_page_of_a_server_refusing_a_post_is_named_not_pasted():
+    from benchmarks.harness.server import NotOk, http_server
+
+    with answering(lambda method, path, body: (404, "text/html", NGINX_404)) as url:
+        with pytest.raises(NotOk) as e:
+            http_server(url).post("/v1/completions", {"model": "m", "prompt": "hi"}, 5.0)
+    assert str(e.value) == (f"POST {url}/v1/completions answered HTTP 404: (an HTML page, not an answer of the "
+                            "service's API: is the URL the service's base URL?)")

@@ -23,6 +23,7 @@ from typing import Any, Protocol
 import httpx
 from pydantic import BaseModel, ConfigDict
 
+from benchmarks.harness.answers import body_text
 from benchmarks.metrics.errors import MetricsError
 from benchmarks.metrics.model import GAUGES, PREEMPTIONS, TTFT_BUCKETS, GaugeStats, Series, ServerMetrics
 
@@ -95,12 +96,8 @@ class ServiceProxy:
 
 
 def _said(reply: Reply) -> str:
-    """Prometheus's own error, or what the answer was instead; never a whole web page."""
-    if "error" in reply.body:
-        return str(reply.body["error"])
-    if reply.text.lstrip().startswith("<"):
-        return "(an HTML page, not an answer of Prometheus's HTTP API: is the URL the base URL of a Prometheus?)"
-    return " ".join(reply.text.split())[:200]
+    """Prometheus's own error, or what the answer was instead (never a whole web page)."""
+    return str(reply.body["error"]) if "error" in reply.body else body_text(reply.text, 200)
 
 
 class Sample(BaseModel):
