@@ -25,6 +25,7 @@ import httpx
 
 SCOPES = ["https://www.googleapis.com/auth/cloud-platform"]
 LOGIN_HINT = "run `gcloud auth application-default login`"
+TOKEN_HINT = "set a fresh GOOGLE_OAUTH_ACCESS_TOKEN (`gcloud auth print-access-token`) or unset it"
 DEFAULT_BASE_URLS = {
     "serviceusage": "https://serviceusage.googleapis.com/v1",
     "compute": "https://compute.googleapis.com/compute/v1",
@@ -59,6 +60,17 @@ class CredentialsNotFound(CredentialsError):
             self,
             "credentials not found: this machine has no Application Default Credentials; create them with "
             f"`gcloud auth application-default login` (or set GOOGLE_APPLICATION_CREDENTIALS to a key file) ({detail})",
+        )
+
+
+class TokenRefused(CredentialsError):
+    """HTTP 401 for the token given in GOOGLE_OAUTH_ACCESS_TOKEN: that token, not ADC, is the problem."""
+
+    def __init__(self, detail: str):
+        GcpError.__init__(
+            self,
+            f"credentials expired/invalid: Google refused the access token in {TOKEN_ENV}: {TOKEN_HINT} to use "
+            f"Application Default Credentials ({detail})",
         )
 
 
@@ -155,12 +167,15 @@ class GcpClient:
         self._token: str | None = None
         self.base_urls = {**DEFAULT_BASE_URLS, **(base_urls or {})}
         self._http = httpx.Client(timeout=TIMEOUT, transport=transport)
+        self.token_from_env = False  # a 401 then names GOOGLE_OAUTH_ACCESS_TOKEN, not the ADC login
 
     @classmethod
     def from_environment(cls, environ: Mapping[str, str] = os.environ) -> GcpClient:
         """The client the operator commands use: endpoint overrides and a token from the environment."""
         token = environ.get(TOKEN_ENV)
-        return cls(token_source=(lambda: token) if token else adc_token, base_urls=endpoint_overrides(environ))
+        client = cls(token_source=(lambda: token) if token else adc_token, base_urls=endpoint_overrides(environ))
+        client.token_from_env = bool(token)
+        return client
 
     def close(self) -> None:
         self._http.close()
@@ -189,7 +204,8 @@ class GcpClient:
             raise ApiError(f"{method} {url}: {e}") from e
         if response.is_success:
             return response.json() if response.content else {}
-        raise _translate(response, f"{method} {url}")
+        error = _translate(response, f"{method} {url}")
+        raise TokenRefused(str(error)) if isinstance(error, CredentialsError) and self.token_from_env else error
 
     def get(self, api: str, path: str, **params: Any) -> dict:
         return self.request("GET", api, path, params={k: v for k, v in params.items() if v is not None})

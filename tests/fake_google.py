@@ -17,7 +17,7 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any
 from urllib.parse import parse_qs, unquote, urlparse
 
-from ops.gcp import ENDPOINT_ENV_PREFIX, TOKEN_ENV, GcpClient
+from ops.gcp import ENDPOINT_ENV_PREFIX, TOKEN_ENV, GcpClient, endpoint_overrides
 
 VALID_TOKEN = "ya29.valid-token"
 EXPIRED_TOKEN = "ya29.expired-token"
@@ -257,4 +257,5 @@ class FakeGoogle:
         return {**self.endpoints(), TOKEN_ENV: token}
 
     def client(self, token: str = VALID_TOKEN) -> GcpClient:
-        return GcpClient.from_environment(self.environment(token))
+        """A client with this server's endpoints and `token` as if from Application Default Credentials."""
+        return GcpClient(token_source=lambda: token, base_urls=endpoint_overrides(self.endpoints()))

@@ -284,3 +284,14 @@ def test_a_misspelt_endpoint_override_is_refused_in_one_line(monkeypatch, capsys
     (line,) = capsys.readouterr().out.splitlines()[-1:]
     assert line.startswith("FAIL  environment: GKE_ML_LABS_ENDPOINT_COMPUTER: no such API endpoint to override; "
                            "known: GKE_ML_LABS_ENDPOINT_SERVICEUSAGE, GKE_ML_LABS_ENDPOINT_COMPUTE,")
+
+
+def test_a_refused_token_from_the_environment_names_that_variable(cfg, monkeypatch):
+    with FakeGoogle(healthy(cfg)) as google:
+        for name, value in google.environment(EXPIRED_TOKEN).items():
+            monkeypatch.setenv(name, value)
+        with GcpClient.from_environment() as client:
+            (result,) = preflight.run_checks(client, cfg)
+    assert result.detail.startswith("credentials expired/invalid: Google refused the access token in "
+                                    "GOOGLE_OAUTH_ACCESS_TOKEN: set a fresh GOOGLE_OAUTH_ACCESS_TOKEN")
+    assert result.hint.startswith("set a fresh GOOGLE_OAUTH_ACCESS_TOKEN") and "application-default" not in result.hint
