@@ -15,7 +15,7 @@ from typing import Literal
 from pydantic import BaseModel, ConfigDict
 
 from facts import prices
-from ops.gcp import GcpClient
+from ops.gcp import GcpClient, GcpError
 
 APP_LABEL = ("app", "gke-ml-labs")
 LABEL_FILTER = f'labels.{APP_LABEL[0]}="{APP_LABEL[1]}"'
@@ -58,6 +58,14 @@ class Billable(BaseModel):
             f"{self.kind} {self.name} ({self.where}, lab {self.lab}): {self.detail}; since "
             f"{self.since.isoformat()} ({self.hours_up(now):.1f} h); {self.price}, {so_far}"
         )
+
+
+class Incomplete(GcpError):
+    """A list call answered only in part (Container's `missingZones`): what it found, and what not."""
+
+    def __init__(self, message: str, found: list[Billable]):
+        super().__init__(message)
+        self.found = found
 
 
 def _tail(url: str) -> str:
@@ -163,6 +171,9 @@ def clusters(client: GcpClient, project: str, nodes: list[Billable] | None) -> l
             since=_since(cluster["createTime"]), hourly_usd=prices.GKE_CLUSTER_FEE_PER_HOUR,
             price=f"{_hourly(prices.GKE_CLUSTER_FEE_PER_HOUR)} cluster fee{free}",
         ))  # fmt: skip
+    if answer.get("missingZones"):
+        raise Incomplete(f"these zones did not answer, their clusters are unknown: {', '.join(answer['missingZones'])}",
+                         found)  # fmt: skip
     return found
 
 

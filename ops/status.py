@@ -116,6 +116,9 @@ def check_project(client: GcpClient, project: str, gpu_only: bool) -> ProjectChe
             )
         except CredentialsError:
             raise
+        except inventory.Incomplete as e:
+            result.not_checked.append(f"{what}: {e}")
+            return e.found
         except GcpError as e:
             result.not_checked.append(f"{what}: {e}")
         return []

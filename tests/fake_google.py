@@ -40,6 +40,7 @@ class GoogleState:
     addresses: dict[str, list[dict]] = field(default_factory=dict)  # region, or "global" -> addresses
     forwarding_rules: dict[str, list[dict]] = field(default_factory=dict)  # region, or "global" -> rules
     clusters: list[dict] = field(default_factory=list)  # GKE clusters, any location
+    missing_zones: list[str] = field(default_factory=list)  # zones clusters.list could not reach
     buckets: list[dict] = field(default_factory=list)
     hmac_keys: list[dict] = field(default_factory=list)  # HMAC key metadata of the project
     disabled: set[str] = field(default_factory=set)  # first path segments ("storage", ...) of APIs turned off
@@ -156,7 +157,8 @@ class _Handler(BaseHTTPRequestHandler):
             items = _filtered(compute_lists[kind][1].get("global", []), query)
             return 200, {"kind": f"compute#{kind[:-1]}List", "items": items} if items else {"kind": f"compute#{kind[:-1]}List"}
         if p == f"/container/v1/{project_prefix}/locations/-/clusters":
-            return 200, {"clusters": s.clusters} if s.clusters else {}
+            answer = {"clusters": s.clusters} if s.clusters else {}
+            return 200, {**answer, "missingZones": s.missing_zones} if s.missing_zones else answer
         if parts[:6] == ["", "bigquery", "v2", "projects", s.project, "queries"]:
             return 200, s.bigquery_responses.pop(0)
         return 404, google_error(404, "NOT_FOUND", f"no route for {method} {p}")

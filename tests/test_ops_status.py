@@ -264,6 +264,13 @@ def test_an_api_not_enabled_is_named_with_the_command_that_enables_it(tmp_path, 
     assert "none of ours among the VMs, clusters, disks, addresses, forwarding rules" in out
 
 
+def test_zones_the_container_api_could_not_reach_leave_the_proof_incomplete(tmp_path, capsys):
+    state = GoogleState(project=PROJECT, clusters=[cluster("gml-g6", NOW, labels=OURS)], missing_zones=["us-central1-b"])
+    code, out = run(state, capsys, [], project_stack_files(tmp_path, {"g6": G6_FILE}))
+    assert code == 1 and "cluster gml-g6 (us-central1-a, lab g6)" in out, "what did answer is still listed"
+    assert "NOT CHECKED clusters: these zones did not answer, their clusters are unknown: us-central1-b" in out
+
+
 def test_gpu_only_keeps_the_narrow_check(tmp_path, capsys):
     state = leftovers()
     state.instances["us-central1-b"] = [vm("gke-gml-g6-gpu-1a2b-x9", "us-central1-b", "g2-standard-4",
