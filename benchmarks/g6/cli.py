@@ -24,7 +24,7 @@ from typing import Any, NamedTuple
 import yaml
 from pydantic import ValidationError
 
-from benchmarks.cluster import ClusterError, KubeCluster
+from benchmarks.cluster import RUN_LABEL, ClusterError, KubeCluster
 from benchmarks.g6.analysis import predict, sizing_gap
 from benchmarks.g6.config import LAB, G6Outputs, G6Params
 from benchmarks.g6.errors import G6Error
@@ -68,6 +68,7 @@ from benchmarks.loadgen import LoadgenError, LoadSpec, LocalRunner, Slo, Timeout
 from benchmarks.metrics import MetricsError, PrometheusClient
 from facts.catalogue import GPUS, ServingError
 from stacks.cost_estimate import CostEstimate, estimate_or_none, estimate_section, markdown
+from stacks.loader import ConfigError
 from stacks.output_folder import OutputFolderError, prepare
 from stacks.stackfile import load_config
 
@@ -326,15 +327,29 @@ def client_manifest(
 def write_client_manifest(
     folder: Path, outputs: dict[str, Any] | None, params: G6Params, kv: KvParams, quant: QuantParams, cpus: int
 ) -> list[Path]:
-    """client_manifest as YAML files."""
+    """client_manifest as YAML files, in place of those an earlier --client-manifest left in the folder
+    (fewer points now would otherwise leave its extra Jobs beside the new ones)."""
     objects = client_manifest(outputs, params, kv, quant, cpus)
     prepare(folder, "--client-manifest")
+    for old in folder.glob("*.yaml"):
+        if _benchmark_object(old):
+            old.unlink()
     paths = []
     for obj in objects:
         path = folder / f"{obj['kind'].lower()}-{obj['metadata']['name']}.yaml"
         path.write_text(yaml.safe_dump(obj, sort_keys=False))
         paths.append(path)
     return paths
+
+
+def _benchmark_object(path: Path) -> bool:
+    """A file holding one object labelled as a benchmark run's (benchmarks.cluster.RUN_LABEL)."""
+    try:
+        obj = yaml.safe_load(path.read_text())
+    except (OSError, UnicodeDecodeError, yaml.YAMLError):
+        return False
+    labels = (obj.get("metadata") or {}).get("labels") if isinstance(obj, dict) else None
+    return isinstance(labels, dict) and RUN_LABEL in labels
 
 
 class ClientSide(NamedTuple):
@@ -351,6 +366,8 @@ def client_side(params: G6Params, outputs: dict[str, Any] | None, cpus: int, log
     created until the runner is entered."""
     over_http = PrometheusClient.over_http(params.prometheus) if params.prometheus else None
     if params.client == "local" or outputs is None:
+        if over_http is not None:
+            over_http.check()  # a --prometheus URL that does not answer fails the run now, in one line
         return ClientSide(LocalRunner(), None, over_http)
     ep = _vllm_endpoint(outputs)
     cluster = KubeCluster.from_kubeconfig(outputs.get("kubeconfig") or "")
@@ -362,6 +379,8 @@ def client_side(params: G6Params, outputs: dict[str, Any] | None, cpus: int, log
     prometheus = over_http
     if ref is not None and params.prometheus == ref.in_cluster_url():
         prometheus = PrometheusClient.through_service_proxy(cluster, ref)
+    elif prometheus is not None:
+        prometheus.check()
     return ClientSide(runner, proxy_server(cluster, ep), prometheus)
 
 
@@ -408,7 +427,10 @@ def experiment_params(args: argparse.Namespace, params: G6Params) -> tuple[KvPar
 
 
 EXIT_CODES = {"Ctrl-C": 130, "SIGTERM": 143}  # 128 + the signal's number, as shells report them
-ERRORS = (G6Error, HarnessError, LoadgenError, MetricsError, ServingError, ClusterError, LabError, OutputFolderError)
+ERRORS = (
+    G6Error, HarnessError, LoadgenError, MetricsError, ServingError, ClusterError, LabError, OutputFolderError,
+    ConfigError,  # Pulumi.g6.yaml, which --sim reads
+)
 
 
 def run(argv: list[str]) -> int:
