@@ -23,6 +23,10 @@ CATALOGUE = (
 GKE_PRICING = "cloud.google.com/kubernetes-engine/pricing: $0.10/cluster-hour, one zonal cluster free, read 2026-08-20"
 GCS_PRICING = "cloud.google.com/storage/pricing as transcribed by api-evangelist/gcp-cloud-storage (2026-09-20): $0.000027397/GiB-hour"
 PD_PRICING = "c3x.dev 'GCP persistent disk types cost' (2026) and a Google pricing-calculator estimate (2023): pd-balanced $0.10/GiB-month"
+AR_PRICING = (
+    "cloud.google.com/artifact-registry/pricing as transcribed in a public cost note (read 2026-12-01): "
+    "storage $0.10/GB-month, the first 0.5 GB free"
+)
 PRICE_DATE = "2026-08-20"
 
 # The catalogue's rows for what the labs run, one per region (it repeats each region's price for every
@@ -376,6 +380,10 @@ PRICES: dict[str, RegionPrices] = {
     )
     for region in L4_REGIONS
 }
+
+# Artifact Registry storage (the image cache of `vllm.image_streaming`), any region (AR_PRICING).
+ARTIFACT_REGISTRY_GB_MONTH = 0.10
+ARTIFACT_REGISTRY_FREE_GB = 0.5
 
 GKE_CLUSTER_FEE_PER_HOUR = 0.10
 # The free tier credits one zonal (or Autopilot) cluster per billing account: a lab's zonal cluster
