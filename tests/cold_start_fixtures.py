@@ -80,7 +80,7 @@ def node(created: float = T["node_created"], ready: float = T["node_ready"]) -> 
 
 
 def pod(waiting: dict[str, str] | None = None, ready: bool = True, scheduled: bool = True,
-        t: dict[str, float] = T) -> dict[str, Any]:
+        t: dict[str, float] = T, image: str = IMAGE) -> dict[str, Any]:
     """The vLLM pod; `waiting` replaces its running container with a waiting one (a failed start)."""
     conditions = [
         {"type": "PodReadyToStartContainers", "status": "True", "lastProbeTime": None,
@@ -98,7 +98,7 @@ def pod(waiting: dict[str, str] | None = None, ready: bool = True, scheduled: bo
                        "lastTransitionTime": ts(t["created"]), "reason": "Unschedulable",
                        "message": "0/1 nodes are available: 1 node(s) didn't match Pod's node affinity/selector. "
                        "preemption: 0/1 nodes are available: 1 Preemption is not helpful for scheduling."}]  # fmt: skip
-    container = {"name": "vllm", "image": IMAGE, "imageID": "", "ready": ready, "restartCount": 0,
+    container = {"name": "vllm", "image": image, "imageID": "", "ready": ready, "restartCount": 0,
                  "started": ready, "state": {"running": {"startedAt": ts(t["started"])}},
                  "containerID": "containerd://" + "4f" * 32}  # fmt: skip
     if ready:
@@ -111,7 +111,7 @@ def pod(waiting: dict[str, str] | None = None, ready: bool = True, scheduled: bo
     if scheduled:
         status |= {"hostIP": "10.10.0.3", "podIP": "10.20.3.5", "startTime": ts(t["scheduled"]),
                    "containerStatuses": [container]}  # fmt: skip
-    spec = {"containers": [{"name": "vllm", "image": IMAGE, "args": [f"--model={MODEL}", "--port=8000"],
+    spec = {"containers": [{"name": "vllm", "image": image, "args": [f"--model={MODEL}", "--port=8000"],
                             "resources": {"limits": {"memory": "12Gi", "nvidia.com/gpu": "1"},
                                           "requests": {"cpu": "2", "memory": "8Gi", "nvidia.com/gpu": "1"}}}],
             "nodeSelector": {"gke-ml-labs/pool": "gpu"}, "enableServiceLinks": False,
@@ -148,13 +148,21 @@ FAILED_SCHEDULING = ("0/1 nodes are available: 1 node(s) didn't match Pod's node
                      "nodes are available: 1 Preemption is not helpful for scheduling.")  # fmt: skip
 
 
-def from_zero_events(t: dict[str, float] = T) -> list[dict[str, Any]]:
+def go_duration(seconds: float) -> str:
+    """A duration as Go's time.Duration prints it (the kubelet's pull messages): 2m30.871s, 4.2s."""
+    minutes, rest = divmod(round(seconds, 3), 60)
+    text = f"{rest:.3f}".rstrip("0").rstrip(".")
+    return f"{int(minutes)}m{text}s" if minutes else f"{text}s"
+
+
+def from_zero_events(t: dict[str, float] = T, image: str = IMAGE) -> list[dict[str, Any]]:
+    pull = go_duration(t["pulled"] - t["pulling"] - 0.129)
     return [
         event(t["failed_scheduling"], "FailedScheduling", "Warning", FAILED_SCHEDULING),
         event(t["triggered"], "TriggeredScaleUp", "Normal", f"pod triggered scale-up: [{{{MIG} 0->1 (max: 1)}}]"),
         event(t["scheduled"], "Scheduled", "Normal", f"Successfully assigned {NS}/{POD} to {NODE}"),
-        event(t["pulling"], "Pulling", "Normal", f'Pulling image "{IMAGE}"'),
-        event(t["pulled"], "Pulled", "Normal", f'Successfully pulled image "{IMAGE}" in 2m30.871s (2m30.871s including '
+        event(t["pulling"], "Pulling", "Normal", f'Pulling image "{image}"'),
+        event(t["pulled"], "Pulled", "Normal", f'Successfully pulled image "{image}" in {pull} ({pull} including '
               f"waiting). Image size: {IMAGE_BYTES} bytes."),
         event(t["started"] - 1, "Created", "Normal", "Created container: vllm"),
         event(t["started"], "Started", "Normal", "Started container vllm"),
@@ -193,9 +201,15 @@ def _realistic(pod_obj: dict[str, Any], node_obj: dict[str, Any] | None, events:
     return {"pod": rec["pods"][0], "node": rec["nodes"][0] if node_obj else None, "events": rec["events"]}
 
 
-def from_zero() -> dict[str, Any]:
-    """The whole cold start: node from zero, image pulled, weights downloaded, first token."""
-    return {**_realistic(pod(), node(), from_zero_events()), "log": vllm_log(), "sent": SENT, "first_token": at(T["first_token"])}
+def from_zero(t: dict[str, float] = T, image: str = IMAGE, download: bool = True) -> dict[str, Any]:
+    """The whole cold start: node from zero, image pulled, weights downloaded (unless not), first token."""
+    return {**_realistic(pod(t=t, image=image), node(t["node_created"], t["node_ready"]), from_zero_events(t, image)),
+            "log": vllm_log(download, t), "sent": SENT, "first_token": at(t["first_token"])}  # fmt: skip
+
+
+def later(t: dict[str, float], after: str, seconds: float) -> dict[str, float]:
+    """The timeline `t` with every moment from `after` on `seconds` later (a slower phase)."""
+    return {k: round(v + seconds, 1) if v >= t[after] else v for k, v in t.items()}
 
 
 def out_of_order() -> dict[str, Any]:

@@ -13,11 +13,12 @@ import yaml
 from benchmarks.cluster import ClusterError
 from benchmarks.g6 import cli
 from benchmarks.g6.experiments import cold_start as cs
-from benchmarks.g6.experiments.cold_start_report import WAITED_TITLE, render_cold_start_report, waited_first
+from benchmarks.g6.experiments.cold_start_report import render_cold_start_report, waited_first
 from benchmarks.g6.incluster import proxy_server
 from benchmarks.harness import Endpoint, HarnessError
 from benchmarks.harness.signals import Interrupted
-from benchmarks.labs.phases import phase_names, VLLM_LOG
+from benchmarks.labs.phases import VLLM_LOG, phase_names
+from benchmarks.labs.phases_report import WAITED_TITLE
 from tests import cold_start_fixtures as fx
 from tests.labs_fakes import FakeCluster
 
@@ -186,7 +187,7 @@ def _result(records, price=None):
                    server_versions={}, errors=[])  # fmt: skip
     price = price or GpuPrice(usd_per_hour=0.36, node="g2-standard-4 1x L4 (spot)", region="us-central1",
                               price_date="2026-12-01", source="a test price")  # fmt: skip
-    return cs.cold_start_result(meta, _params(), cs.recorded(records, 2.0), price, None)
+    return cs.cold_start_result(meta, _params(), cs.recorded(cs.ColdStartRecording(records=records), 2.0), price, None)
 
 
 def _record(case, setting="as-configured", repeat=0, tail=None):
@@ -277,3 +278,15 @@ def test_a_saved_recording_is_measured_again_without_a_cluster(tmp_path, g6_outp
     assert [r["total_s"] for r in result["runs"]] == [429.3, 174.6]
     assert result["runs"][0]["phases"][6] | {"start": None, "end": None} == {
         "name": "image pulled", "start": None, "end": None, "seconds": 151.0, "skipped": None}
+
+
+def test_the_committed_example_is_todays_report_of_its_result_and_says_it_was_constructed():
+    from benchmarks.harness import load_result
+
+    example = Path(__file__).resolve().parents[1] / "examples" / "g6-cold-start"
+    result = load_result(cs.ColdStartResult, example)
+    assert (example / "report.md").read_text() == render_cold_start_report(result), (
+        "examples/g6-cold-start is stale: rerun the commands in tests/data/g6/make_cold_start_recording.py")
+    assert "not measured on a cluster" in result.source and "--recording" in result.meta.command
+    saved = cs.ColdStartRecording.model_validate_json((example / "recording.json").read_text())
+    assert [cs.to_run(r, result.gpu_price) for r in saved.records] == result.runs  # measured from its recording

@@ -463,12 +463,12 @@ def _measure_again(args: argparse.Namespace, argv: list[str], started: datetime,
                    outputs: dict[str, Any] | None) -> int:  # fmt: skip
     """A saved cold-start recording measured again: the same phases, report and plot, no cluster."""
     try:
-        records = ColdStartRecording.model_validate_json(args.recording.read_text()).records
+        recording = ColdStartRecording.model_validate_json(args.recording.read_text())
     except (OSError, ValueError) as exc:
         print(f"g6: cannot read recording {args.recording}: {exc}", file=sys.stderr)
         return 2
     kv, quant = experiment_params(args, params)
-    outcome = cold_start.recorded(records, cold_start_params(args).poll_s)
+    outcome = cold_start.recorded(recording, cold_start_params(args).poll_s)
     folder, ok = write_results(args, argv, started, params, kv, quant, outputs, outcome, stack_gpu_price(outputs, params))
     print(folder)
     return 0 if ok else 1
@@ -583,7 +583,8 @@ def write_results(
         result = cold_start_result(meta, params, outcome, price, cost)
         folder = new_run_folder(args.out, f"{LAB}-cold-start", started)
         # The raw objects, events and logs, so the run can be measured again (--recording).
-        (folder / "recording.json").write_text(ColdStartRecording(records=outcome.records).model_dump_json(indent=1))
+        recording = ColdStartRecording(source=outcome.source, records=outcome.records)
+        (folder / "recording.json").write_text(recording.model_dump_json(indent=1))
         render_cold_start_plots(result, folder)
         report, ok = render_cold_start_report(result), all(run.failure is None for run in result.runs)
     elif isinstance(outcome, KvOutcome):

@@ -112,6 +112,9 @@ TRITON_LOG = ServerLog(
     time=glog_time,
 )
 
+# A model server whose start-up log the extractor does not read (g5's sklearn server): platform phases only.
+NO_LOG = ServerLog(markers=(), time=lambda line, started: None)
+
 # Phases every cold start has, before and after the model server's own.
 BEFORE = ("pod created", "scale-up triggered", "node created", "node ready", "GPU allocatable", "pod sandbox",
           "image pulled", "container started")  # fmt: skip
@@ -228,6 +231,7 @@ def extract(
     scheduled = condition_time(pod, "PodScheduled")
     status = _container(pod, container)
     started = _started_at(status)
+    not_started = "the container never started" if status else "the pod holds no status of the container"
     pulling = _first(mine, "Pulling", after=scheduled)
     pulled = _first(mine, "Pulled", after=scheduled, message="Successfully pulled")
     present = _first(mine, "Pulled", message="already present on machine")
@@ -246,7 +250,7 @@ def extract(
         "GPU allocatable": (scheduled, "the pod was never scheduled"),
         "pod sandbox": (_time(pulling), "no pull started" if present is None else "no pull: the image was already on the node"),
         "image pulled": (_time(pulled), "no pull finished" if present is None else "no pull: the image was already on the node"),
-        "container started": (started, "the container never started"),
+        "container started": (started, not_started),
     }
     if started is not None:
         for marker in server.markers:
@@ -258,7 +262,7 @@ def extract(
     origin = sent if sent is not None else created
     phases, last = [], origin
     for name in names:
-        end, why = ends.get(name) or (None, "the container never started")
+        end, why = ends.get(name) or (None, not_started)
         if end is None or last is None:
             phases.append(Phase(name=name, start=None, end=None, seconds=None, skipped=why))
             continue

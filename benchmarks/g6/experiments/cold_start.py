@@ -85,6 +85,8 @@ class ColdStartRecording(BaseModel):
     model_config = ConfigDict(frozen=True, extra="forbid")
 
     schema_version: Literal[1] = 1
+    # "live", or what else made the records (a fixture built for the tests and the example says so).
+    source: str = "live"
     records: list[ColdStartRecord]
 
 
@@ -109,6 +111,7 @@ class ColdStartRun(BaseModel):
 
 class ColdStartResult(ExperimentResult):
     cold_start: ColdStartParams
+    source: str = "live"  # the recording's: "live", or a constructed fixture's own words
     runs: list[ColdStartRun]
 
 
@@ -116,6 +119,7 @@ class ColdStartResult(ExperimentResult):
 class ColdStartOutcome(Outcome):
     params: ColdStartParams = field(default_factory=ColdStartParams)
     records: list[ColdStartRecord] = field(default_factory=list)
+    source: str = "live"
 
     @property
     def planned(self) -> int:
@@ -351,15 +355,17 @@ def to_run(record: ColdStartRecord, price: GpuPrice | None) -> ColdStartRun:
 
 def cold_start_result(meta: RunMeta, params: G6Params, outcome: ColdStartOutcome, price: GpuPrice | None,
                       cost: str | None) -> ColdStartResult:  # fmt: skip
-    return ColdStartResult(meta=meta, params=params, cold_start=outcome.params,
+    return ColdStartResult(meta=meta, params=params, cold_start=outcome.params, source=outcome.source,
                            runs=[to_run(r, price) for r in outcome.records], gpu_price=price, cost=cost)  # fmt: skip
 
 
-def recorded(records: list[ColdStartRecord], poll_s: float) -> ColdStartOutcome:
+def recorded(recording: ColdStartRecording, poll_s: float) -> ColdStartOutcome:
     """A saved recording as the outcome of the run that made it: its settings and repeats from its records."""
+    records = recording.records
     settings = list(dict.fromkeys(r.setting for r in records)) or ["as-configured"]
     repeats = max((r.repeat + 1 for r in records), default=1)
-    return ColdStartOutcome(params=ColdStartParams(settings=settings, repeats=repeats, poll_s=poll_s), records=records)
+    return ColdStartOutcome(params=ColdStartParams(settings=settings, repeats=repeats, poll_s=poll_s),
+                            records=records, source=recording.source)  # fmt: skip
 
 
 def plan(outputs: dict[str, Any], w: Where, cs: ColdStartParams, stack: str | None) -> dict[str, Any]:

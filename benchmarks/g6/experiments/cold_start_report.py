@@ -15,37 +15,16 @@ import matplotlib.pyplot as plt  # noqa: E402  (the backend must be chosen first
 from benchmarks.g6.experiments.cold_start import ColdStartResult, ColdStartRun  # noqa: E402
 from benchmarks.g6.report import errors_section, target_text  # noqa: E402
 from benchmarks.harness.markdown import num, table  # noqa: E402
-from benchmarks.labs.phases import ColdStartPhases, Phase  # noqa: E402
+from benchmarks.labs.phases import ColdStartPhases  # noqa: E402
+from benchmarks.labs.phases_report import WAITED_TITLE, waited_section  # noqa: E402
 
 PLOT = "cold-start-phases.png"
-WAITED_TITLE = "## What the user waited for"
 # The cluster autoscaler's defaults (scale-down-unneeded-time 10m): how long an unneeded node stays
 # after its last pod went, used when the run did not see a node go.
 DEFAULT_TAIL_S = 600.0
 # Gaps between sessions the break-even table prices (an hour's pause, an afternoon, overnight).
 GAPS_H = (1.0, 4.0, 16.0)
 _NODE_PHASES = ("scale-up triggered", "node created", "node ready", "GPU allocatable", "pod sandbox", "image pulled")
-
-
-def _cell(p: Phase) -> str:
-    return f"skipped: {p.skipped}" if p.seconds is None else f"{p.start:%H:%M:%S} -> {p.end:%H:%M:%S}"
-
-
-def waited_section(phases: list[Phase], total_s: float | None, failure: str | None, where: str) -> str:
-    """The phases of one cold start as a table: seconds, share of the wait, when; skipped ones with why."""
-    rows = [(p.name, num(p.seconds), None if p.seconds is None or not total_s else f"{100 * p.seconds / total_s:.0f}%",
-             _cell(p)) for p in phases]  # fmt: skip
-    lines = [
-        WAITED_TITLE,
-        "",
-        f"{where} API times (Events, conditions) are whole seconds, vLLM's log lines too; each phase ends at "
-        "one observed moment and starts where the one before it ended, so the phases add up to the wait.",
-        "",
-        table(["phase (ends when)", "seconds", "share", "UTC"], rows),
-        f"Total: **{num(total_s)} s**" + (f"; it did not finish: **{failure}**." if failure else "."),
-        "",
-    ]
-    return "\n".join(lines)
 
 
 def waited_first(report: str, waited: ColdStartPhases | None) -> str:
@@ -108,7 +87,12 @@ def _runs_table(r: ColdStartResult) -> str:
 def _break_even(r: ColdStartResult) -> str:
     price = r.gpu_price
     groups = _by_setting(r)
-    zero = [x for runs in groups.values() for x in _served(runs) if not x.node_was_up]
+    # The baseline is the stack as configured; without such runs, every cold start from zero.
+    zero = [x for x in _served(groups.get("as-configured", [])) if not x.node_was_up]
+    baseline = "the as-configured cold start"
+    if not zero:
+        zero = [x for runs in groups.values() for x in _served(runs) if not x.node_was_up]
+        baseline = "the cold starts from zero of every setting"
     if price is None or not zero:
         return ("Not priced: " + ("no GPU price in the stack's outputs." if price is None else
                 "no cold start from zero was served.")) + "\n"  # fmt: skip
@@ -123,12 +107,13 @@ def _break_even(r: ColdStartResult) -> str:
     warm = [x for x in _served(groups.get("warm-pool", [])) if x.node_was_up]
     if warm:
         saved_s = waited - median(x.total_s or 0.0 for x in warm)
-        saved_text = f"{saved_s / 60:.1f} min (from zero {waited / 60:.1f} min against the warm pool's measured start)"
+        saved_text = (f"{saved_s / 60:.1f} min ({baseline}, median {waited / 60:.1f} min over {len(zero)}, against the "
+                      "warm pool's measured start)")  # fmt: skip
     else:
         saved_s = sum(median(s for x in zero if (s := _seconds(x, n)) is not None) for n in _NODE_PHASES
                       if any(_seconds(x, n) is not None for x in zero))  # fmt: skip
-        saved_text = (f"{saved_s / 60:.1f} min (estimated: the from-zero phases a warm node skips, scale-up to image "
-                      "pulled; measure it with `--settings as-configured,warm-pool`)")  # fmt: skip
+        saved_text = (f"{saved_s / 60:.1f} min (estimated from {baseline}: the phases a warm node skips, scale-up to "
+                      "image pulled; measure it with `--settings as-configured,warm-pool`)")  # fmt: skip
     even_h = node_h + tail_s / 3600
     rows = []
     for gap in GAPS_H:
@@ -176,9 +161,11 @@ def render_cold_start_report(r: ColdStartResult) -> str:
     groups = _by_setting(r)
     out = [f"# Lab g6: cold start from zero, phase by phase\n\nModel `{p.model}` served by {target_text(p)}; "
            f"{m.started_at.isoformat()} to {m.finished_at.isoformat()}.\n"]  # fmt: skip
+    if r.source != "live":
+        out.append(f"**Source: {r.source}.**\n")
     first = next((x for runs in groups.values() if (x := _median_run(runs)) is not None), None) or (r.runs[0] if r.runs else None)
     if first is not None:
-        where = (f"Setting `{first.setting}`, repeat {first.repeat + 1} (the median of its served repeats): from the "
+        where = (f"Setting `{first.setting}`, repeat {first.repeat + 1} (the middle of its served repeats by total): from the "
                  "request sent as the Deployment was scaled to one, to its first token.")  # fmt: skip
         out.append(waited_section(first.phases, first.total_s, first.failure, where))
     failed = [x for x in r.runs if x.failure]
@@ -234,7 +221,8 @@ def render_cold_start_plots(r: ColdStartResult, folder: Path) -> list[Path]:
     ax.set_yticks(range(len(r.runs)), labels)
     ax.invert_yaxis()
     ax.set_xlabel("seconds from the request (scale to one) to the first token")
-    ax.set_title("Cold start from zero: where the wait goes")
+    ax.set_title("Cold start from zero: where the wait goes"
+                 + ("" if r.source == "live" else "\n(constructed fixture, not measured on a cluster)"))
     fig.legend(loc="outside lower center", ncol=4, fontsize=8)
     path = folder / PLOT
     fig.savefig(path, dpi=110)
