@@ -15,7 +15,7 @@ from benchmarks.g6 import cli
 from benchmarks.g6.experiments import cold_start as cs
 from benchmarks.g6.experiments.cold_start_report import render_cold_start_report, waited_first
 from benchmarks.g6.incluster import proxy_server
-from benchmarks.harness import Endpoint, HarnessError
+from benchmarks.harness import Endpoint
 from benchmarks.harness.signals import Interrupted
 from benchmarks.labs.phases import VLLM_LOG, phase_names
 from benchmarks.labs.phases_report import WAITED_TITLE
@@ -101,8 +101,9 @@ def _clock(case: dict):
 
 def _run(script: ScriptedColdStart, params=FAST):
     outcome = cs.ColdStartOutcome(params=params)
-    target = Serving(proxy_server(script.cluster, ENDPOINT))
-    cs.run_cold_start(_params(), target, script.cluster, W, outcome, lambda line: None, _clock(script.case))
+    server = proxy_server(script.cluster, ENDPOINT)
+    target = Serving(server)
+    cs.run_cold_start(_params(), target, server, script.cluster, W, outcome, lambda line: None, _clock(script.case))
     return outcome, target
 
 
@@ -115,7 +116,8 @@ def _params():
 
 def test_a_cold_start_scales_to_zero_waits_for_the_node_then_scales_to_one_and_asks_until_vllm_answers():
     script = ScriptedColdStart(fx.from_zero())
-    outcome, _ = _run(script)
+    outcome, target = _run(script)
+    assert target.asked == []  # the stack as configured: no `pulumi up`, no check of a server that may be down
     assert [p[4]["spec"]["replicas"] for p in script.cluster.patched] == [0, 1, 1]  # down, up, put back
     assert len(script.cluster.posts) == 3  # two 503s while the server came up, then the answer
     assert script.cluster.posts[0][3] == "/v1/completions" and script.cluster.posts[0][4]["max_tokens"] == 1
@@ -161,8 +163,9 @@ def test_a_failed_restore_says_the_command_that_finishes_it():
         script.replicas = patch["spec"]["replicas"]
 
     script.cluster.on_patch = patch
-    cs.run_cold_start(_params(), Serving(proxy_server(script.cluster, ENDPOINT)), script.cluster, W,
-                      cs.ColdStartOutcome(params=FAST), lines.append, _clock(script.case))  # fmt: skip
+    server = proxy_server(script.cluster, ENDPOINT)
+    cs.run_cold_start(_params(), Serving(server), server, script.cluster, W, cs.ColdStartOutcome(params=FAST),
+                      lines.append, _clock(script.case))  # fmt: skip
     assert any("kubectl scale deployment/vllm -n llm --replicas=1" in line for line in lines)
 
 

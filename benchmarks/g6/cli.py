@@ -535,9 +535,10 @@ def _run(args: argparse.Namespace, argv: list[str], started: datetime) -> int:
             elif isinstance(outcome, QuantOutcome):
                 run_quant(params, quant, target, how, outcome)
             elif isinstance(outcome, ColdStartOutcome):
-                assert isinstance(client.runner, ClusterRunner)  # a cold start names a stack, never --target
-                cold_start.run_cold_start(params, target, client.runner.cluster, _vllm_where(outputs), outcome,
-                                          progress.log)  # fmt: skip
+                # A cold start names a stack, never --target: the client side is the cluster's.
+                assert isinstance(client.runner, ClusterRunner) and client.server is not None
+                cold_start.run_cold_start(params, target, client.server, client.runner.cluster, _vllm_where(outputs),
+                                          outcome, progress.log)  # fmt: skip
             else:
                 run_sweep(params, target, partial(predict, params), how, outcome)
     except ERRORS as exc:

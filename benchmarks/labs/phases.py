@@ -22,9 +22,6 @@ from typing import Any, NamedTuple
 from benchmarks.labs.result import Frozen
 from benchmarks.labs.timeline import condition_time, event_time, parse_time
 
-GPU_RESOURCE = "nvidia.com/gpu"
-
-
 class Phase(Frozen):
     name: str
     start: datetime | None
@@ -284,8 +281,3 @@ def extract(
 
 def _time(event: dict[str, Any] | None) -> datetime | None:
     return None if event is None else _first_time(event)
-
-
-def gpu_allocatable(node: dict[str, Any]) -> bool:
-    """Whether the node offers a GPU to the scheduler yet."""
-    return int(((node.get("status") or {}).get("allocatable") or {}).get(GPU_RESOURCE) or 0) > 0

@@ -311,17 +311,29 @@ class FirstServing:
         return phases if brought_up else None
 
 
-def run_cold_start(params: G6Params, target: Target, cluster: Cluster, w: Where, outcome: ColdStartOutcome,
-                   log: Callable[[str], None], clock: Clock = now) -> None:  # fmt: skip
+@contextmanager
+def _in_place(target: Target, settings: ServerSettings, server: Server) -> Iterator[Server]:
+    """The server with `settings` put in place (config + `pulumi up`, which returns once it serves); the
+    stack as configured is taken as it is, down or up: its pool may well be at zero already."""
+    if not settings.changes():
+        yield server
+        return
+    with target.serving(settings) as changed:
+        yield changed
+
+
+def run_cold_start(params: G6Params, target: Target, server: Server, cluster: Cluster, w: Where,
+                   outcome: ColdStartOutcome, log: Callable[[str], None], clock: Clock = now) -> None:  # fmt: skip
     """Every setting's repeats; stops at Ctrl-C or SIGTERM with what it has (see `interruptible`).
-    `clock` dates the request and its answer (the test seam: a recorded cluster's own times)."""
+    `server` is vLLM as this process reaches it; `clock` dates the request and its answer (the test
+    seam: a recorded cluster's own times)."""
     cs = outcome.params
     with interruptible(outcome), replicas_kept(cluster, w, log):
         for setting in cs.settings:
-            with target.serving(SETTINGS[setting]) as server:
+            with _in_place(target, SETTINGS[setting], server) as serving:
                 for repeat in range(cs.repeats):
                     outcome.records.append(
-                        one_cold_start(cluster, w, server, params.model, setting, repeat, cs, log, clock))
+                        one_cold_start(cluster, w, serving, params.model, setting, repeat, cs, log, clock))
 
 
 def measure(record: ColdStartRecord) -> ColdStartPhases:

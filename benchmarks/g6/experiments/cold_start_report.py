@@ -16,7 +16,7 @@ from benchmarks.g6.experiments.cold_start import ColdStartResult, ColdStartRun  
 from benchmarks.g6.report import errors_section, target_text  # noqa: E402
 from benchmarks.harness.markdown import num, table  # noqa: E402
 from benchmarks.labs.phases import ColdStartPhases  # noqa: E402
-from benchmarks.labs.phases_report import WAITED_TITLE, waited_section  # noqa: E402
+from benchmarks.labs.phases_report import waited_section  # noqa: E402
 
 PLOT = "cold-start-phases.png"
 # The cluster autoscaler's defaults (scale-down-unneeded-time 10m): how long an unneeded node stays
