@@ -13,12 +13,12 @@ import yaml
 from benchmarks.cluster import ClusterError
 from benchmarks.g6 import cli
 from benchmarks.g6.experiments import cold_start as cs
-from benchmarks.g6.experiments.cold_start_report import render_cold_start_report, waited_first
+from benchmarks.g6.experiments.cold_start_report import render_cold_start_report
 from benchmarks.g6.incluster import proxy_server
 from benchmarks.harness import Endpoint
 from benchmarks.harness.signals import Interrupted
 from benchmarks.labs.phases import VLLM_LOG, phase_names
-from benchmarks.labs.phases_report import WAITED_TITLE
+from benchmarks.labs.phases_report import WAITED_TITLE, waited_first
 from tests import cold_start_fixtures as fx
 from tests.labs_fakes import FakeCluster
 
@@ -223,13 +223,22 @@ def test_the_report_opens_with_what_the_user_waited_for_names_failures_and_price
 
 
 def test_every_g6_report_of_a_run_that_brought_a_node_up_opens_with_its_phases():
-    case = fx.from_zero()
+    from benchmarks.g6.experiments.kv import KvResult
+    from benchmarks.g6.experiments.kv_report import render_kv_report
+    from benchmarks.g6.report import render_report
+    from benchmarks.g6.result import G6Result
+    from benchmarks.harness import load_result
     from benchmarks.labs.phases import extract
 
+    case = fx.from_zero()
     waited = extract(case["pod"], case["node"], case["events"], case["log"], VLLM_LOG, container="vllm")
-    report = waited_first("# Lab g6: LLM serving, TTFT against throughput\n\nModel ...\n\n## What was run\n", waited)
-    sections = [line for line in report.splitlines() if line.startswith("## ")]
-    assert sections[:2] == [WAITED_TITLE, "## What was run"]
+    examples = Path(__file__).resolve().parents[1] / "examples"
+    for model, folder, render in ((G6Result, "g6-sim", render_report), (KvResult, "g6-kv-sim", render_kv_report)):
+        result = load_result(model, examples / folder)
+        sections = [line for line in render(result.model_copy(update={"waited": waited})).splitlines()
+                    if line.startswith("## ")]  # fmt: skip
+        assert sections[:2] == [WAITED_TITLE, "## What was run"], folder
+        assert WAITED_TITLE not in render(result)  # a run that found its node up says nothing of it
     assert waited_first("# t\n\nbody\n", None) == "# t\n\nbody\n"
 
 

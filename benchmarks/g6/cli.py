@@ -39,7 +39,7 @@ from benchmarks.g6.experiments.cold_start import (
     FirstServing,
     cold_start_result,
 )
-from benchmarks.g6.experiments.cold_start_report import render_cold_start_plots, render_cold_start_report, waited_first
+from benchmarks.g6.experiments.cold_start_report import render_cold_start_plots, render_cold_start_report
 from benchmarks.g6.experiments.kv import DEFAULT_CONTEXT_LENS, KvOutcome, KvParams, check_lengths, first_waves, kv_result, run_kv
 from benchmarks.g6.experiments.kv import DEFAULT_GPU_MEMORY_UTILIZATION as KV_GPU_MEMORY_UTILIZATION
 from benchmarks.g6.experiments.kv_report import render_kv_plots, render_kv_report
@@ -589,12 +589,12 @@ def write_results(
         render_cold_start_plots(result, folder)
         report, ok = render_cold_start_report(result), all(run.failure is None for run in result.runs)
     elif isinstance(outcome, KvOutcome):
-        result = kv_result(meta, params, kv, outcome, price, cost)
+        result = kv_result(meta, params, kv, outcome, price, cost).model_copy(update={"waited": waited})
         folder = new_run_folder(args.out, f"{LAB}-kv", started)
         render_kv_plots(result, folder)
         report, ok = render_kv_report(result), all(p.point.completed for p in result.probes)
     elif isinstance(outcome, QuantOutcome):
-        result = quant_result(meta, params, quant, outcome, price, cost)
+        result = quant_result(meta, params, quant, outcome, price, cost).model_copy(update={"waited": waited})
         folder = new_run_folder(args.out, f"{LAB}-quant", started)
         render_quant_plots(result, folder)
         report, ok = render_quant_report(result), all(v.error is None for v in result.variants)
@@ -608,13 +608,11 @@ def write_results(
             points=outcome.points,
             cost=cost,
             gpu_price=price,
+            waited=waited,
         )
         folder = new_run_folder(args.out, LAB, started)
         render_plots(result, folder)
         report, ok = render_report(result), all(p.completed for p in outcome.points)
-    if waited is not None:
-        result = result.model_copy(update={"waited": waited})
-        report = waited_first(report, waited)
     save_result(result, folder)
     (folder / "report.md").write_text(report)
     return folder, ok

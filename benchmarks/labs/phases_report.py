@@ -1,10 +1,10 @@
 """The phases of one cold start as a Markdown section ("What the user waited for"), shared by the g5
-report and every g6 report."""
+report and every g6 report (which opens with it when its run had to bring a GPU node up)."""
 
 from __future__ import annotations
 
 from benchmarks.harness.markdown import num, table
-from benchmarks.labs.phases import Phase
+from benchmarks.labs.phases import ColdStartPhases, Phase
 
 WAITED_TITLE = "## What the user waited for"
 
@@ -28,3 +28,13 @@ def waited_section(phases: list[Phase], total_s: float | None, failure: str | No
         "",
     ]
     return "\n".join(lines)
+
+
+def waited_first(report: str, waited: ColdStartPhases | None) -> str:
+    """`report` with the waited-for section right under its title, when the run brought a node up."""
+    if waited is None:
+        return report
+    title, _, rest = report.partition("\n")
+    where = (f"The run began with no GPU node: pod {waited.pod} waited for node {waited.node or '(none)'} "
+             "(the run's own requests are not timed here: see `--experiment cold-start` for the first token).")  # fmt: skip
+    return f"{title}\n\n{waited_section(waited.phases, waited.total_s, waited.failure, where)}{rest.lstrip(chr(10))}"

@@ -1,6 +1,5 @@
 """The cold-start experiment's Markdown report and stacked-bar plot, pure functions of a saved
-ColdStartResult; and the "What the user waited for" section every g6 report opens with when its run
-had to bring a GPU node up."""
+ColdStartResult."""
 
 from __future__ import annotations
 
@@ -15,7 +14,6 @@ import matplotlib.pyplot as plt  # noqa: E402  (the backend must be chosen first
 from benchmarks.g6.experiments.cold_start import ColdStartResult, ColdStartRun  # noqa: E402
 from benchmarks.g6.report import errors_section, target_text  # noqa: E402
 from benchmarks.harness.markdown import num, table  # noqa: E402
-from benchmarks.labs.phases import ColdStartPhases  # noqa: E402
 from benchmarks.labs.phases_report import waited_section  # noqa: E402
 
 PLOT = "cold-start-phases.png"
@@ -25,16 +23,6 @@ DEFAULT_TAIL_S = 600.0
 # Gaps between sessions the break-even table prices (an hour's pause, an afternoon, overnight).
 GAPS_H = (1.0, 4.0, 16.0)
 _NODE_PHASES = ("scale-up triggered", "node created", "node ready", "GPU allocatable", "pod sandbox", "image pulled")
-
-
-def waited_first(report: str, waited: ColdStartPhases | None) -> str:
-    """`report` with the waited-for section right under its title, when the run brought a node up."""
-    if waited is None:
-        return report
-    title, _, rest = report.partition("\n")
-    where = (f"The run began with no GPU node: pod {waited.pod} waited for node {waited.node or '(none)'} "
-             "(the run's own requests are not timed here: see `--experiment cold-start` for the first token).")  # fmt: skip
-    return f"{title}\n\n{waited_section(waited.phases, waited.total_s, waited.failure, where)}{rest.lstrip(chr(10))}"
 
 
 def _spread(values: list[float]) -> str | None:
