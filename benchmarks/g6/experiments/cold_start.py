@@ -202,8 +202,8 @@ def _at_zero(cluster: Cluster, w: Where, warm: bool, cs: ColdStartParams, log: C
         return None
     gone_from = time.monotonic()
     wait_until("GPU node scaled away (the autoscaler removes it once unneeded, ~10 min)",
-                       lambda: _gpu_nodes(cluster, w), lambda ns: not ns, cs.timeout_s, interval_s=cs.poll_s,
-                       progress=log, describe=lambda ns: f"{len(ns)} node(s)")  # fmt: skip
+               lambda: _gpu_nodes(cluster, w), lambda ns: not ns, cs.timeout_s, interval_s=cs.poll_s,
+               progress=log, describe=lambda ns: f"{len(ns)} node(s)")  # fmt: skip
     return round(time.monotonic() - gone_from, 1)
 
 
@@ -218,8 +218,9 @@ def _answer(server: Server, model: str, timeout_s: float) -> None:
 
 
 def _fatal(cluster: Cluster, w: Where) -> str | None:
-    """A named failure that waiting will not cure: an image that does not pull, a failed scale-up,
-    a crash loop. (Unschedulable and NotTriggerScaleUp are what a pod from zero sees at first.)"""
+    """A named failure that ends the wait: an image that does not pull, a failed scale-up (the
+    autoscaler retries after a back-off of minutes; the run does not wait for it), a crash loop.
+    Unschedulable and NotTriggerScaleUp are what every pod from zero sees at first: not failures."""
     pods = _pods(cluster, w)
     if not pods:
         return None
