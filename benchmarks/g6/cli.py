@@ -128,7 +128,8 @@ def parser() -> argparse.ArgumentParser:
     src.add_argument("--outputs", type=Path, help="stack outputs saved as JSON (`pulumi stack output --json --show-secrets`)")
     client = p.add_argument_group("the in-cluster client (with --stack or --outputs and no --target)")
     client.add_argument("--client-manifest", type=Path, metavar="DIR",
-                        help="write the ConfigMap and the Jobs the run would create as YAML into DIR, and stop")  # fmt: skip
+                        help="write the ConfigMap and the Jobs the run would create as YAML into DIR, and stop "
+                        "(cold-start: its plan, what it scales, changes and puts back)")  # fmt: skip
     client.add_argument("--client-cpus", type=whole(1), default=DEFAULT_CPUS,
                         help=f"CPUs the load generator Job requests: one worker process each (default {DEFAULT_CPUS}, "
                         "which leaves the controllers room on the e2-standard-4 system node; no CPU limit)")  # fmt: skip
