@@ -259,9 +259,19 @@ def test_the_plan_preview_says_what_changes_and_what_is_put_back(tmp_path, g6_ou
                                     "as-configured,image-streaming", "--repeats", "2"])  # fmt: skip
     path = cli.write_cold_start_plan(tmp_path / "plan", outputs, _params(), cli.cold_start_params(args))
     plan = yaml.safe_load(path.read_text())
-    assert plan["steps"][1] == {"config": {"vllm.image_streaming": "true"}, "then": "pulumi up -s None"}
+    assert plan["steps"][1] == {"config": {"vllm.image_streaming": "true"}, "then": "pulumi up -s STACK"}
     assert plan["steps"][0]["each"][0] == "kubectl scale deployment/vllm -n llm --replicas=0"
     assert plan["restored_on_exit"]["replicas"].startswith("deployment/vllm in llm")
+
+
+def test_the_plan_preview_from_the_command_line_touches_nothing(tmp_path, g6_outputs, capsys):
+    outputs = tmp_path / "outputs.json"
+    outputs.write_text(json.dumps(g6_outputs))
+    assert cli.run(["--outputs", str(outputs), "--experiment", "cold-start", "--client-manifest", str(tmp_path / "m")]) == 0
+    (path,) = (tmp_path / "m").iterdir()
+    assert capsys.readouterr().out.strip() == str(path)
+    steps = yaml.safe_load(path.read_text())["steps"]
+    assert [s["setting"] for s in steps] == ["as-configured"] and steps[0]["repeats"] == 3
 
 
 @pytest.mark.parametrize("argv, message", [

@@ -387,7 +387,7 @@ def plan(outputs: dict[str, Any], w: Where, cs: ColdStartParams, stack: str | No
     for setting in cs.settings:
         changes = SETTINGS[setting].changes()
         if changes:
-            steps.append({"config": changes, "then": f"pulumi up -s {stack}"})
+            steps.append({"config": changes, "then": f"pulumi up -s {stack or 'STACK'}"})
         warm = setting == "warm-pool" or w.min_nodes > 0
         steps.append({
             "setting": setting, "repeats": cs.repeats,
