@@ -41,7 +41,7 @@ g6-sim: venv ## the g6 sweep against the simulated L4; report in $(OUT)/
 g6-kv-sim: venv ## g6's KV-cache experiment against the simulated L4 (about 2 minutes)
 	$(BIN)/python -m benchmarks g6 --sim --experiment kv --model Qwen/Qwen2.5-1.5B-Instruct --out $(OUT)
 
-g6-quant-sim: venv ## g6's quantization experiment against the simulated L4 (about 40 s)
+g6-quant-sim: venv ## g6's quantization experiment against the simulated L4 (about 50 s)
 	$(BIN)/python -m benchmarks g6 --sim --experiment quant --variants bf16,fp8,awq --out $(OUT)
 
 preflight: venv ## before `pulumi up`: credentials, APIs, L4 quota, L4 zones: make preflight LAB=g6

@@ -45,6 +45,7 @@ from benchmarks.g6.experiments.kv import DEFAULT_GPU_MEMORY_UTILIZATION as KV_GP
 from benchmarks.g6.experiments.kv_report import render_kv_plots, render_kv_report
 from benchmarks.g6.experiments.quant import CHECKPOINTS, DEFAULT_CONCURRENCY, DEFAULT_VARIANTS, QuantOutcome, QuantParams, quant_result, run_quant
 from benchmarks.g6.experiments.quant import planned_specs as quant_specs
+from benchmarks.g6.experiments.prompts import PROMPTS
 from benchmarks.g6.experiments.quant_report import render_quant_plots, render_quant_report
 from benchmarks.g6.plots import render_plots
 from benchmarks.g6.price import gpu_price
@@ -88,6 +89,7 @@ EXPERIMENTS = ("sweep", "kv", "quant", "cold-start")
 # Counted requests per point: the sweep's grid, and the quant experiment's two points per variant. A
 # kv probe is one wave of as many requests as its concurrency.
 DEFAULT_REQUESTS = {"sweep": 64, "quant": 32}
+QUALITY = QuantParams.model_fields
 
 
 def _settings(text: str) -> list[str]:
@@ -104,6 +106,13 @@ def _variants(text: str) -> list[str]:
     if unknown or not names:
         raise argparse.ArgumentTypeError(f"unknown variant(s) {unknown or text!r}; allowed: {', '.join(CHECKPOINTS)}")
     return names
+
+
+def _quality_prompts(text: str) -> int:
+    count = whole(1)(text)
+    if count > len(PROMPTS):
+        raise argparse.ArgumentTypeError(f"the project's prompt set has {len(PROMPTS)} prompts, got {count}")
+    return count
 
 
 def parser() -> argparse.ArgumentParser:
@@ -171,14 +180,17 @@ def parser() -> argparse.ArgumentParser:
                      f"(default {','.join(map(str, DEFAULT_CONTEXT_LENS))}, at most max-model-len)")  # fmt: skip
     exp.add_argument("--variants", type=_variants, help=f"quant: comma-separated, the first is the baseline "
                      f"(default {','.join(DEFAULT_VARIANTS)}; allowed: {', '.join(CHECKPOINTS)})")  # fmt: skip
-    exp.add_argument("--quality-prompts", type=whole(1), default=16, help="quant: prompts of the quality score")
-    exp.add_argument("--quality-tokens", type=whole(1), default=64, help="quant: greedy continuation tokens per prompt")
+    exp.add_argument("--quality-prompts", type=_quality_prompts, default=QUALITY["quality_prompts"].default,
+                     help=f"quant: prompts of the quality score (default %(default)s, at most {len(PROMPTS)}: the "
+                     "project's own set)")  # fmt: skip
+    exp.add_argument("--quality-tokens", type=whole(1), default=QUALITY["quality_tokens"].default,
+                     help="quant: most tokens sampled from the baseline per prompt (default %(default)s)")
     exp.add_argument("--settings", type=_settings, help="cold-start: comma-separated, each put in place with "
                      f"`pulumi config set` + `pulumi up` and restored after (default as-configured; allowed: "
                      f"{', '.join(cold_start.SETTINGS)})")  # fmt: skip
     exp.add_argument("--repeats", type=whole(1), default=3, help="cold-start: cold starts per setting, each from zero")
     exp.add_argument("--recording", type=Path, help="cold-start: measure a saved recording.json again (no cluster)")
-    p.add_argument("--out", type=Path, default=Path("results"), help="results go to OUT/g6[-kv|-quant]-<UTC time>/")
+    p.add_argument("--out", type=Path, default=Path("results"), help="results go to OUT/g6[-kv|-quant|-cold-start]-<UTC time>/")
     p.add_argument("--quiet", action="store_true", help="no progress display")
     return p
 

@@ -32,6 +32,9 @@ class Server:
     get: Reader
     post: Poster
     where: str  # how `get` and `post` reach it, for messages
+    # The running server's own log (a pod's, through the API server); None where this process cannot
+    # read it (a URL of the user's, the simulator). Raises HarnessError as a Reader does.
+    log: Callable[[], str] | None = None
 
 
 class NotOk(HarnessError):
