@@ -56,13 +56,31 @@ def test_sim_sweep_leaves_result_report_and_plots(tmp_path):
     assert (folder / "report.md").read_text() == render_report(result)
     for name in PLOTS:
         assert (folder / name).read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
-    # Priced as Pulumi.g6.yaml runs the GPU node: g2-standard-4 spot in us-central1, which the price
-    # catalogue lists as its VM part ($0.05874/h) plus one L4 ($0.2231/h), with its 100 GB pd-balanced
-    # boot disk ($0.10 per GiB-month over 730 h), at the GPU's throughput (x2 slower than the simulator).
-    per_hour = 0.05874 + 0.2231 + 100 * 0.10 / 730
-    assert result.gpu_price.usd_per_hour == pytest.approx(per_hour)
+    # One window, one set of requests: every request returns 64 tokens, so tokens/s is 64 x requests/s.
     for p in result.points:
-        assert p.usd_per_million_output_tokens == pytest.approx(per_hour / (p.output_tokens_per_s / 2 * 3600) * 1e6)
+        assert p.output_tokens_per_s == pytest.approx(64 * p.requests_per_s)
+        assert p.ttft_ms.n == 16 and p.itl_ms.n == 16 * 63
+        assert p.ttft_ms.ci95["p50"][0] <= p.ttft_ms.p50 <= p.ttft_ms.ci95["p50"][1]
+    # GPU time: one stream's time per output token cannot beat the roofline's decode step on the L4
+    # (it would, at half of it, were the simulator's x2 time left unconverted).
+    step_ms = roofline(result.sizing[1], [1], 64 + 32)[0].step_time_s * 1000
+    assert step_ms < by[16, 1].tpot_ms.p50 < 2 * step_ms
+    # Priced as Pulumi.g6.yaml runs the stack, from the price catalogue's rows for us-central1:
+    # g2-standard-4 is its VM part (spot $0.05874/h, on-demand $0.14679/h) plus one L4 ($0.2231, $0.56004),
+    # with a 100 GB pd-balanced boot disk ($0.10 per GiB-month over 730 h); beside it the system node,
+    # e2-standard-4 on-demand ($0.13402/h) with a 50 GB disk, and a free zonal cluster.
+    spot = 0.05874 + 0.2231 + 100 * 0.10 / 730
+    on_demand = 0.14679 + 0.56004 + 100 * 0.10 / 730
+    rest = 0.13402 + 50 * 0.10 / 730
+    price = result.gpu_price
+    assert (price.gpu_node_spot, price.gpu_node_on_demand, price.rest_of_cluster) == pytest.approx((spot, on_demand, rest))
+    assert price.price_date == "2026-12-01"
+    for p in result.points:
+        tp, per_s = p.usd_per_million_output_tokens, p.output_tokens_per_s * 3600 / 1e6
+        assert tp.gpu_node_spot == pytest.approx(spot / per_s)
+        assert tp.cluster_on_demand == pytest.approx((on_demand + rest) / per_s)
+        # GKE Inference Quickstart counts a 64-token prompt as 16 output tokens' worth.
+        assert tp.giq_convention == pytest.approx(spot / ((p.output_tokens_per_s + p.requests_per_s * 16) * 3600 / 1e6))
 
 
 def test_result_round_trips_through_json(tmp_path):

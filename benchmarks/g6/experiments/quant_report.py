@@ -50,7 +50,7 @@ def _header(r: QuantResult) -> str:
         "## What was run",
         "",
         f"- Variants, the first the baseline: {', '.join(f'{v.variant} ({_setting(v)})' for v in r.variants)}",
-        f"- Per variant: closed-loop points at concurrency {p.concurrency or list(_levels(r))}, {p.requests} counted "
+        f"- Per variant: closed-loop points at concurrency {p.concurrency or list(_levels(r))}, {p.requests if p.requests is not None else 'max(64, 8 x concurrency)'} counted "
         f"requests each after a warm-up, {p.input_len} prompt token ids and exactly {p.output_len} output tokens "
         f"(`ignore_eos`); server at gpu-memory-utilization {p.gpu_memory_utilization:g}"
         + (f", max-model-len {p.max_model_len}" if p.max_model_len else ""),
@@ -195,10 +195,10 @@ def tradeoffs_plot(r: QuantResult, path: Path) -> None:
     mem.legend(fontsize=7, loc="upper center")
     width = 0.38
     for offset, level, colour in ((-width / 2, low, "#9ecae1"), (width / 2, high, "#3182bd")):
-        values = [(_at(v, level).output_tokens_per_s / r.params.speedup if _at(v, level) else 0) for v in r.variants]
+        values = [(_at(v, level).output_tokens_per_s if _at(v, level) else 0) for v in r.variants]
         bars = speed.bar([i + offset for i in x], values, width, color=colour, label=f"c={level}")
         speed.bar_label(bars, [f"{value:,.0f}" if value else "" for value in values], fontsize=7)
-    speed.set_ylabel("output tokens/s on the GPU")
+    speed.set_ylabel(f"output tokens/s ({r.params.time_scale})")
     speed.set_title("throughput")
     speed.legend(fontsize=8)
     scored = [v for v in r.variants if v.quality is not None]
