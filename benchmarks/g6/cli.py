@@ -89,7 +89,7 @@ def parser() -> argparse.ArgumentParser:
         description=__doc__,
         formatter_class=argparse.RawDescriptionHelpFormatter,
         epilog="offline: python -m benchmarks g6 --sim --model Qwen/Qwen2.5-1.5B-Instruct --max-num-seqs 8,32 "
-        "--concurrency 1,8,32 --requests 64 --out results\n"
+        "--concurrency 1,8,32 --out results\n"
         "        python -m benchmarks g6 --sim --experiment kv --model Qwen/Qwen2.5-1.5B-Instruct --out results\n"
         "        python -m benchmarks g6 --sim --experiment quant --variants bf16,fp8,awq --out results\n"
         "real stack (client in-cluster): python -m benchmarks g6 --stack g6 [--experiment kv|quant] --out results",
