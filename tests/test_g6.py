@@ -83,6 +83,21 @@ def test_sim_sweep_leaves_result_report_and_plots(tmp_path):
         assert tp.giq_convention == pytest.approx(spot / ((p.output_tokens_per_s + p.requests_per_s * 16) * 3600 / 1e6))
 
 
+def test_repeats_run_the_grid_over_and_report_median_and_spread(tmp_path):
+    rc = main(["--sim", "--model", MODEL, "--max-num-seqs", "16", "--concurrency", "1,4", "--requests", "8",
+               "--repeats", "2", "--speedup", "4", "--scrape-interval", "0.2", "--out", str(tmp_path), *SMALL])  # fmt: skip
+    assert rc == 0
+    result = load_result(G6Result, _only_folder(tmp_path))
+    # Interleaved: the whole grid, then the whole grid again.
+    assert [(p.concurrency, p.repeat) for p in result.points] == [(1, 0), (4, 0), (1, 1), (4, 1)]
+    report = render_report(result)
+    assert "## Across repeats" in report and "every point 2 times (interleaved)" in report
+    a, b = (p for p in result.points if p.concurrency == 4)
+    low, high = sorted([a.output_tokens_per_s, b.output_tokens_per_s])
+    # The median of two runs is their mean; the spread, the two.
+    assert f"| 16 | c=4 | 2 | {(low + high) / 2:,.1f} ({low:,.1f}–{high:,.1f}) |" in report
+
+
 def test_result_round_trips_through_json(tmp_path):
     result = load_result(G6Result, FIXTURE)
     save_result(result, tmp_path)

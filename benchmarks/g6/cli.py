@@ -121,6 +121,8 @@ def parser() -> argparse.ArgumentParser:
     p.add_argument("--warmup", type=whole(0), help="uncounted requests first (default: one per worker / one second)")
     p.add_argument("--duration", type=positive, help="stop sending after this many seconds per point")
     p.add_argument("--seed", type=int, default=0)
+    p.add_argument("--repeats", type=whole(1), default=1,
+                   help="sweep: run every point this many times, interleaved; the report gives the median and spread")
     p.add_argument("--prometheus", help="Prometheus base URL for server metrics (default: scrape /metrics directly)")
     p.add_argument("--scrape-interval", type=positive,
                    help=f"seconds between /metrics scrapes (default 1, {SIM_SCRAPE_S:g} with --sim: its points are short)")  # fmt: skip
@@ -227,6 +229,7 @@ def resolve_params(args: argparse.Namespace, outputs: dict[str, Any] | None) -> 
         duration_s=args.duration,
         warmup=args.warmup,
         seed=args.seed,
+        repeats=args.repeats,
         timeouts=Timeouts(
             connect_s=args.timeout_connect, first_token_s=args.timeout_first_token, total_s=args.timeout_total
         ),

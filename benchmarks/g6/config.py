@@ -66,6 +66,9 @@ class G6Params(BaseModel):
     duration_s: float | None = Field(None, gt=0)
     warmup: int | None = Field(None, ge=0)
     seed: int = 0
+    # The sweep runs its grid this many times over, point after point (interleaved, so a drift in the
+    # server or the machine spreads over every point instead of biasing one).
+    repeats: int = Field(1, ge=1)
     timeouts: Timeouts = Timeouts()
     slo: Slo = Slo()
     slo_itl_ms: float | None = Field(None, gt=0, description="ITL p99 limit for the cheapest point within SLOs")

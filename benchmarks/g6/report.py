@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import statistics
+
 from benchmarks.g6.config import G6Params
 from benchmarks.g6.plots import PLOTS
 from benchmarks.g6.price import cheapest, slo_text
@@ -167,7 +169,8 @@ def _header(r: G6Result) -> str:
         "",
         "## What was run",
         "",
-        f"- Grid: max-num-seqs {[x for x in p.max_num_seqs]} x {load}",
+        f"- Grid: max-num-seqs {[x for x in p.max_num_seqs]} x {load}"
+        + (f", every point {p.repeats} times (interleaved)" if p.repeats > 1 else ""),
         f"- Requests: {p.requests if p.requests is not None else 'max(64, 8 x concurrency)'} counted per point after a warm-up of "
         f"{p.warmup if p.warmup is not None else 'one request per worker (or one second of arrivals)'}, "
         f"{p.input_len} prompt tokens{' (one word each: exact on the simulator, approximate under a real tokenizer)' if p.api == 'chat' else ' (token ids)'} "
@@ -193,12 +196,45 @@ def _sizing(r: G6Result) -> str:
     )
 
 
+def _run_label(r: G6Result, p: G6Point) -> str:
+    return load_label(p) + (f" (run {p.repeat + 1})" if r.params.repeats > 1 else "")
+
+
+def _spread(values: list[float], digits: int = 1) -> str:
+    """Median (min–max) across repeats."""
+    return f"{statistics.median(values):,.{digits}f} ({min(values):,.{digits}f}–{max(values):,.{digits}f})"
+
+
+def _repeats(r: G6Result) -> str:
+    """## Across repeats: each point's median and spread over its runs (--repeats)."""
+    if r.params.repeats == 1:
+        return ""
+    groups: dict[tuple[int | None, str], list[G6Point]] = {}
+    for p in r.points:
+        groups.setdefault((p.max_num_seqs, load_label(p)), []).append(p)
+    rows = [
+        [mns, load, len(ps), _spread([p.output_tokens_per_s for p in ps]), _spread([p.requests_per_s for p in ps], 2),
+         _spread([p.ttft_ms.p50 for p in ps if p.ttft_ms]) if all(p.ttft_ms for p in ps) else None,
+         _spread([p.ttft_ms.p99 for p in ps if p.ttft_ms]) if all(p.ttft_ms for p in ps) else None,
+         _spread([p.itl_ms.p50 for p in ps if p.itl_ms]) if all(p.itl_ms for p in ps) else None,
+         _spread([p.itl_ms.p99 for p in ps if p.itl_ms]) if all(p.itl_ms for p in ps) else None]
+        for (mns, load), ps in groups.items()
+    ]  # fmt: skip
+    return (
+        f"## Across repeats\n\nEvery point ran {r.params.repeats} times, the grid over again on each server "
+        f"(interleaved: a drift of the server or the machine spreads over every point). Median (min–max) "
+        f"across the runs, {r.params.time_scale}:\n\n"
+        + table(["max-num-seqs", "load", "runs", "output tok/s", "req/s", "TTFT p50 ms", "TTFT p99 ms", "ITL p50 ms",
+                 "ITL p99 ms"], rows)  # fmt: skip
+    )
+
+
 def _points(r: G6Result) -> str:
     rows = []
     for p in r.points:
         lag = p.client_lag_ms
         rows.append([
-            p.max_num_seqs, load_label(p), in_flight_cell(p), p.completed, p.failed,
+            p.max_num_seqs, _run_label(r, p), in_flight_cell(p), p.completed, p.failed,
             latency_pair(p.ttft_ms), latency_pair(p.itl_ms), latency_pair(p.tpot_ms), latency_pair(p.e2e_ms),
             throughput_cell(p), _with_interval(p.requests_per_s, p.requests_per_s_ci95, 2),
             None if p.goodput is None else num(p.goodput.requests_per_s, 2),
@@ -215,7 +251,7 @@ def _points(r: G6Result) -> str:
     for p in r.points:
         s = p.server
         rows.append([
-            p.max_num_seqs, load_label(p), num(p.observed_batch),
+            p.max_num_seqs, _run_label(r, p), num(p.observed_batch),
             None if s is None or s.running is None else f"{s.running.mean:.1f} / {s.running.max:.0f}",
             None if s is None or s.waiting is None else f"{s.waiting.mean:.1f} / {s.waiting.max:.0f}",
             None if s is None or s.kv_cache_usage is None else f"{s.kv_cache_usage.max:.0%}",
@@ -241,7 +277,7 @@ def _points(r: G6Result) -> str:
         "the server TTFT columns are the bucket (lower, upper] that holds it, not an estimate inside it. "
         "GPU util, SM active and DRAM active are DCGM's fields (on the simulator: its model of them).\n\n"
     )
-    reasons = "\n".join(f"- max-num-seqs {p.max_num_seqs}, {load_label(p)}: **{p.bound}**: {p.bound_reason}" for p in r.points)
+    reasons = "\n".join(f"- max-num-seqs {p.max_num_seqs}, {_run_label(r, p)}: **{p.bound}**: {p.bound_reason}" for p in r.points)
     return (
         "## Client-side figures per point\n\n" + client + "\n" + reading_notes(r.params)
         + "\nTTFT and E2E are measured from each request's *scheduled* send time (no coordinated "
@@ -288,8 +324,8 @@ def _meaning(r: G6Result) -> str:
 
 def render_report(result: G6Result) -> str:
     plots = "## Plots\n\n" + "\n".join(f"![{name}]({name})" for name in PLOTS) + "\n"
-    labelled = [(f"max-num-seqs {p.max_num_seqs} {load_label(p)}", p) for p in result.points]
-    return "\n".join(
-        [_header(result), _sizing(result), _points(result), _meaning(result),
-         cost_sections(labelled, result.params, result.gpu_price, result.cost), errors_section(result.meta.errors), plots]
-    )  # fmt: skip
+    labelled = [(f"max-num-seqs {p.max_num_seqs} {_run_label(result, p)}", p) for p in result.points]
+    sections = [_header(result), _sizing(result), _points(result), _repeats(result), _meaning(result),
+                cost_sections(labelled, result.params, result.gpu_price, result.cost), errors_section(result.meta.errors),
+                plots]  # fmt: skip
+    return "\n".join(section for section in sections if section)

@@ -65,6 +65,7 @@ class G6Point(PointStats):
     model_config = ConfigDict(frozen=True, extra="forbid")
 
     max_num_seqs: int | None
+    repeat: int = 0  # which run of the grid (--repeats), from 0
     server: ServerMetrics | None
     bound: Bound
     bound_reason: str

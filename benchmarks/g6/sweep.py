@@ -193,15 +193,17 @@ def run_sweep(
 ) -> None:  # fmt: skip
     """Every point of the grid into `outcome`, with the errors met on the way and what the server said it
     was. The caller holds `target.session()` and the runner's context around it."""
-    outcome.planned = len(params.max_num_seqs) * len(params.concurrency or params.rate)
+    outcome.planned = len(params.max_num_seqs) * len(params.concurrency or params.rate) * params.repeats
     with interruptible(outcome):
         for mns in params.max_num_seqs:
             settings = ServerSettings() if mns is None else ServerSettings(max_num_seqs=mns)
             with target.serving(settings) as server:
                 outcome.server_versions = outcome.server_versions or server_versions(server)
-                for spec in load_specs(params, server.base_url):
-                    load = f"c={spec.concurrency}" if spec.concurrency else f"rate={spec.rate}/s"
-                    label = f"max-num-seqs={mns if mns is not None else '?'} {load}"
-                    point, errors = measure_point(params, spec, server, label, PointContext(mns, sizing(mns)), how)
-                    outcome.points.append(point)
-                    outcome.errors += errors
+                for repeat in range(params.repeats):
+                    for spec in load_specs(params, server.base_url):
+                        load = f"c={spec.concurrency}" if spec.concurrency else f"rate={spec.rate}/s"
+                        label = f"max-num-seqs={mns if mns is not None else '?'} {load}"
+                        label += f" (repeat {repeat + 1})" if params.repeats > 1 else ""
+                        point, errors = measure_point(params, spec, server, label, PointContext(mns, sizing(mns)), how)
+                        outcome.points.append(point.model_copy(update={"repeat": repeat}))
+                        outcome.errors += errors

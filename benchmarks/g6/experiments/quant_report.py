@@ -10,7 +10,10 @@ matplotlib.use("Agg")
 import matplotlib.pyplot as plt  # noqa: E402  (the backend must be chosen first)
 
 from benchmarks.g6.experiments.quant import QuantResult, VariantResult  # noqa: E402
-from benchmarks.g6.report import context_lines, cost_sections, errors_section, latency_pair, price_cell, target_text  # noqa: E402
+from benchmarks.g6.report import (  # noqa: E402
+    context_lines, cost_sections, errors_section, in_flight_cell, latency_pair, price_cell, reading_notes, target_text,
+    throughput_cell,
+)  # fmt: skip
 from benchmarks.g6.result import G6Point  # noqa: E402
 from benchmarks.harness.markdown import num, table  # noqa: E402
 
@@ -152,13 +155,13 @@ def _points(r: QuantResult) -> str:
     rows = []
     for v in r.variants:
         for p in v.points:
-            rows.append([v.variant, p.concurrency, p.completed, p.failed, latency_pair(p.ttft_ms), latency_pair(p.itl_ms),
-                         latency_pair(p.tpot_ms), num(p.output_tokens_per_s), p.bound, price_cell(p)])  # fmt: skip
+            rows.append([v.variant, p.concurrency, in_flight_cell(p), p.completed, p.failed, latency_pair(p.ttft_ms),
+                         latency_pair(p.itl_ms), latency_pair(p.tpot_ms), throughput_cell(p), p.bound, price_cell(p)])  # fmt: skip
     return "## Every point\n\n" + table(
-        ["variant", "concurrency", "ok", "failed", "TTFT p50/p99 ms", "ITL p50/p99 ms", "TPOT p50/p99 ms",
-         "output tok/s", "bound", "$ per M output tokens"],
+        ["variant", "concurrency", "in flight (mean)", "ok", "failed", "TTFT p50/p99 ms", "ITL p50/p99 ms",
+         "TPOT p50/p99 ms", "output tok/s", "bound", "$ per M output tokens (GPU node spot)"],
         rows,
-    )  # fmt: skip
+    ) + "\n" + reading_notes(r.params)  # fmt: skip
 
 
 def render_quant_report(r: QuantResult) -> str:
