@@ -44,7 +44,7 @@ def gpu_price(est: CostEstimate, machine_type: str, spot: bool, source: str) -> 
         configured="spot" if spot else "on-demand",
         node=est.gpu_node.item.removeprefix("GPU node ").split(" (")[0],
         region=est.region,
-        price_date=prices.CATALOGUE_DATE,
+        price_date=est.price_date,
         source=source,
     )
 
