@@ -406,10 +406,15 @@ def test_summary_of_hand_timed_records():
     assert stats.tpot_ms.mean == pytest.approx((25.5 + 11) / 2)
     assert stats.e2e_ms.mean == pytest.approx((151 + 211) / 2)
     assert (stats.completed, stats.failed, stats.failures, stats.output_tokens) == (2, 1, {"http_500": 1}, 5)
-    # Window: first scheduled send 10.000 to last end 10.261; 2 completions and 5 tokens in it.
-    assert stats.window.seconds == pytest.approx(0.261)
-    assert stats.requests_per_s == pytest.approx(2 / 0.261)
-    assert stats.output_tokens_per_s == pytest.approx(5 / 0.261)
+    # Window: from the first answer (the failure's, 10.070; a's first token is 10.100) to the last end,
+    # 10.261: 0.191 s holding both completions and all 5 tokens.
+    assert stats.window.seconds == pytest.approx(0.191)
+    assert stats.requests_per_s == pytest.approx(2 / 0.191)
+    assert stats.output_tokens_per_s == pytest.approx(5 / 0.191)
+    # In flight within it: a 10.070-10.151, b 10.070-10.261, the failure 10.070-10.070: 0.272 s over 0.191.
+    assert stats.in_flight_mean == pytest.approx(0.272 / 0.191)
+    # Decoding: a 10.100-10.151 and b 10.250-10.261, 0.062 s over 0.191.
+    assert stats.mean_decoding == pytest.approx(0.062 / 0.191)
 
 
 # -- the output format: what a pod's log carries back ---------------------------------------------

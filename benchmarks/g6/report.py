@@ -269,8 +269,8 @@ def _points(r: G6Result) -> str:
         rows,
     )  # fmt: skip
     note = (
-        "\nEvery figure of a point is of its counted requests over one window (first counted scheduled send "
-        "to last counted end; the warm-up before it counts for nothing), so output tok/s = req/s x "
+        "\nEvery figure of a point is of its counted requests over one window (their first token to their "
+        "last end; the warm-up before it counts for nothing), so output tok/s = req/s x "
         f"{r.params.output_len} tokens. The decode batch is the client's time-averaged count of requests "
         "between first token and end (Little's law on its own timings); the server's gauges are sampled "
         "once per scrape inside the same window. vLLM's TTFT histogram knows a quantile only to its bucket: "

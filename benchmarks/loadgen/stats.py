@@ -61,8 +61,9 @@ class Goodput(BaseModel):
 
 
 class Window(BaseModel):
-    """First counted scheduled send to last counted end: `start` and `end` on the wall clock (when the
-    point ran), `seconds` on the figures' time scale (GPU time for a simulator run faster)."""
+    """The counted requests' first token (or answer, for a failure) to their last end: `start` and `end`
+    on the wall clock (when the point ran), `seconds` on the figures' time scale (GPU time for a
+    simulator run faster)."""
 
     model_config = ConfigDict(frozen=True, extra="forbid")
 
@@ -104,13 +105,15 @@ class PointStats(BaseModel):
     e2e_ms: Summary | None
     output_tokens: int
     # Every rate, the decode batch and the in-flight count are of the counted requests over the
-    # window (first counted scheduled send to last counted end), which holds all of them whole: so
-    # output_tokens_per_s = requests_per_s x tokens per request. Warm-up requests share the server
-    # early in the window and count for nothing.
+    # window (their first token to their last end), which holds every token and completion of them:
+    # so output_tokens_per_s = requests_per_s x tokens per request. The window opens when the server
+    # starts answering them, not when they were sent: requests queued behind the warm-up (concurrency
+    # above max-num-seqs) would otherwise open it on the warm-up's work, which counts for nothing.
     # mean_decoding is the time-averaged count of requests between first token and end (Little's
     # law on the client's own timings): the decode batch, independent of any scrape resolution.
     mean_decoding: float
-    # Time-averaged counted requests between scheduled send and end: the concurrency the point ran at.
+    # Time-averaged counted requests in flight (scheduled send to end) within the window: the
+    # concurrency the point ran at.
     in_flight_mean: float
     output_tokens_per_s: float
     requests_per_s: float
@@ -230,7 +233,7 @@ def summarize(run: LoadRun, spec: LoadSpec, time_scale: float = 1.0) -> PointSta
     seconds = 0.0
     start = 0.0
     if records:
-        start = min(r.scheduled for r in records)
+        start = min(r.end if r.first_token is None else r.first_token for r in records)
         end = max(r.end for r in records)
         seconds = max(end - start, 1e-9)
         window = Window(
@@ -247,7 +250,7 @@ def summarize(run: LoadRun, spec: LoadSpec, time_scale: float = 1.0) -> PointSta
     tokens = sum(r.output_tokens for r in ok)
     ttft = summarize_ms([r.first_token - r.scheduled for r in ok])
     decoding = sum(r.end - r.first_token for r in ok if r.first_token is not None)
-    in_flight = sum(r.end - r.scheduled for r in records)
+    in_flight = sum(r.end - max(r.scheduled, start) for r in records)
     goodput = None
     if spec.slo.is_set() and ok and seconds:
         met = sum(1 for r in ok if _meets(r, spec.slo))
