@@ -10,6 +10,7 @@ from benchmarks.g6.price import cheapest, slo_text
 from benchmarks.g6.result import G6Point, G6Result, GpuPrice
 from benchmarks.harness import RunMeta
 from benchmarks.harness.markdown import num, table
+from benchmarks.labs.phases_report import waited_first
 from benchmarks.loadgen import Summary
 from benchmarks.loadgen.stats import P99_MIN_SAMPLES, Interval
 
@@ -328,4 +329,4 @@ def render_report(result: G6Result) -> str:
     sections = [_header(result), _sizing(result), _points(result), _repeats(result), _meaning(result),
                 cost_sections(labelled, result.params, result.gpu_price, result.cost), errors_section(result.meta.errors),
                 plots]  # fmt: skip
-    return "\n".join(section for section in sections if section)
+    return waited_first("\n".join(section for section in sections if section), result.waited)

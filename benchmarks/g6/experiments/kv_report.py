@@ -15,6 +15,7 @@ from benchmarks.g6.report import (  # noqa: E402
     throughput_cell,
 )  # fmt: skip
 from benchmarks.harness.markdown import num, table  # noqa: E402
+from benchmarks.labs.phases_report import waited_first  # noqa: E402
 
 PLOTS = ("kv-max-batch.png", "kv-probes.png")
 GIB = 1024**3
@@ -178,8 +179,8 @@ def _probes(r: KvResult) -> str:
 def render_kv_report(r: KvResult) -> str:
     labelled = [(f"{p.context_len:,} tokens x {p.concurrency} sequences", p.point) for p in r.probes]
     plots = "## Plots\n\n" + "\n".join(f"![{name}]({name})" for name in PLOTS) + "\n"
-    return "\n".join([_header(r), _answer(r), _paging(r), _probes(r),
-                      cost_sections(labelled, r.params, r.gpu_price, r.cost), errors_section(r.meta.errors), plots])  # fmt: skip
+    return waited_first("\n".join([_header(r), _answer(r), _paging(r), _probes(r), cost_sections(
+        labelled, r.params, r.gpu_price, r.cost), errors_section(r.meta.errors), plots]), r.waited)  # fmt: skip
 
 
 def max_batch_plot(r: KvResult, path: Path) -> None:
