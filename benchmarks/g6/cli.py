@@ -439,7 +439,9 @@ def cost_section(outputs: dict[str, Any] | None, params: G6Params, seconds: floa
     """What the stack costs per hour and what this session cost (Markdown); for a simulated run, what
     the same session would cost on the g6 stack as Pulumi.g6.yaml configures it, the GPU up for the
     run's length in GPU time."""
-    session = "" if price is None else "\n" + session_cost(price, seconds * params.speedup)
+    # The cold-start experiment measures the scale-up and the idle tail itself (and prices them in its report).
+    assumed = price is not None and params.experiment != "cold-start"
+    session = "\n" + session_cost(price, seconds * params.speedup) if assumed else ""
     if outputs is not None:
         return (estimate_section(outputs) + session) or None
     if params.target_kind != "sim":
