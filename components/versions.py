@@ -88,10 +88,23 @@ KNATIVE_SERVING_CORE = (
 KOURIER = (
     f"https://github.com/knative-extensions/net-kourier/releases/download/{KNATIVE_SERVING_VERSION}/kourier.yaml"
 )
-# v0.11.2: inside the range public GKE programs pinned (v0.11.2 to v0.28.0, read 2026-11); every server arg we pass
-# (--model, --dtype, --max-num-seqs, --max-model-len, --gpu-memory-utilization, --quantization,
-# --port) and the module entry point vllm.entrypoints.openai.api_server exist there.
-VLLM_IMAGE = "docker.io/vllm/vllm-openai:v0.11.2"
+# vLLM v0.33.0, the newest release on PyPI (2026-12-01). Every server flag we pass, every /metrics name
+# and label we read and the --quantization values we accept are checked against that release's wheel:
+# tests/data/vllm/v0.33.0/ holds its `vllm serve --help=all` and a /metrics page of its own stat logger.
+VLLM_VERSION = "v0.33.0"
+# From v0.20 the untagged image is built on CUDA 13, which needs an NVIDIA driver of branch 580 or newer;
+# the same release on CUDA 12.9 carries the suffix -cu129 (llm-d/llm-d-kv-cache#584 pins v0.20.2-cu129;
+# ai-dynamo/nixl#2140, 2026-08: latest-cu129 is still published). No registry is reachable from here, so
+# the -cu129 tag of this release is documented, not pulled. Keyed by vllm.cuda in the stack file.
+VLLM_IMAGES = {
+    "13": f"docker.io/vllm/vllm-openai:{VLLM_VERSION}",
+    "12": f"docker.io/vllm/vllm-openai:{VLLM_VERSION}-cu129",
+}
+VLLM_IMAGE = VLLM_IMAGES["13"]
+# The oldest NVIDIA driver branch each image's CUDA runs on: CUDA 13.0 needs 580.65 or newer
+# (rapidsai/deployment#659: GKE's LATEST puts a driver above 580.65 on nodes, 2026-02); CUDA 12 runs on
+# R525 and newer through CUDA's minor-version compatibility.
+VLLM_CUDA_MIN_DRIVER_BRANCH = {"13": 580, "12": 525}
 ARGO_WORKFLOWS = Chart(
     "argo-workflows", "https://argoproj.github.io/argo-helm", "1.0.18", upstream="argo-workflows/1.0.18"
 )

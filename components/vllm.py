@@ -32,8 +32,10 @@ CACHE = Scratch("cache", "/cache", "40Gi")
 # PyTorch shares tensors between processes through /dev/shm (64 MiB by default).
 SHM = Scratch("dshm", "/dev/shm", "2Gi", medium="Memory")
 HF_CACHE = f"{CACHE.path}/huggingface"
-# Serve from the server module rather than the image's ENTRYPOINT, which changed across releases.
-COMMAND = ["python3", "-m", "vllm.entrypoints.openai.api_server"]
+# vLLM's own CLI, named rather than left to the image's ENTRYPOINT, which changed across releases.
+# (`python -m vllm.entrypoints.openai.api_server` is deprecated in v0.33.0; `vllm serve` builds the parser
+# recorded in tests/data/vllm/v0.33.0/serve-help.txt.)
+COMMAND = ["vllm", "serve"]
 PROBE_PERIOD_S = 10
 # The Service must not hold `pulumi up` until an endpoint exists: the provider gives up after 10 min.
 SKIP_AWAIT = {"pulumi.com/skipAwait": "true"}
@@ -55,6 +57,7 @@ class VllmServerArgs:
     gpu_memory_utilization: float  # --gpu-memory-utilization
     max_num_seqs: int  # --max-num-seqs
     startup_timeout_min: int  # image pull + model download allowance before liveness checks
+    image: str = versions.VLLM_IMAGE  # one of versions.VLLM_IMAGES
     quantization: str | None = None  # --quantization; None: the checkpoint's own
     hf_token: pulumi.Output[str] | None = None
     # The release serving the ServiceMonitor CRD (kube-prometheus-stack); None: no ServiceMonitor.
@@ -103,7 +106,7 @@ def pod_spec(v: VllmServerArgs, with_token: bool) -> dict[str, Any]:
         "containers": [
             {
                 "name": NAME,
-                "image": versions.VLLM_IMAGE,
+                "image": v.image,
                 "command": COMMAND,
                 "args": server_args(v),
                 "ports": [{"name": "http", "containerPort": PORT}],

@@ -119,6 +119,7 @@ def vllm_args(
         gpu_memory_utilization=v.gpu_memory_utilization,
         max_num_seqs=v.max_num_seqs,
         startup_timeout_min=v.startup_timeout_min,
+        image=versions.VLLM_IMAGES[v.cuda],
         quantization=v.quantization,
         hf_token=hf_token,
         prometheus=prometheus,
@@ -137,7 +138,7 @@ def vllm_benchmark(cfg: LabConfig) -> dict[str, Any]:
         "max_model_len": v.max_model_len,
         "gpu_memory_utilization": v.gpu_memory_utilization,
         "quantization": v.quantization,
-        "image": versions.VLLM_IMAGE,
+        "image": versions.VLLM_IMAGES[v.cuda],
         "sweep": {"max_num_seqs": v.sweep_max_num_seqs, "concurrency": v.sweep_concurrency},
     }
 
@@ -174,7 +175,7 @@ def compose(ctx: PlatformContext) -> None:
         vllm.VllmServer("vllm", server, opts=ctx.k8s_opts())
         out.namespaces.append(cfg.vllm.namespace)
         out.endpoints["vllm"] = vllm.endpoint(server)
-        out.versions["vllm"] = versions.VLLM_IMAGE.rsplit(":", 1)[1]
+        out.versions["vllm"] = server.image.rsplit(":", 1)[1]
         out.benchmark.update(vllm_benchmark(cfg))
     if cfg.argo.enabled and serving is not None:  # the config check guarantees KServe with Argo
         pipeline = argo_args(cfg, ctx.cluster.cluster, serving)

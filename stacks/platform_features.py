@@ -164,6 +164,15 @@ class PoolCapacity:
         )
 
 
+@dataclass(frozen=True)
+class NodeDriver:
+    """The driver GPU nodes get and the key that chooses it: GKE's install (gpu_driver_version), or with
+    that off (NVIDIA GPU Operator mode) Google's COS installer (gpu_sharing.nvidia_driver)."""
+
+    key: str
+    version: Literal["DEFAULT", "LATEST"]
+
+
 def _sharing_problems(sharing: GpuSharing, driver_version: str) -> list[str]:
     nvidia = sharing.enabled and sharing.mode == "nvidia"
     problems = []
