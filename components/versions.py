@@ -58,8 +58,8 @@ PYTORCH_IMAGE = "docker.io/pytorch/pytorch:2.5.1-cuda12.4-cudnn9-runtime"
 
 # --- Serving and pipelines of labs g5-g7 (brief E) ---
 # KServe v0.20.0's own quick-install scripts (hack/setup/quick-install/kserve-knative-mode-*) were
-# tested with Knative Serving 1.21.1 and cert-manager v1.17.0: we pin that combination rather than
-# the newest tags (Knative 1.23.0, cert-manager 1.21.1), so a first `pulumi up` runs what KServe tested.
+# tested with Knative Serving 1.21.1 and cert-manager v1.17.0: we pin that Knative rather than the newest
+# tag (1.23.0), so a first `pulumi up` runs what KServe tested; cert-manager below is newer (supported).
 KSERVE_CRD = Chart("kserve-crd", "oci://ghcr.io/kserve/charts", "v0.20.0", upstream="kserve/v0.20.0/charts/kserve-crd")
 KSERVE_RESOURCES = Chart(
     "kserve-resources", "oci://ghcr.io/kserve/charts", "v0.20.0", upstream="kserve/v0.20.0/charts/kserve-resources"
@@ -75,10 +75,12 @@ KSERVE_RUNTIMES = Chart(
 # (values.yaml kserve.servingruntime.tritonserver), the one KServe tested; CUDA 12.1, so the L4 (Ada)
 # and GKE's LATEST driver serve it. Several GB: the first pull on a new node takes minutes.
 TRITON_IMAGE = "nvcr.io/nvidia/tritonserver:23.05-py3"
-# upstream/ holds the v1.21.1 chart defaults only; the values we set (crds.enabled and the
-# nodeSelectors) exist unchanged in v1.17.0 too (crds.enabled since v1.15), so the check against
-# v1.21.1 holds for the pinned chart.
-CERT_MANAGER = Chart("cert-manager", "https://charts.jetstack.io", "v1.17.0", upstream="cert-manager/v1.21.1")
+# cert-manager v1.21.1: v1.17.0 (the one KServe v0.20.0's scripts install) is out of support, which
+# covers the last two minors only. KServe needs no more of it than the cert-manager.io/v1 Issuer
+# (selfsigned-issuer) and Certificate (serving-cert) its kserve-resources chart creates for the webhook's
+# serving certificate (v1 is served by every release since v1.0), and the CA injector, which writes that
+# CA into the webhook configurations annotated cert-manager.io/inject-ca-from.
+CERT_MANAGER = Chart("cert-manager", "https://charts.jetstack.io", "v1.21.1", upstream="cert-manager/v1.21.1")
 KNATIVE_SERVING_VERSION = "knative-v1.21.1"
 # serving-core.yaml includes the CRDs (serving-crds.yaml is a subset of it): components.knative applies only it.
 KNATIVE_SERVING_CORE = (
