@@ -40,7 +40,14 @@ DCGM_EXPORTER = Chart(
 GPU_OPERATOR = Chart("gpu-operator", "https://helm.ngc.nvidia.com/nvidia", "v26.7.0", upstream="gpu-operator/v26.7.0")
 KUEUE = Chart("kueue", "oci://registry.k8s.io/kueue/charts", "0.19.2", upstream="kueue/v0.19.2")
 JOBSET = Chart("jobset", "oci://registry.k8s.io/jobset/charts", "0.12.0", upstream="jobset/v0.12.0")
-# Kubeflow Training Operator v1 (PyTorchJob): the last v1 release, installed with its own kustomize overlay.
+# Kubeflow Trainer v2 (TrainJob, ClusterTrainingRuntime; the default `training_operator.api`): the chart
+# installs the CRDs, the controller, JobSet 0.12.0 (its dependency, unless JobSet is installed already) and,
+# through a post-install hook Job, the built-in runtimes we enable (torch-distributed).
+KUBEFLOW_TRAINER = Chart(
+    "kubeflow-trainer", "oci://ghcr.io/kubeflow/charts", "2.3.0", upstream="kubeflow-trainer/v2.3.0"
+)
+# Kubeflow Training Operator v1 (PyTorchJob, `training_operator.api: v1`): maintenance-only; the last v1
+# release, installed with its own kustomize overlay.
 TRAINING_OPERATOR_VERSION = "v1.9.4"
 TRAINING_OPERATOR_KUSTOMIZE = (
     f"github.com/kubeflow/trainer.git/manifests/overlays/standalone?ref={TRAINING_OPERATOR_VERSION}"
