@@ -26,8 +26,9 @@ def rec_v1() -> Recording:
 
 def test_trainjob_validates_and_asks_the_runtime_for_two_single_rank_nodes():
     outputs = fixture_outputs("g4")
-    cm, job = g4.build_workloads(outputs, "g4-0000-abcd")
-    schemas.validate_object(cm)
+    cm, account, job = g4.build_workloads(outputs, "g4-0000-abcd")
+    for obj in (cm, account):
+        schemas.validate_object(obj)
     schemas.validate_object(job)  # against trainer.kubeflow.org_trainjobs.yaml of v2.3.0
     training = outputs["benchmark"]["training"]
     assert job["kind"] == "TrainJob" and job["spec"]["runtimeRef"] == {
@@ -45,6 +46,8 @@ def test_trainjob_validates_and_asks_the_runtime_for_two_single_rank_nodes():
     assert node["name"] == "node" and [c["name"] for c in pod["containers"]] == ["node"]
     assert pod["tolerations"] == outputs["gpu_pool"]["tolerations"]
     assert pod["securityContext"]["runAsNonRoot"] is True
+    # No API token in the pods: their ServiceAccount mounts none (a patch cannot say so itself).
+    assert pod["serviceAccountName"] == account["metadata"]["name"] and account["automountServiceAccountToken"] is False
     assert {"name": "scripts", "configMap": {"name": cm["metadata"]["name"]}} in pod["volumes"]
 
 
@@ -137,15 +140,15 @@ def test_pods_left_that_policy_all_should_have_deleted_fail(rec_v1):
     assert not result.checks[-1].passed
 
 
-@pytest.mark.parametrize("fixture, kind", [("g4", "TrainJob"), ("g4-v1", "PyTorchJob")])
-def test_failure_after_create_cleans_the_job_and_configmap(tmp_path, fixture, kind):
+@pytest.mark.parametrize("fixture, kinds", [("g4", ["TrainJob", "ServiceAccount"]), ("g4-v1", ["PyTorchJob"])])
+def test_failure_after_create_cleans_the_job_and_configmap(tmp_path, fixture, kinds):
     def on_list(api_version, kind, namespace, selector):
         raise RuntimeError("connection reset")
 
     cluster = FakeCluster(on_list)
     with pytest.raises(RuntimeError):
         live.run(g4, live_args(tmp_path, settle=0.0), cluster=cluster, outputs=fixture_outputs(fixture))
-    assert [d[1] for d in cluster.deleted] == [kind, "ConfigMap", "Pod"]
+    assert [d[1] for d in cluster.deleted] == [*kinds, "ConfigMap", "Pod"]
 
 
 def test_a_trainjob_run_deletes_the_trainjob_and_waits_for_its_jobset_and_pods(tmp_path, rec):

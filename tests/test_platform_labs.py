@@ -241,7 +241,7 @@ def test_g4_installs_trainer_v2_with_torch_distributed_and_a_two_node_trainjob_v
     assert r.depends_on(lab_ns, r.one(RELEASE, "training-operator-trainer"))
     assert lab_ns.inputs["metadata"]["labels"]["pod-security.kubernetes.io/enforce"] == "restricted"
     # The job the g4 benchmark submits, built from these outputs.
-    _, job = g4.build_workloads(r.outputs, "g4-0000-abcd")
+    *_, job = g4.build_workloads(r.outputs, "g4-0000-abcd")
     schemas.validate_object(job)
     assert job["kind"] == "TrainJob" and job["spec"]["trainer"]["numNodes"] == bench["world_size"] == 2
 

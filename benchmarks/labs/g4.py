@@ -133,9 +133,11 @@ def _trainjob(p: Params, name: str, cm: str, selector: dict[str, str], toleratio
     # torchrun reads the PET_* variables the torch plugin injects (nodes, node rank, master address and
     # port) and gives the script RANK, WORLD_SIZE and MASTER_ADDR as the v1 operator did.
     container = _rank_container(p, NODE, ["torchrun", f"{objects.SCRIPT_MOUNT}/rendezvous.py"])
-    pod = objects.pod_spec([container], node_selector=selector, tolerations=tolerations, scripts_config_map=cm)
+    pod = objects.pod_spec([container], node_selector=selector, tolerations=tolerations, scripts_config_map=cm,
+                           service_account=name)
     (c,) = pod["containers"]
-    pod_patch = {k: pod[k] for k in ("nodeSelector", "tolerations", "volumes", "securityContext", "terminationGracePeriodSeconds")}
+    keys = ("nodeSelector", "tolerations", "volumes", "securityContext", "terminationGracePeriodSeconds", "serviceAccountName")
+    pod_patch = {k: pod[k] for k in keys}
     pod_patch["containers"] = [{"name": NODE, "volumeMounts": c["volumeMounts"], "securityContext": c["securityContext"]}]
     job_patch = {"spec": {"template": {"spec": pod_patch}}}
     return {
@@ -165,13 +167,19 @@ def _trainjob(p: Params, name: str, cm: str, selector: dict[str, str], toleratio
 
 
 def build_workloads(outputs: dict[str, Any], run_id: str = "manual") -> list[dict[str, Any]]:
-    """The script ConfigMap and the job (TrainJob or PyTorchJob, as the stack's training API)."""
+    """The script ConfigMap and the job: a TrainJob (with the ServiceAccount its pods run as) or a
+    PyTorchJob, as the stack's training API."""
     p = lab_params(outputs, LAB, Params, SECTION)
     selector, tolerations = gpu_placement(outputs)
     name = job_name(run_id)
     cm = objects.scripts_config_map(f"{name}-scripts", p.namespace, ["rendezvous.py"])
-    build = _trainjob if p.api == "trainer-v2" else _pytorchjob
-    return [cm, build(p, name, cm["metadata"]["name"], selector, tolerations)]
+    if p.api == "v1":
+        return [cm, _pytorchjob(p, name, cm["metadata"]["name"], selector, tolerations)]
+    # A patch cannot turn the pods' token mount off (no automountServiceAccountToken in v2.3.0's
+    # PodSpecPatch): their own ServiceAccount does.
+    account = {"apiVersion": "v1", "kind": "ServiceAccount", "metadata": objects.meta(name, p.namespace),
+               "automountServiceAccountToken": False}
+    return [cm, account, _trainjob(p, name, cm["metadata"]["name"], selector, tolerations)]
 
 
 def check_outputs(outputs: dict[str, Any]) -> None:
