@@ -15,6 +15,7 @@ from prometheus_client import generate_latest
 from prometheus_client.parser import text_string_to_metric_families
 
 from benchmarks.g6.experiments.quality import QualityClient
+from benchmarks.g6.targets import ServerSettings
 from benchmarks.metrics import model
 from benchmarks.metrics.scrape import Scrape, cache_config, metrics_from_scrapes
 from benchmarks.sim.app import SimServer
@@ -24,7 +25,7 @@ from components import versions, vllm
 from components.dashboards import serving as dashboard
 from components.gpu_pool import GpuPlacement
 from components.naming import StackId
-from stacks.serving_features import Quantization
+from stacks.serving_features import Quantization, Vllm
 
 DATA = Path(__file__).parent / "data" / "vllm"
 RELEASE = DATA / versions.VLLM_VERSION
@@ -82,6 +83,13 @@ def test_every_server_flag_we_pass_is_one_of_the_release():
     assert passed <= known, f"not flags of vLLM {versions.VLLM_VERSION}: {sorted(passed - known)}"
     # `vllm serve` is the command the recorded parser belongs to.
     assert vllm.COMMAND == ["vllm", "serve"] and "usage: vllm serve" in HELP
+
+
+def test_every_setting_a_g6_experiment_changes_is_a_stack_key_and_a_flag_of_the_release():
+    known = set(re.findall(r"(?<![\w-])(--[a-z][a-z0-9-]*)", HELP))
+    for field in ServerSettings.model_fields:
+        assert field in Vllm.model_fields, f"g6 sets vllm.{field}, which the stack config does not have"
+        assert "--" + field.replace("_", "-") in known, f"--{field.replace('_', '-')} is not a flag of {versions.VLLM_VERSION}"
 
 
 def test_every_quantization_the_config_accepts_is_one_the_release_accepts():
