@@ -13,6 +13,9 @@ SOURCES = {
     "LATEST": (
         "rapidsai/deployment#659 (2026-02-05): GKE's LATEST installs a driver above 580.65; a public GKE L4 lab "
         "(ai.wmx.dev/benchmarks, 2026) ran on 580.126.20; older GKE versions installed 575.57.08 with LATEST "
-        "(1.33.2-gke.1111000, vllm-project/vllm#21979, 2025-07)"
+        "(1.33.2-gke.1111000, vllm-project/vllm#21979, 2025-07), and COS once labelled 570.133.20 LATEST "
+        "(cos/overlays/board-overlays af3ca4ea, scripts/gpu_driver_versions)"
     ),
 }
+# Not found in any GKE page that could be read here: the first GKE version whose LATEST is R580. So the
+# check refuses DEFAULT only; it cannot refuse a release channel or a minimum version by this table.
