@@ -237,6 +237,9 @@ def test_g4_installs_trainer_v2_with_torch_distributed_and_a_two_node_trainjob_v
     bench = r.outputs["benchmark"]["training"]
     assert (bench["api"], bench["runtime"], bench["operator_version"]) == ("trainer-v2", "torch-distributed", "2.3.0")
     assert r.outputs["versions"]["kubeflow-trainer"] == "2.3.0" and "kubeflow-system" in r.outputs["namespaces"]
+    # The JobSet it installs is the chart's dependency, the same version Kueue's JobSet release pins.
+    chart = yaml.safe_load(upstream.path("kubeflow-trainer/v2.3.0/Chart.yaml").read_text())
+    assert {d["name"]: d["version"] for d in chart["dependencies"]}["jobset"] == r.outputs["versions"]["jobset"]
     lab_ns = r.one("kubernetes:core/v1:Namespace", "training-operator-lab-ns")
     assert r.depends_on(lab_ns, r.one(RELEASE, "training-operator-trainer"))
     assert lab_ns.inputs["metadata"]["labels"]["pod-security.kubernetes.io/enforce"] == "restricted"
