@@ -160,7 +160,8 @@ def test_triton_start_moves_the_example_to_the_gpu_and_keeps_the_runtime_flags(t
     out = _start_triton(tmp_path, src)
     repo = tmp_path / "repo"
     assert out.splitlines()[-1] == (
-        f"exec: tritonserver --model-store={repo} --grpc-port=9000 --http-port=8080 --allow-http=true"
+        f"exec: tritonserver --model-store={repo} --grpc-port=9000 --http-port=8080 --allow-http=true "
+        "--pinned-memory-pool-byte-size=67108864"  # 64 MiB, not Triton's 256 MiB, inside the 2Gi limit
     )
     config = (repo / "cifar10" / "config.pbtxt").read_text()
     assert "kind: KIND_GPU" in config and "KIND_CPU" not in config
@@ -435,6 +436,32 @@ def test_the_transform_rewrites_manifest_children_as_the_engine_hands_them_over(
     assert full.props["spec"]["type"] == "ClusterIP"
     deployment = pulumi.ResourceTransformArgs(True, "kubernetes:apps/v1:Deployment", "x", {"metadata": {}}, opts)
     assert transform(deployment) is None
+
+
+# The activator Deployment of Knative Serving 1.21.1 (config/core/deployments/activator.yaml), cut to
+# the fields around the one we change.
+ACTIVATOR = {
+    "apiVersion": "apps/v1", "kind": "Deployment",
+    "metadata": {"name": "activator", "namespace": "knative-serving",
+                 "labels": {"app.kubernetes.io/component": "activator", "app.kubernetes.io/name": "knative-serving"}},
+    "spec": {"selector": {"matchLabels": {"app": "activator", "role": "activator"}},
+             "template": {"metadata": {"labels": {"app": "activator", "role": "activator"}},
+                          "spec": {"serviceAccountName": "controller", "terminationGracePeriodSeconds": 600,
+                                   "containers": [{"name": "activator", "image": "gcr.io/knative-releases/activator"}]}}},
+}  # fmt: skip
+
+
+def test_the_activator_drains_as_long_as_the_longest_request_it_may_hold():
+    """Knative's config-defaults: raise the activator's terminationGracePeriodSeconds with
+    max-revision-timeout-seconds, or a drained activator cuts requests held through a cold start."""
+    patched = knative.patch_object(ACTIVATOR, knative.config_maps(KNATIVE))
+    schemas.validate_object(patched)
+    assert patched["spec"]["template"]["spec"]["terminationGracePeriodSeconds"] == 1200  # KNATIVE's timeout
+    assert ACTIVATOR["spec"]["template"]["spec"]["terminationGracePeriodSeconds"] == 600, "not mutated"
+    short = knative.KnativeArgs(domain="lab.example", progress_deadline_min=20, request_timeout_s=300,
+                                scale_to_zero_grace_s=60)  # fmt: skip
+    kept = knative.patch_object(ACTIVATOR, knative.config_maps(short))
+    assert kept["spec"]["template"]["spec"]["terminationGracePeriodSeconds"] == 600, "never below Knative's own"
 
 
 @pytest.mark.parametrize("step", ["train", "register", "deploy"])

@@ -24,7 +24,7 @@ from typing import Any, NamedTuple
 import yaml
 from pydantic import ValidationError
 
-from benchmarks.cluster import ClusterError, KubeCluster
+from benchmarks.cluster import RUN_LABEL, ClusterError, KubeCluster
 from benchmarks.g6.analysis import predict, sizing_gap
 from benchmarks.g6.config import LAB, G6Outputs, G6Params
 from benchmarks.g6.errors import G6Error
@@ -34,6 +34,7 @@ from benchmarks.g6.experiments.kv import DEFAULT_GPU_MEMORY_UTILIZATION as KV_GP
 from benchmarks.g6.experiments.kv_report import render_kv_plots, render_kv_report
 from benchmarks.g6.experiments.quant import CHECKPOINTS, DEFAULT_CONCURRENCY, DEFAULT_VARIANTS, QuantOutcome, QuantParams, quant_result, run_quant
 from benchmarks.g6.experiments.quant import planned_specs as quant_specs
+from benchmarks.g6.experiments.prompts import PROMPTS
 from benchmarks.g6.experiments.quant_report import render_quant_plots, render_quant_report
 from benchmarks.g6.plots import render_plots
 from benchmarks.g6.price import gpu_price
@@ -67,6 +68,7 @@ from benchmarks.loadgen import LoadgenError, LoadSpec, LocalRunner, Slo, Timeout
 from benchmarks.metrics import MetricsError, PrometheusClient
 from facts.catalogue import GPUS, ServingError
 from stacks.cost_estimate import CostEstimate, estimate_or_none, estimate_section, markdown
+from stacks.loader import ConfigError
 from stacks.output_folder import OutputFolderError, prepare
 from stacks.stackfile import load_config
 
@@ -76,6 +78,7 @@ EXPERIMENTS = ("sweep", "kv", "quant")
 # Counted requests per point: the sweep's grid, and the quant experiment's two points per variant. A
 # kv probe is one wave of as many requests as its concurrency.
 DEFAULT_REQUESTS = {"sweep": 64, "quant": 32}
+QUALITY = QuantParams.model_fields
 
 
 def _variants(text: str) -> list[str]:
@@ -84,6 +87,13 @@ def _variants(text: str) -> list[str]:
     if unknown or not names:
         raise argparse.ArgumentTypeError(f"unknown variant(s) {unknown or text!r}; allowed: {', '.join(CHECKPOINTS)}")
     return names
+
+
+def _quality_prompts(text: str) -> int:
+    count = whole(1)(text)
+    if count > len(PROMPTS):
+        raise argparse.ArgumentTypeError(f"the project's prompt set has {len(PROMPTS)} prompts, got {count}")
+    return count
 
 
 def parser() -> argparse.ArgumentParser:
@@ -148,8 +158,11 @@ def parser() -> argparse.ArgumentParser:
                      f"(default {','.join(map(str, DEFAULT_CONTEXT_LENS))}, at most max-model-len)")  # fmt: skip
     exp.add_argument("--variants", type=_variants, help=f"quant: comma-separated, the first is the baseline "
                      f"(default {','.join(DEFAULT_VARIANTS)}; allowed: {', '.join(CHECKPOINTS)})")  # fmt: skip
-    exp.add_argument("--quality-prompts", type=whole(1), default=16, help="quant: prompts of the quality score")
-    exp.add_argument("--quality-tokens", type=whole(1), default=64, help="quant: greedy continuation tokens per prompt")
+    exp.add_argument("--quality-prompts", type=_quality_prompts, default=QUALITY["quality_prompts"].default,
+                     help=f"quant: prompts of the quality score (default %(default)s, at most {len(PROMPTS)}: the "
+                     "project's own set)")  # fmt: skip
+    exp.add_argument("--quality-tokens", type=whole(1), default=QUALITY["quality_tokens"].default,
+                     help="quant: most tokens sampled from the baseline per prompt (default %(default)s)")
     p.add_argument("--out", type=Path, default=Path("results"), help="results go to OUT/g6[-kv|-quant]-<UTC time>/")
     p.add_argument("--quiet", action="store_true", help="no progress display")
     return p
@@ -314,15 +327,29 @@ def client_manifest(
 def write_client_manifest(
     folder: Path, outputs: dict[str, Any] | None, params: G6Params, kv: KvParams, quant: QuantParams, cpus: int
 ) -> list[Path]:
-    """client_manifest as YAML files."""
+    """client_manifest as YAML files, in place of those an earlier --client-manifest left in the folder
+    (fewer points now would otherwise leave its extra Jobs beside the new ones)."""
     objects = client_manifest(outputs, params, kv, quant, cpus)
     prepare(folder, "--client-manifest")
+    for old in folder.glob("*.yaml"):
+        if _benchmark_object(old):
+            old.unlink()
     paths = []
     for obj in objects:
         path = folder / f"{obj['kind'].lower()}-{obj['metadata']['name']}.yaml"
         path.write_text(yaml.safe_dump(obj, sort_keys=False))
         paths.append(path)
     return paths
+
+
+def _benchmark_object(path: Path) -> bool:
+    """A file holding one object labelled as a benchmark run's (benchmarks.cluster.RUN_LABEL)."""
+    try:
+        obj = yaml.safe_load(path.read_text())
+    except (OSError, UnicodeDecodeError, yaml.YAMLError):
+        return False
+    labels = (obj.get("metadata") or {}).get("labels") if isinstance(obj, dict) else None
+    return isinstance(labels, dict) and RUN_LABEL in labels
 
 
 class ClientSide(NamedTuple):
@@ -339,6 +366,8 @@ def client_side(params: G6Params, outputs: dict[str, Any] | None, cpus: int, log
     created until the runner is entered."""
     over_http = PrometheusClient.over_http(params.prometheus) if params.prometheus else None
     if params.client == "local" or outputs is None:
+        if over_http is not None:
+            over_http.check()  # a --prometheus URL that does not answer fails the run now, in one line
         return ClientSide(LocalRunner(), None, over_http)
     ep = _vllm_endpoint(outputs)
     cluster = KubeCluster.from_kubeconfig(outputs.get("kubeconfig") or "")
@@ -350,6 +379,8 @@ def client_side(params: G6Params, outputs: dict[str, Any] | None, cpus: int, log
     prometheus = over_http
     if ref is not None and params.prometheus == ref.in_cluster_url():
         prometheus = PrometheusClient.through_service_proxy(cluster, ref)
+    elif prometheus is not None:
+        prometheus.check()
     return ClientSide(runner, proxy_server(cluster, ep), prometheus)
 
 
@@ -396,7 +427,10 @@ def experiment_params(args: argparse.Namespace, params: G6Params) -> tuple[KvPar
 
 
 EXIT_CODES = {"Ctrl-C": 130, "SIGTERM": 143}  # 128 + the signal's number, as shells report them
-ERRORS = (G6Error, HarnessError, LoadgenError, MetricsError, ServingError, ClusterError, LabError, OutputFolderError)
+ERRORS = (
+    G6Error, HarnessError, LoadgenError, MetricsError, ServingError, ClusterError, LabError, OutputFolderError,
+    ConfigError,  # Pulumi.g6.yaml, which --sim reads
+)
 
 
 def run(argv: list[str]) -> int:

@@ -165,12 +165,18 @@ class SimTarget:
             if not _started(proc, base_url):
                 _stop(proc)
                 log.seek(0)
-                raise G6Error(f"the simulator did not start ({' '.join(argv[2:])}): {log.read()[-800:]}")
+                raise G6Error(f"the simulator did not start ({' '.join(argv[2:])}): {_said(log.read())}")
             server = http_server(base_url)
             yield server if self.demand is None else self.demand.check(server, settings)
         finally:
             log.close()
             _stop(proc)
+
+
+def _said(stderr: str) -> str:
+    """The simulator's own error line, whole; else the end of what it printed."""
+    errors = [line.removeprefix("error: ") for line in stderr.splitlines() if line.startswith("error: ")]
+    return errors[-1] if errors else stderr.strip()[-800:]
 
 
 def _values(values: dict[str, str | None]) -> str:

@@ -23,6 +23,7 @@ from typing import Any, Protocol
 import httpx
 from pydantic import BaseModel, ConfigDict
 
+from benchmarks.harness.answers import body_text
 from benchmarks.metrics.errors import MetricsError
 from benchmarks.metrics.model import GAUGES, PREEMPTIONS, TTFT_BUCKETS, GaugeStats, Series, ServerMetrics
 
@@ -94,6 +95,11 @@ class ServiceProxy:
         return Reply(status=200, body=json.loads(text), text=text)
 
 
+def _said(reply: Reply) -> str:
+    """Prometheus's own error, or what the answer was instead (never a whole web page)."""
+    return str(reply.body["error"]) if "error" in reply.body else body_text(reply.text, 200)
+
+
 class Sample(BaseModel):
     model_config = ConfigDict(frozen=True, extra="forbid")
     labels: dict[str, str]
@@ -122,11 +128,12 @@ class PrometheusClient:
     def _result(self, path: str, params: Params) -> list[dict]:
         reply = self.transport.get(path, params)
         if reply.status != 200 or reply.body.get("status") != "success":
-            raise MetricsError(
-                f"{self.transport.where} rejected {params.get('query')!r}: "
-                f"HTTP {reply.status} {reply.body.get('error', reply.text[:200])}"
-            )
+            raise MetricsError(f"{self.transport.where} rejected {params.get('query')!r}: HTTP {reply.status} {_said(reply)}")
         return reply.body["data"]["result"]
+
+    def check(self) -> None:
+        """One query before a run: a wrong or unreachable URL fails here, not as a note on every point."""
+        self._result(QUERY, {"query": "vector(1)"})
 
     def query(self, promql: str, at: float) -> float | None:
         """First value of an instant query at unix time `at`; None when empty or NaN."""

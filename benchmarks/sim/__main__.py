@@ -42,7 +42,11 @@ def _exit_when_stdin_closes() -> None:
     (however it ended: its pipe closes with it) or wants it gone; a simulator has nothing to save."""
 
     def watch() -> None:
-        while sys.stdin.buffer.read(4096):
+        # os.read on the descriptor, not sys.stdin.buffer: a thread blocked in the buffered reader holds
+        # its lock, and an interpreter shutting down meanwhile (an early error exit) dies on that lock
+        # ("Fatal Python error: _enter_buffered_busy").
+        fd = sys.stdin.fileno()
+        while os.read(fd, 4096):
             pass
         os._exit(0)
 

@@ -5,6 +5,11 @@ or `prompt_token_ids`) counts one token per id. Chat requests count the words of
 text (no chat-template tokens are added). Each generated token is one word with a leading space,
 so a client counting words in the streamed text counts tokens.
 
+Non-streamed completions that ask for `logprobs`, `prompt_logprobs` or `return_token_ids` are
+answered from the toy model (toymodel.py) in vLLM's shapes: prompt words become token ids, the
+continuation is sampled from it (seeded by `seed`, greedy at temperature 0), and at most
+MAX_LOGPROBS log-probabilities are listed per position, as vLLM's default --max-logprobs allows.
+
 Streaming chat sends its role-only chunk as soon as the request is accepted, before any token
 exists: a client that times the first chunk instead of the first content token measures nothing.
 """
@@ -14,6 +19,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import json
+import random
 import time
 from collections.abc import AsyncIterator
 from typing import Any
@@ -26,11 +32,14 @@ from starlette.responses import JSONResponse, Response, StreamingResponse
 from starlette.routing import Route
 
 from facts.catalogue import get_gpu, get_model
+from benchmarks.sim import toymodel
 from benchmarks.sim.config import SimConfig
 from benchmarks.sim.engine import Engine, SimRequest
 from benchmarks.sim.metrics import SimMetrics
 
 DEFAULT_MAX_TOKENS = 16
+MAX_LOGPROBS = 20  # vLLM's default --max-logprobs
+TOY_FIELDS = ("logprobs", "prompt_logprobs", "return_token_ids")
 
 
 class BadRequest(Exception):
@@ -59,15 +68,39 @@ def _int_field(body: dict[str, Any], name: str, default: int | None) -> int | No
     return value
 
 
-def _prompt_tokens(body: dict[str, Any]) -> int:
+def _prompt(body: dict[str, Any]) -> str | list[int]:
     prompt = body.get("prompt_token_ids", body.get("prompt"))
     if isinstance(prompt, list) and len(prompt) == 1 and isinstance(prompt[0], (str, list)):
         prompt = prompt[0]  # a batch of one
     if isinstance(prompt, str):
-        return len(prompt.split())
+        return prompt
     if isinstance(prompt, list) and all(isinstance(t, int) and not isinstance(t, bool) for t in prompt):
-        return len(prompt)
+        return prompt
     raise BadRequest("prompt must be a string or a list of token ids (one prompt per request)", param="prompt")
+
+
+def _prompt_tokens(body: dict[str, Any]) -> int:
+    prompt = _prompt(body)
+    return len(prompt.split()) if isinstance(prompt, str) else len(prompt)
+
+
+def _prompt_ids(body: dict[str, Any]) -> list[int]:
+    """The prompt as the toy model's token ids: a string's words mapped, a list of ids as given."""
+    prompt = _prompt(body)
+    if isinstance(prompt, str):
+        return [toymodel.token_id(word) for word in prompt.split()]
+    ids = list(prompt)
+    if ids and max(ids) >= toymodel.VOCAB:
+        raise BadRequest(f"Token id {max(ids)} is out of vocabulary", param="prompt")
+    return ids
+
+
+def _logprobs_field(body: dict[str, Any], name: str) -> int | None:
+    value = _int_field(body, name, None)
+    if value is not None and value > MAX_LOGPROBS:
+        kind = "sample" if name == "logprobs" else "prompt"
+        raise BadRequest(f"Requested {kind} logprobs of {value}, which is greater than max allowed: {MAX_LOGPROBS}")
+    return value
 
 
 def _chat_tokens(body: dict[str, Any]) -> int:
@@ -160,6 +193,12 @@ class SimServer:
             prompt_tokens = _chat_tokens(body) if chat else _prompt_tokens(body)
             max_tokens = self._max_tokens(body, prompt_tokens, chat=chat)
             min_tokens = _int_field(body, "min_tokens", 0) or 0
+            seed = _int_field(body, "seed", None)
+            toy = None
+            if not chat and any(body.get(name) is not None for name in TOY_FIELDS):
+                if body.get("stream"):
+                    raise BadRequest("the simulator lists log-probabilities and token ids on non-streamed completions only")
+                toy = _Toy(body, _prompt_ids(body), seed)
         except BadRequest as exc:
             return _error(exc)
         assert self.engine is not None
@@ -168,6 +207,7 @@ class SimServer:
             max_tokens=max_tokens,
             min_tokens=min(min_tokens, max_tokens),
             ignore_eos=bool(body.get("ignore_eos", False)),
+            seed=seed,
         )
         shape = _ChatShape(self, sim) if chat else _CompletionShape(self, sim)
         if body.get("stream"):
@@ -175,7 +215,7 @@ class SimServer:
             include_usage = isinstance(options, dict) and bool(options.get("include_usage"))
             return StreamingResponse(self._stream(sim, shape, include_usage), media_type="text/event-stream")
         await self._drain(sim)
-        return JSONResponse(shape.whole())
+        return JSONResponse(shape.whole() if toy is None else toy.whole(shape))
 
     async def _body(self, http: Request) -> dict[str, Any]:
         try:
@@ -296,6 +336,61 @@ class _CompletionShape(_Shape):
             "stop_reason": None,
         }
         return {**self._envelope(self.object_whole), "choices": [choice], "usage": self.usage()}
+
+
+class _Toy:
+    """A completion answered from the toy model: its continuation, log-probabilities and token ids."""
+
+    def __init__(self, body: dict[str, Any], prompt_ids: list[int], seed: int | None) -> None:
+        self.prompt_ids = prompt_ids
+        self.logprobs = _logprobs_field(body, "logprobs")
+        self.prompt_logprobs = _logprobs_field(body, "prompt_logprobs")
+        self.as_ids = bool(body.get("return_tokens_as_token_ids"))
+        self.return_ids = bool(body.get("return_token_ids"))
+        temperature = body.get("temperature")
+        self.rng = None if temperature == 0 else random.Random(seed) if seed is not None else random.Random()
+
+    def _key(self, token: int) -> str:
+        return f"token_id:{token}" if self.as_ids else toymodel.text(token)
+
+    def _sample_logprobs(self, ids: list[int]) -> dict[str, Any]:
+        """vLLM's CompletionLogProbs: per token its log-probability and a dict of the token itself then the top k."""
+        assert self.logprobs is not None
+        tokens, values, tops, offsets, offset = [], [], [], [], 0
+        prev = self.prompt_ids[-1] if self.prompt_ids else 0
+        for token in ids:
+            value = toymodel.logprob(prev, token)[0]
+            tokens.append(self._key(token))
+            values.append(value)
+            tops.append({self._key(t): lp for t, lp in {token: value, **toymodel.top(prev, self.logprobs)}.items()})
+            offsets.append(offset)
+            offset += len(toymodel.text(token))
+            prev = token
+        return {"text_offset": offsets, "token_logprobs": values, "tokens": tokens, "top_logprobs": tops}
+
+    def _prompt_entries(self) -> list[dict[str, Any] | None]:
+        """vLLM's prompt_logprobs: null first, then {id: {logprob, rank, decoded_token}}, the prompt's token first."""
+        assert self.prompt_logprobs is not None
+        entries: list[dict[str, Any] | None] = [None]
+        for prev, token in zip(self.prompt_ids, self.prompt_ids[1:]):
+            own = toymodel.logprob(prev, token)
+            ranked = enumerate(toymodel.successors(prev)[: self.prompt_logprobs], start=1)
+            listed = {token: own, **{t: (lp, rank) for rank, (t, lp) in ranked}}
+            entries.append({str(t): {"logprob": lp, "rank": rank, "decoded_token": toymodel.text(t)}
+                            for t, (lp, rank) in listed.items()})  # fmt: skip
+        return entries
+
+    def whole(self, shape: _Shape) -> dict[str, Any]:
+        body = shape.whole()
+        prev = self.prompt_ids[-1] if self.prompt_ids else 0
+        ids = toymodel.continue_from(prev, shape.sim.output_tokens, self.rng)
+        choice = body["choices"][0]
+        choice["text"] = "".join(toymodel.text(t) for t in ids)
+        choice["logprobs"] = None if self.logprobs is None else self._sample_logprobs(ids)
+        choice["prompt_logprobs"] = None if self.prompt_logprobs is None else self._prompt_entries()
+        choice["token_ids"] = ids if self.return_ids else None
+        choice["prompt_token_ids"] = self.prompt_ids if self.return_ids else None
+        return body
 
 
 class _ChatShape(_Shape):
