@@ -60,7 +60,8 @@ GKE_COS_DRIVER_INSTALLER = {
     "DEFAULT": "nvidia-driver-installer/cos/daemonset-preloaded.yaml",
     "LATEST": "nvidia-driver-installer/cos/daemonset-preloaded-latest.yaml",
 }
-# The image the g4 PyTorchJob and the g8 checkpointing job run (PyTorch with CUDA 12.4 for the L4).
+# The image the g4 job (TrainJob or PyTorchJob) and the g8 checkpointing job run (PyTorch with CUDA 12.4 for
+# the L4; it replaces the torch-distributed runtime's own CUDA 13 image, which GKE's DEFAULT driver cannot run).
 PYTORCH_IMAGE = "docker.io/pytorch/pytorch:2.5.1-cuda12.4-cudnn9-runtime"
 
 # --- Serving and pipelines of labs g5-g7 (brief E) ---

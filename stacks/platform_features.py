@@ -23,7 +23,7 @@ MAX_SHARED_CLIENTS = 48
 # Namespaces the platform itself uses; a tenant or lab namespace must not take one of them.
 RESERVED_NAMESPACES = frozenset(
     {"default", "kube-system", "kube-public", "kube-node-lease", "monitoring", "gpu-operator", "kueue-system",
-     "jobset-system", "kubeflow"}
+     "jobset-system", "kubeflow", "kubeflow-system"}
 )
 
 
