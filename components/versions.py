@@ -122,6 +122,8 @@ ARGO_WORKFLOWS = Chart(
 PIPELINE_PYTHON_IMAGE = "docker.io/library/python:3.12.8-slim"
 PIPELINE_SKLEARN = "scikit-learn==1.5.2"
 PIPELINE_GCS = "google-cloud-storage==2.19.0"
+# The one-time copy of a model's weights from Hugging Face into its bucket (vllm.weights: gcs).
+WEIGHTS_HF_HUB = "huggingface_hub==0.36.0"
 
 # --- Cost safety (brief F) ---
 # The idle guard and the cost exporter are Python scripts mounted from ConfigMaps into this image

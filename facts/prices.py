@@ -37,6 +37,10 @@ IP_PRICING = (
     "Google's page 2026-10-16): external IPv4 address in use $0.005/h; a reserved address not in use costs more "
     "and is not in this table"
 )
+AR_PRICING = (
+    "cloud.google.com/artifact-registry/pricing as transcribed in a public cost note (read 2026-12-01): "
+    "storage $0.10/GB-month, the first 0.5 GB free"
+)
 PRICE_DATE = "2026-08-20"
 
 # The catalogue's rows for what the labs run, one per region (it repeats each region's price for every
@@ -411,6 +415,10 @@ PRICES: dict[str, RegionPrices] = {
     )
     for region in L4_REGIONS
 }
+
+# Artifact Registry storage (the image cache of `vllm.image_streaming`), any region (AR_PRICING).
+ARTIFACT_REGISTRY_GB_MONTH = 0.10
+ARTIFACT_REGISTRY_FREE_GB = 0.5
 
 GKE_CLUSTER_FEE_PER_HOUR = 0.10
 # The free tier credits one zonal (or Autopilot) cluster per billing account: a lab's zonal cluster

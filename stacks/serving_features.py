@@ -129,6 +129,12 @@ class Vllm(_Feature):
         "13", description="the image's CUDA: 13 (the release's own tag, driver 580+) or 12 (its -cu129 tag)"
     )
     startup_timeout_min: int = Field(30, ge=5, le=120, description="image pull + model download allowance")
+    # What shortens a cold start (measured by `python -m benchmarks g6 --experiment cold-start`).
+    image_streaming: bool = Field(False, description="the GPU pool streams the vLLM image from an Artifact "
+                                  "Registry cache of Docker Hub (gcfs_config), instead of pulling it whole")  # fmt: skip
+    weights: Literal["huggingface", "gcs"] = Field("huggingface", description="where vLLM reads the weights: "
+                                                   "downloaded from Hugging Face, or a Cloud Storage bucket "
+                                                   "(GCS FUSE) filled once by a copy Job")  # fmt: skip
     sweep_max_num_seqs: list[int] = Field(default_factory=lambda: [16, 32, 64, 128, 256])
     sweep_concurrency: list[int] = Field(default_factory=lambda: [1, 2, 4, 8, 16, 32, 64, 128])
 

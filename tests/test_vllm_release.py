@@ -70,19 +70,21 @@ def test_every_pinned_image_is_the_recorded_release():
     }
 
 
-def _server() -> vllm.VllmServerArgs:
-    """A server with every optional flag set."""
+def _server(weights: vllm.WeightsBucket | None = None) -> vllm.VllmServerArgs:
+    """A server with every optional flag set (and the weights from a bucket, when given)."""
     return vllm.VllmServerArgs(
         stack_id=StackId(lab="g6", stack="g6"), placement=GpuPlacement(), namespace="llm", model="m", dtype="bfloat16",
         max_model_len=4096, gpu_memory_utilization=0.9, max_num_seqs=8, startup_timeout_min=5, quantization="fp8",
+        weights=weights,
     )
 
 
 def test_every_server_flag_we_pass_is_one_of_the_release():
     known = set(re.findall(r"(?<![\w-])(--[a-z][a-z0-9-]*)", HELP))
-    passed = {arg.split("=", 1)[0] for arg in vllm.server_args(_server())}
+    bucket = vllm.WeightsBucket(project="p", region="us-central1", billing_labels={}, system_node_selector={})
+    passed = {arg.split("=", 1)[0] for server in (_server(), _server(bucket)) for arg in vllm.server_args(server)}
     assert passed == {"--model", "--dtype", "--max-num-seqs", "--max-model-len", "--gpu-memory-utilization",
-                      "--quantization", "--port"}
+                      "--quantization", "--port", "--served-model-name"}
     assert passed <= known, f"not flags of vLLM {versions.VLLM_VERSION}: {sorted(passed - known)}"
     # `vllm serve` is the command the recorded parser belongs to.
     assert vllm.COMMAND == ["vllm", "serve"] and "usage: vllm serve" in HELP

@@ -2,7 +2,9 @@
 
 Experiments (--experiment): `sweep` (default) max-num-seqs x concurrency, TTFT against throughput;
 `kv` how many sequences of each context length fit in the KV cache, and what paging buys;
-`quant` what quantized variants (--variants) buy in memory and throughput and cost in quality.
+`quant` what quantized variants (--variants) buy in memory and throughput and cost in quality;
+`cold-start` (a stack only) what the first request of a session waits for when the GPU pool is at zero,
+phase by phase, with the settings that shorten it (--settings) and a warm pool's break-even.
 
 Against a stack (--stack or --outputs) the load generator runs inside the cluster: one Job per
 point next to vLLM, on the system pool, its progress and records read back from the pod's log;
@@ -29,6 +31,15 @@ from benchmarks.g6.analysis import predict, sizing_gap
 from benchmarks.g6.config import LAB, G6Outputs, G6Params
 from benchmarks.g6.errors import G6Error
 from benchmarks.g6.flags import Parser, fraction, positive, positives, whole, wholes
+from benchmarks.g6.experiments import cold_start
+from benchmarks.g6.experiments.cold_start import (
+    ColdStartOutcome,
+    ColdStartParams,
+    ColdStartRecording,
+    FirstServing,
+    cold_start_result,
+)
+from benchmarks.g6.experiments.cold_start_report import render_cold_start_plots, render_cold_start_report
 from benchmarks.g6.experiments.kv import DEFAULT_CONTEXT_LENS, KvOutcome, KvParams, check_lengths, first_waves, kv_result, run_kv
 from benchmarks.g6.experiments.kv import DEFAULT_GPU_MEMORY_UTILIZATION as KV_GPU_MEMORY_UTILIZATION
 from benchmarks.g6.experiments.kv_report import render_kv_plots, render_kv_report
@@ -41,6 +52,7 @@ from benchmarks.g6.price import gpu_price
 from benchmarks.g6.report import render_report
 from benchmarks.g6.result import G6Result, GpuPrice
 from benchmarks.g6.incluster import DEFAULT_CPUS, ClusterRunner, manifests, proxy_server
+from benchmarks.labs.phases import ColdStartPhases
 from benchmarks.g6.sweep import Measurement, Outcome, SweepOutcome, Target, load_specs, run_sweep
 from benchmarks.g6.targets import Demand, ServerSettings, SimTarget, StackTarget, UrlTarget
 from benchmarks.harness import (
@@ -74,11 +86,19 @@ from stacks.stackfile import load_config
 
 SIM_SPEEDUP = 4.0  # default time compression of --sim: the README's sweep then runs in about a minute
 SIM_SCRAPE_S = 0.5
-EXPERIMENTS = ("sweep", "kv", "quant")
+EXPERIMENTS = ("sweep", "kv", "quant", "cold-start")
 # Counted requests per point: the sweep's grid, and the quant experiment's two points per variant. A
 # kv probe is one wave of as many requests as its concurrency.
 DEFAULT_REQUESTS = {"sweep": 64, "quant": 32}
 QUALITY = QuantParams.model_fields
+
+
+def _settings(text: str) -> list[str]:
+    names = [x.strip() for x in text.split(",") if x.strip()]
+    unknown = [n for n in names if n not in cold_start.SETTINGS]
+    if unknown or not names:
+        raise argparse.ArgumentTypeError(f"unknown setting(s) {unknown or text!r}; allowed: {', '.join(cold_start.SETTINGS)}")
+    return names
 
 
 def _variants(text: str) -> list[str]:
@@ -105,7 +125,9 @@ def parser() -> argparse.ArgumentParser:
         "--concurrency 1,8,32 --requests 64 --out results\n"
         "        python -m benchmarks g6 --sim --experiment kv --model Qwen/Qwen2.5-1.5B-Instruct --out results\n"
         "        python -m benchmarks g6 --sim --experiment quant --variants bf16,fp8,awq --out results\n"
-        "real stack (client in-cluster): python -m benchmarks g6 --stack g6 [--experiment kv|quant] --out results",
+        "real stack (client in-cluster): python -m benchmarks g6 --stack g6 [--experiment kv|quant] --out results\n"
+        "cold start: python -m benchmarks g6 --stack g6 --experiment cold-start --settings "
+        "as-configured,image-streaming --repeats 3 --out results",
     )
     src = p.add_argument_group("target (one of --sim, --target, --stack, --outputs; --target may override a stack's endpoint)")
     src.add_argument("--sim", action="store_true", help="start the simulated vLLM backend for each max-num-seqs value")
@@ -116,7 +138,8 @@ def parser() -> argparse.ArgumentParser:
     src.add_argument("--outputs", type=Path, help="stack outputs saved as JSON (`pulumi stack output --json --show-secrets`)")
     client = p.add_argument_group("the in-cluster client (with --stack or --outputs and no --target)")
     client.add_argument("--client-manifest", type=Path, metavar="DIR",
-                        help="write the ConfigMap and the Jobs the run would create as YAML into DIR, and stop")  # fmt: skip
+                        help="write the ConfigMap and the Jobs the run would create as YAML into DIR, and stop "
+                        "(cold-start: its plan, what it scales, changes and puts back)")  # fmt: skip
     client.add_argument("--client-cpus", type=whole(1), default=DEFAULT_CPUS,
                         help=f"CPUs the load generator Job requests: one worker process each (default {DEFAULT_CPUS}, "
                         "which leaves the controllers room on the e2-standard-4 system node; no CPU limit)")  # fmt: skip
@@ -163,12 +186,22 @@ def parser() -> argparse.ArgumentParser:
                      "project's own set)")  # fmt: skip
     exp.add_argument("--quality-tokens", type=whole(1), default=QUALITY["quality_tokens"].default,
                      help="quant: most tokens sampled from the baseline per prompt (default %(default)s)")
-    p.add_argument("--out", type=Path, default=Path("results"), help="results go to OUT/g6[-kv|-quant]-<UTC time>/")
+    exp.add_argument("--settings", type=_settings, help="cold-start: comma-separated, each put in place with "
+                     f"`pulumi config set` + `pulumi up` and restored after (default as-configured; allowed: "
+                     f"{', '.join(cold_start.SETTINGS)})")  # fmt: skip
+    exp.add_argument("--repeats", type=whole(1), default=3, help="cold-start: cold starts per setting, each from zero")
+    exp.add_argument("--recording", type=Path, help="cold-start: measure a saved recording.json again (no cluster)")
+    p.add_argument("--out", type=Path, default=Path("results"), help="results go to OUT/g6[-kv|-quant|-cold-start]-<UTC time>/")
     p.add_argument("--quiet", action="store_true", help="no progress display")
     return p
 
 
 def _check_sources(args: argparse.Namespace) -> None:
+    if args.experiment == "cold-start":
+        _check_cold_start(args)
+        return
+    if args.recording is not None:
+        raise G6Error("--recording measures a cold-start run again: add --experiment cold-start")
     if args.sim and (args.target or args.stack or args.outputs):
         raise G6Error("--sim starts its own server: drop --target/--stack/--outputs")
     if not (args.sim or args.target or args.stack or args.outputs):
@@ -184,6 +217,18 @@ def _check_sources(args: argparse.Namespace) -> None:
     if args.experiment != "sweep" and args.max_num_seqs and not args.sim:
         raise G6Error(f"--max-num-seqs with --experiment {args.experiment} sets the simulator's; a stack or server "
                       "runs its own (set vllm.max_num_seqs in the stack to change it)")  # fmt: skip
+
+
+def _check_cold_start(args: argparse.Namespace) -> None:
+    if args.sim or args.target:
+        raise G6Error("--experiment cold-start scales the stack's vLLM and its GPU pool: give --stack STACK or "
+                      "--outputs FILE (no --sim, no --target)")  # fmt: skip
+    if not (args.stack or args.outputs):
+        raise G6Error("--experiment cold-start needs --stack STACK or --outputs FILE (with --recording: the "
+                      "outputs of the stack it was recorded on)")  # fmt: skip
+    if args.settings and set(args.settings) != {"as-configured"} and not args.stack and args.recording is None:
+        raise G6Error("--settings other than as-configured change the stack (`pulumi config set` + `pulumi up`): "
+                      "give --stack STACK")  # fmt: skip
 
 
 def read_stack_outputs(args: argparse.Namespace) -> dict[str, Any] | None:
@@ -222,7 +267,8 @@ def resolve_params(args: argparse.Namespace, outputs: dict[str, Any] | None) -> 
         KV_GPU_MEMORY_UTILIZATION if experiment == "kv" and changeable else bench.gpu_memory_utilization or 0.9
     )
     max_model_len = args.max_model_len or bench.max_model_len
-    concurrency = {"sweep": bench.sweep.concurrency or [1, 8, 32], "quant": list(DEFAULT_CONCURRENCY), "kv": []}
+    concurrency = {"sweep": bench.sweep.concurrency or [1, 8, 32], "quant": list(DEFAULT_CONCURRENCY), "kv": [],
+                   "cold-start": [1]}  # fmt: skip
     sweep_grid = experiment == "sweep" and args.stack and bench.sweep.max_num_seqs
     return G6Params(
         experiment=experiment,
@@ -426,6 +472,40 @@ def experiment_params(args: argparse.Namespace, params: G6Params) -> tuple[KvPar
     return kv, quant
 
 
+def cold_start_params(args: argparse.Namespace) -> ColdStartParams:
+    """The cold-start experiment's settings from the command line; each wait is bounded by --health-timeout."""
+    return ColdStartParams(settings=args.settings or ["as-configured"], repeats=args.repeats,
+                           timeout_s=args.health_timeout)  # fmt: skip
+
+
+def _vllm_where(outputs: dict[str, Any] | None) -> cold_start.Where:
+    assert outputs is not None
+    return cold_start.where(outputs, _vllm_endpoint(outputs).namespace)
+
+
+def write_cold_start_plan(folder: Path, outputs: dict[str, Any] | None, params: G6Params, cs: ColdStartParams) -> Path:
+    """What the cold-start experiment will do and restore, as YAML (--client-manifest), touching nothing."""
+    prepare(folder, "--client-manifest")
+    path = folder / "cold-start-plan.yaml"
+    path.write_text(yaml.safe_dump(cold_start.plan(outputs or {}, _vllm_where(outputs), cs, params.stack), sort_keys=False))
+    return path
+
+
+def _measure_again(args: argparse.Namespace, argv: list[str], started: datetime, params: G6Params,
+                   outputs: dict[str, Any] | None) -> int:  # fmt: skip
+    """A saved cold-start recording measured again: the same phases, report and plot, no cluster."""
+    try:
+        recording = ColdStartRecording.model_validate_json(args.recording.read_text())
+    except (OSError, ValueError) as exc:
+        print(f"g6: cannot read recording {args.recording}: {exc}", file=sys.stderr)
+        return 2
+    kv, quant = experiment_params(args, params)
+    outcome = cold_start.recorded(recording, cold_start_params(args).poll_s)
+    folder, ok = write_results(args, argv, started, params, kv, quant, outputs, outcome, stack_gpu_price(outputs, params))
+    print(folder)
+    return 0 if ok else 1
+
+
 EXIT_CODES = {"Ctrl-C": 130, "SIGTERM": 143}  # 128 + the signal's number, as shells report them
 ERRORS = (
     G6Error, HarnessError, LoadgenError, MetricsError, ServingError, ClusterError, LabError, OutputFolderError,
@@ -453,15 +533,23 @@ def _run(args: argparse.Namespace, argv: list[str], started: datetime) -> int:
         kv, quant = experiment_params(args, params)
         if params.experiment == "kv":
             check_lengths(params, kv)  # before anything starts
+        if args.client_manifest is not None and params.experiment == "cold-start":
+            print(write_cold_start_plan(args.client_manifest, outputs, params, cold_start_params(args)))
+            return 0
         if args.client_manifest is not None:
             for path in write_client_manifest(args.client_manifest, outputs, params, kv, quant, args.client_cpus):
                 print(path)
             return 0
         prepare(args.out, "--out")  # before any work: the results must have somewhere to go
+        if args.recording is not None:
+            return _measure_again(args, argv, started, params, outputs)
         progress = RunProgress(enabled=not args.quiet)
         client = client_side(params, outputs, args.client_cpus, progress.log)
         params, target = make_target(params, demand(params, kv), args.health_timeout, client.server, progress.log)
         price = stack_gpu_price(outputs, params)
+        first = None
+        if isinstance(client.runner, ClusterRunner) and params.experiment != "cold-start":
+            target = first = FirstServing(target, client.runner.cluster, _vllm_where(outputs), progress.log)
     except ERRORS as exc:
         print(f"g6: {exc}", file=sys.stderr)
         return 2
@@ -470,6 +558,8 @@ def _run(args: argparse.Namespace, argv: list[str], started: datetime) -> int:
         return 2
     how = Measurement(client.runner, client.prometheus, progress, price)
     outcome = {"kv": KvOutcome, "quant": QuantOutcome}.get(params.experiment, SweepOutcome)()
+    if params.experiment == "cold-start":
+        outcome = ColdStartOutcome(params=cold_start_params(args))
     failure = None
     try:
         # Exits run inner first: the runner deletes what it created in the cluster before a stack
@@ -479,6 +569,11 @@ def _run(args: argparse.Namespace, argv: list[str], started: datetime) -> int:
                 run_kv(params, kv, target, how, outcome)
             elif isinstance(outcome, QuantOutcome):
                 run_quant(params, quant, target, how, outcome)
+            elif isinstance(outcome, ColdStartOutcome):
+                # A cold start names a stack, never --target: the client side is the cluster's.
+                assert isinstance(client.runner, ClusterRunner) and client.server is not None
+                cold_start.run_cold_start(params, target, client.server, client.runner.cluster, _vllm_where(outputs),
+                                          outcome, progress.log)  # fmt: skip
             else:
                 run_sweep(params, target, partial(predict, params), how, outcome)
     except ERRORS as exc:
@@ -497,7 +592,8 @@ def _run(args: argparse.Namespace, argv: list[str], started: datetime) -> int:
         outcome.errors.append(f"interrupted ({outcome.interrupted}) after {outcome.done()}: the rest was not measured")
     # A second Ctrl-C must not lose what the first one kept.
     with shielded(lambda name: print(f"g6: {name} received; writing the results first", file=sys.stderr)):
-        folder, ok = write_results(args, argv, started, params, kv, quant, outputs, outcome, price)
+        waited = first.waited(started) if first is not None else None
+        folder, ok = write_results(args, argv, started, params, kv, quant, outputs, outcome, price, waited)
     if outcome.interrupted:
         print(f"g6: interrupted after {outcome.done()}; partial results in {folder}", file=sys.stderr)
     if failure:
@@ -512,18 +608,28 @@ def _run(args: argparse.Namespace, argv: list[str], started: datetime) -> int:
 def write_results(
     args: argparse.Namespace, argv: list[str], started: datetime, params: G6Params, kv: KvParams,
     quant: QuantParams, outputs: dict[str, Any] | None, outcome: Outcome, price: GpuPrice | None,
+    waited: ColdStartPhases | None = None,
 ) -> tuple[Path, bool]:  # fmt: skip
     """result.json, report.md and the plots of what `outcome` holds; the folder, and whether every
-    point (variant) completed."""
+    point (variant, cold start) completed. `waited`: the GPU node the run brought up, phase by phase,
+    which opens the report."""
     meta = _meta(params, argv, started, outcome.server_versions, outcome.errors)
     cost = cost_section(outputs, params, (datetime.now(UTC) - started).total_seconds())
-    if isinstance(outcome, KvOutcome):
-        result = kv_result(meta, params, kv, outcome, price, cost)
+    if isinstance(outcome, ColdStartOutcome):
+        result = cold_start_result(meta, params, outcome, price, cost)
+        folder = new_run_folder(args.out, f"{LAB}-cold-start", started)
+        # The raw objects, events and logs, so the run can be measured again (--recording).
+        recording = ColdStartRecording(source=outcome.source, records=outcome.records)
+        (folder / "recording.json").write_text(recording.model_dump_json(indent=1))
+        render_cold_start_plots(result, folder)
+        report, ok = render_cold_start_report(result), all(run.failure is None for run in result.runs)
+    elif isinstance(outcome, KvOutcome):
+        result = kv_result(meta, params, kv, outcome, price, cost).model_copy(update={"waited": waited})
         folder = new_run_folder(args.out, f"{LAB}-kv", started)
         render_kv_plots(result, folder)
         report, ok = render_kv_report(result), all(p.point.completed for p in result.probes)
     elif isinstance(outcome, QuantOutcome):
-        result = quant_result(meta, params, quant, outcome, price, cost)
+        result = quant_result(meta, params, quant, outcome, price, cost).model_copy(update={"waited": waited})
         folder = new_run_folder(args.out, f"{LAB}-quant", started)
         render_quant_plots(result, folder)
         report, ok = render_quant_report(result), all(v.error is None for v in result.variants)
@@ -537,6 +643,7 @@ def write_results(
             points=outcome.points,
             cost=cost,
             gpu_price=price,
+            waited=waited,
         )
         folder = new_run_folder(args.out, LAB, started)
         render_plots(result, folder)

@@ -44,7 +44,7 @@ class G6Params(BaseModel):
 
     model_config = ConfigDict(frozen=True, extra="forbid")
 
-    experiment: Literal["sweep", "kv", "quant"] = "sweep"
+    experiment: Literal["sweep", "kv", "quant", "cold-start"] = "sweep"
     target_kind: Literal["sim", "url", "stack"]
     target: str = Field(description="base URL, or 'sim' when each point starts its own simulator")
     stack: str | None = None

@@ -8,6 +8,7 @@ from benchmarks.g6.price import cheapest, slo_text
 from benchmarks.g6.result import G6Point, G6Result, GpuPrice
 from benchmarks.harness import RunMeta
 from benchmarks.harness.markdown import num, table
+from benchmarks.labs.phases_report import waited_first
 from benchmarks.loadgen import Summary
 
 
@@ -216,7 +217,7 @@ def _meaning(r: G6Result) -> str:
 def render_report(result: G6Result) -> str:
     plots = "## Plots\n\n" + "\n".join(f"![{name}]({name})" for name in PLOTS) + "\n"
     labelled = [(f"max-num-seqs {p.max_num_seqs} {load_label(p)}", p) for p in result.points]
-    return "\n".join(
+    return waited_first("\n".join(
         [_header(result), _sizing(result), _points(result), _meaning(result),
          cost_sections(labelled, result.params, result.gpu_price, result.cost), errors_section(result.meta.errors), plots]
-    )  # fmt: skip
+    ), result.waited)  # fmt: skip

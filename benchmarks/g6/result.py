@@ -8,6 +8,7 @@ from pydantic import BaseModel, ConfigDict
 
 from benchmarks.g6.config import G6Params
 from benchmarks.harness import RunMeta
+from benchmarks.labs.phases import ColdStartPhases
 from benchmarks.loadgen import PointStats
 from benchmarks.metrics import ServerMetrics
 from benchmarks.serving.sizing import Sizing
@@ -62,6 +63,7 @@ class G6Result(BaseModel):
     points: list[G6Point]
     cost: str | None = None  # Markdown cost section (stacks.cost_estimate), stored so the report stays pure
     gpu_price: GpuPrice | None = None
+    waited: ColdStartPhases | None = None  # the GPU node the run had to bring up, phase by phase
 
     def sizing_for(self, max_num_seqs: int | None) -> Sizing | None:
         matches = [s for s in self.sizing if max_num_seqs is None or s.max_num_seqs == max_num_seqs]
@@ -78,3 +80,4 @@ class ExperimentResult(BaseModel):
     params: G6Params
     gpu_price: GpuPrice | None = None
     cost: str | None = None  # Markdown cost section (stacks.cost_estimate), stored so the report stays pure
+    waited: ColdStartPhases | None = None  # the GPU node the run had to bring up, phase by phase

@@ -12,6 +12,7 @@ import matplotlib.pyplot as plt  # noqa: E402  (the backend must be chosen first
 from benchmarks.g6.experiments.kv import KvLength, KvParams, KvResult  # noqa: E402
 from benchmarks.g6.report import context_lines, cost_sections, errors_section, latency_pair, price_cell, target_text  # noqa: E402
 from benchmarks.harness.markdown import num, table  # noqa: E402
+from benchmarks.labs.phases_report import waited_first  # noqa: E402
 
 PLOTS = ("kv-max-batch.png", "kv-probes.png")
 GIB = 1024**3
@@ -174,8 +175,8 @@ def _probes(r: KvResult) -> str:
 def render_kv_report(r: KvResult) -> str:
     labelled = [(f"{p.context_len:,} tokens x {p.concurrency} sequences", p.point) for p in r.probes]
     plots = "## Plots\n\n" + "\n".join(f"![{name}]({name})" for name in PLOTS) + "\n"
-    return "\n".join([_header(r), _answer(r), _paging(r), _probes(r),
-                      cost_sections(labelled, r.params, r.gpu_price, r.cost), errors_section(r.meta.errors), plots])  # fmt: skip
+    return waited_first("\n".join([_header(r), _answer(r), _paging(r), _probes(r), cost_sections(
+        labelled, r.params, r.gpu_price, r.cost), errors_section(r.meta.errors), plots]), r.waited)  # fmt: skip
 
 
 def max_batch_plot(r: KvResult, path: Path) -> None:

@@ -15,6 +15,7 @@ from benchmarks.g6.experiments.quant import QuantResult, VariantResult  # noqa: 
 from benchmarks.g6.report import context_lines, cost_sections, errors_section, latency_pair, price_cell, target_text  # noqa: E402
 from benchmarks.g6.result import G6Point  # noqa: E402
 from benchmarks.harness.markdown import num, table  # noqa: E402
+from benchmarks.labs.phases_report import waited_first  # noqa: E402
 
 PLOTS = ("quant-tradeoffs.png",)
 GIB = 1024**3
@@ -197,8 +198,8 @@ def _points(r: QuantResult) -> str:
 def render_quant_report(r: QuantResult) -> str:
     labelled = [(f"{v.variant} c={p.concurrency}", p) for v in r.variants for p in v.points]
     plots = "## Plots\n\n" + "\n".join(f"![{name}]({name})" for name in PLOTS) + "\n"
-    return "\n".join([_header(r), _table(r), _reading(r), _points(r),
-                      cost_sections(labelled, r.params, r.gpu_price, r.cost), errors_section(r.meta.errors), plots])  # fmt: skip
+    return waited_first("\n".join([_header(r), _table(r), _reading(r), _points(r), cost_sections(
+        labelled, r.params, r.gpu_price, r.cost), errors_section(r.meta.errors), plots]), r.waited)  # fmt: skip
 
 
 def tradeoffs_plot(r: QuantResult, path: Path) -> None:
