@@ -6,6 +6,7 @@ name and label the readers and dashboards use, and the simulator's /metrics page
 from __future__ import annotations
 
 import re
+from datetime import UTC, datetime
 from pathlib import Path
 from typing import get_args
 
@@ -15,6 +16,7 @@ from prometheus_client.parser import text_string_to_metric_families
 
 from benchmarks.g6.experiments import quality
 from benchmarks.g6.targets import ServerSettings
+from benchmarks.labs.phases import VLLM_LOG, vllm_time
 from benchmarks.metrics import model
 from benchmarks.metrics.scrape import Scrape, cache_config, metrics_from_scrapes
 from benchmarks.sim.app import SimServer
@@ -164,3 +166,29 @@ def test_the_simulator_serves_only_names_types_and_labels_of_the_release(simulat
                                   "vllm:e2e_request_latency_seconds", "vllm:request_queue_time_seconds"])
 def test_the_simulator_histograms_have_the_release_buckets(simulated, name):
     assert buckets(simulated, name) == buckets(METRICS, name)
+
+
+def _startup() -> tuple[dict[str, str], list[str]]:
+    """The recorded logger settings and the start-up messages, each rendered as the release logs it."""
+    settings, messages = {}, []
+    for line in (RELEASE / "startup-messages.txt").read_text().splitlines():
+        if line and not line.startswith("#"):
+            key, _, text = line.partition("\t")
+            if key in ("format", "datefmt"):
+                settings[key] = text
+            else:
+                # Every argument a number (a model name as %s would do too; GiB figures must be numbers).
+                messages.append(text % ((2.89,) * len(re.findall(r"%[.\d]*[sf]", text))))
+    return settings, messages
+
+
+def test_the_cold_start_reads_every_start_up_message_and_its_time_as_the_release_logs_them():
+    settings, messages = _startup()
+    fields = {"vllm_process_name": "EngineCore_DP0", "process": 187, "levelname": "INFO", "fileinfo": "core.py",
+              "lineno": 396, "asctime": "12-01 21:05:07"}
+    assert settings["datefmt"] == "%m-%d %H:%M:%S"
+    lines = [settings["format"] % {**fields, "message": m} for m in messages]
+    started = datetime(2026, 12, 1, 21, 0, tzinfo=UTC)
+    assert {vllm_time(line, started) for line in lines} == {datetime(2026, 12, 1, 21, 5, 7, tzinfo=UTC)}
+    for marker in VLLM_LOG.markers:
+        assert any(marker.pattern.search(line) for line in lines), f"{marker.phase}: no start-up message of the release matches"
