@@ -39,7 +39,7 @@ docs: venv ## refresh the generated docs: the configuration reference and the fi
 	$(BIN)/python -m tests.docgen
 
 g6-sim: venv ## the g6 sweep against the simulated L4; report in $(OUT)/
-	$(BIN)/python -m benchmarks g6 --sim --model Qwen/Qwen2.5-1.5B-Instruct --max-num-seqs 8,32 --concurrency 1,8,32 --requests 64 --out $(OUT)
+	$(BIN)/python -m benchmarks g6 --sim --model Qwen/Qwen2.5-1.5B-Instruct --max-num-seqs 8,32 --concurrency 1,8,32 --out $(OUT)
 
 g6-kv-sim: venv ## g6's KV-cache experiment against the simulated L4 (about 2 minutes)
 	$(BIN)/python -m benchmarks g6 --sim --experiment kv --model Qwen/Qwen2.5-1.5B-Instruct --out $(OUT)

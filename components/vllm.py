@@ -32,8 +32,10 @@ CACHE = Scratch("cache", "/cache", "40Gi")
 # PyTorch shares tensors between processes through /dev/shm (64 MiB by default).
 SHM = Scratch("dshm", "/dev/shm", "2Gi", medium="Memory")
 HF_CACHE = f"{CACHE.path}/huggingface"
-# Serve from the server module rather than the image's ENTRYPOINT, which changed across releases.
-COMMAND = ["python3", "-m", "vllm.entrypoints.openai.api_server"]
+# vLLM's own CLI, named rather than left to the image's ENTRYPOINT, which changed across releases.
+# (`python -m vllm.entrypoints.openai.api_server` is deprecated in v0.33.0; `vllm serve` builds the parser
+# recorded in tests/data/vllm/v0.33.0/serve-help.txt.)
+COMMAND = ["vllm", "serve"]
 PROBE_PERIOD_S = 10
 # The Service must not hold `pulumi up` until an endpoint exists: the provider gives up after 10 min.
 SKIP_AWAIT = {"pulumi.com/skipAwait": "true"}
@@ -60,8 +62,8 @@ class VllmServerArgs:
     # The release serving the ServiceMonitor CRD (kube-prometheus-stack); None: no ServiceMonitor.
     prometheus: pulumi.Resource | None = None
     scrape_interval_s: int = 15
-    # Where the image and the weights come from: Docker Hub (or its Artifact Registry cache, for image
-    # streaming), and Hugging Face or a bucket mounted through the GCS FUSE CSI driver.
+    # Where the image and the weights come from: Docker Hub (one of versions.VLLM_IMAGES, or its Artifact
+    # Registry cache, for image streaming), and Hugging Face or a bucket mounted through the GCS FUSE CSI driver.
     image: str = versions.VLLM_IMAGE
     weights: WeightsBucket | None = None
     after: list[pulumi.Resource] = field(default_factory=list)  # e.g. the image cache's read access

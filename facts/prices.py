@@ -17,9 +17,10 @@ from facts.machines import G2_L4_COUNT, SYSTEM_MACHINE_TYPES
 HOURS_PER_MONTH = 730  # Google's own conversion for monthly list prices
 
 # Sources (read on the dates given; quoted in each entry below).
+CATALOGUE_DATE = "2026-12-01"  # the machine prices' (spot and on-demand) read date
 CATALOGUE = (
     "skypilot-org/skypilot-catalog catalogs/v8/gcp/vms.csv @006059e (Google Cloud Billing Catalog list "
-    "prices per region, on-demand and spot), read 2026-12-01"
+    f"prices per region, on-demand and spot), read {CATALOGUE_DATE}"
 )
 GKE_PRICING = "cloud.google.com/kubernetes-engine/pricing: $0.10/cluster-hour, one zonal cluster free, read 2026-08-20"
 GCS_PRICING = "cloud.google.com/storage/pricing as transcribed by api-evangelist/gcp-cloud-storage (2026-09-20): $0.000027397/GiB-hour"

@@ -130,13 +130,14 @@ def vllm_args(
     hf_token: pulumi.Output[str] | None = None,
     prometheus: pulumi.Resource | None = None,
     *,
-    image: str = versions.VLLM_IMAGE,
+    image: str | None = None,
     after: list[pulumi.Resource] | None = None,
     system_node_selector: dict[str, str] | None = None,
     cluster: pulumi.Resource | None = None,
 ) -> vllm.VllmServerArgs:
     """The server as configured; `image` is the vLLM image's reference (its Artifact Registry cache with
-    image streaming), `after` what it waits for, `system_node_selector` where the weights' copy runs."""
+    image streaming; default: the pinned image of `vllm.cuda`), `after` what it waits for,
+    `system_node_selector` where the weights' copy runs."""
     v = cfg.vllm
     weights = None
     if v.weights == "gcs":
@@ -156,7 +157,7 @@ def vllm_args(
         hf_token=hf_token,
         prometheus=prometheus,
         scrape_interval_s=cfg.observability.scrape_interval_s,
-        image=image,
+        image=image or versions.VLLM_IMAGES[v.cuda],
         weights=weights,
         after=list(after or []),
     )
@@ -173,7 +174,7 @@ def vllm_benchmark(cfg: LabConfig) -> dict[str, Any]:
         "max_model_len": v.max_model_len,
         "gpu_memory_utilization": v.gpu_memory_utilization,
         "quantization": v.quantization,
-        "image": versions.VLLM_IMAGE,
+        "image": versions.VLLM_IMAGES[v.cuda],
         "image_streaming": v.image_streaming,
         "weights": v.weights,
         "sweep": {"max_num_seqs": v.sweep_max_num_seqs, "concurrency": v.sweep_concurrency},
@@ -208,17 +209,17 @@ def compose(ctx: PlatformContext) -> None:
     serving = _kserve(ctx) if cfg.kserve.enabled else None
     if cfg.vllm.enabled:
         prometheus = ctx.ready.get("prometheus")  # set by the platform group when observability is on
-        image, after = versions.VLLM_IMAGE, []
+        image, after = versions.VLLM_IMAGES[cfg.vllm.cuda], []
         if cfg.vllm.image_streaming:
             cache_args = image_cache_args(cfg, ctx.cluster.node_service_account.email)
             cache = ImageCache("vllm-image-cache", cache_args, opts=pulumi.ResourceOptions(depends_on=[ctx.apis]))
-            image, after = cached_image(cache_args, versions.VLLM_IMAGE), [cache.reader]
+            image, after = cached_image(cache_args, image), [cache.reader]
         server = vllm_args(cfg, ctx.gpu.placement, ctx.secrets.hf_token, prometheus, image=image, after=after,
                            system_node_selector=ctx.cluster.system_node_selector, cluster=ctx.cluster.cluster)  # fmt: skip
         vllm.VllmServer("vllm", server, opts=ctx.k8s_opts())
         out.namespaces.append(cfg.vllm.namespace)
         out.endpoints["vllm"] = vllm.endpoint(server)
-        out.versions["vllm"] = versions.VLLM_IMAGE.rsplit(":", 1)[1]
+        out.versions["vllm"] = server.image.rsplit(":", 1)[1]
         out.benchmark.update(vllm_benchmark(cfg))
     if cfg.argo.enabled and serving is not None:  # the config check guarantees KServe with Argo
         pipeline = argo_args(cfg, ctx.cluster.cluster, serving)

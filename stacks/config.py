@@ -181,7 +181,9 @@ class LabConfig(Frozen):
             tenancy=self.tenancy,
             pool=pool,
         )
-        problems += serving_features.check(kserve=self.kserve, vllm=self.vllm, argo=self.argo, pool=pool)
+        problems += serving_features.check(
+            kserve=self.kserve, vllm=self.vllm, argo=self.argo, pool=pool, driver=self.node_driver
+        )
         problems += cost_features.check(
             cost_exporter=self.cost_exporter,
             observability_enabled=self.observability.enabled,
@@ -209,6 +211,12 @@ class LabConfig(Frozen):
     def max_gpus(self) -> int:
         """Physical GPUs the pool can ever hold: what the L4 quota must cover."""
         return self.gpu_max_nodes * self.gpus_per_node
+
+    @property
+    def node_driver(self) -> platform_features.NodeDriver:
+        if self.gpu_driver_version == "INSTALLATION_DISABLED":
+            return platform_features.NodeDriver("gpu_sharing.nvidia_driver", self.gpu_sharing.nvidia_driver)
+        return platform_features.NodeDriver("gpu_driver_version", self.gpu_driver_version)
 
     @property
     def pool_capacity(self) -> platform_features.PoolCapacity:

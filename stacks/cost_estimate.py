@@ -36,7 +36,7 @@ class CostEstimate(BaseModel):
     lab: str
     stack: str
     region: str
-    price_date: str
+    price_date: str  # the date the machine prices (every line but the cluster fee) were read
     base: list[CostLine]  # always running while the stack exists
     gpu_node: CostLine  # one GPU node (machine + boot disk)
     gpu_min_nodes: int
@@ -75,7 +75,7 @@ def estimate(cfg: LabConfig) -> CostEstimate:
     system_node = system.hourly(cfg.system_spot) + _disk_per_hour(pd, SYSTEM_DISK_GB)
     notes = [
         "GKE cluster fee: $0.00 while this is the billing account's only zonal cluster (free tier); "
-        f"otherwise ${prices.GKE_CLUSTER_FEE_PER_HOUR:.2f}/h more.",
+        f"otherwise ${prices.GKE_CLUSTER_FEE_PER_HOUR:.2f}/h more (read {prices.PRICE_DATE}).",
         f"System pool autoscales from {cfg.system_min_nodes} to {cfg.system_max_nodes} node(s); "
         f"the figures assume its minimum; each further node adds ${system_node:.3f}/h.",
     ]
@@ -102,7 +102,7 @@ def estimate(cfg: LabConfig) -> CostEstimate:
         lab=cfg.lab,
         stack=cfg.stack,
         region=cfg.region,
-        price_date=prices.PRICE_DATE,
+        price_date=prices.CATALOGUE_DATE,
         base=base,
         gpu_node=CostLine(
             item=f"GPU node {cfg.gpu_machine_type} {cfg.gpus_per_node}x L4 ({_model(cfg.gpu_spot)})",
@@ -144,7 +144,7 @@ def _cold_start_settings(cfg: LabConfig, region: prices.RegionPrices, notes: lis
 def markdown(est: CostEstimate) -> str:
     """The estimate as a Markdown section (title, table, notes)."""
     lines = [
-        f"### Cost estimate (list prices of {est.price_date}, {est.region}, USD)",
+        f"### Cost estimate (list prices read {est.price_date}, {est.region}, USD)",
         "",
         "| | per hour |",
         "|---|---:|",

@@ -49,8 +49,9 @@ LABS: dict[str, Lab] = {
         ),
         Lab(
             "g4",
-            "Kubeflow Training Operator v1 (PyTorchJob)",
-            "rendezvous of two workers; cleanPodPolicy on completion (one node: a demo, not distributed training)",
+            "Kubeflow Trainer v2 (TrainJob, torch-distributed runtime)",
+            "rendezvous of two nodes; pods kept on completion, removed with the TrainJob (one node: a demo, not "
+            "distributed training)",
             {"training_operator": {"enabled": True}, "gpu_sharing": {"enabled": True, "replicas": 2}},
         ),
         Lab(

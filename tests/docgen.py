@@ -88,9 +88,12 @@ def _json(file: str) -> Any:
 
 def figure(file: str, path: str, spec: str | None) -> str:
     value = resolve(_json(file), path)
-    if value is None:
-        raise DocError(f"{file} {path} is null")
-    return format(value, spec) if spec else str(value)
+    if value is None or isinstance(value, (dict, list)):
+        raise DocError(f"{file} {path} is {'null' if value is None else 'not a single value'}: {str(value)[:80]}")
+    try:
+        return format(value, spec) if spec else str(value)
+    except ValueError as e:
+        raise DocError(f"{file} {path}: format {spec!r} does not apply to {value!r} ({e})") from None
 
 
 def fill_figures(text: str, where: str) -> str:
@@ -256,7 +259,7 @@ def config_reference() -> str:
     for name, model in features.items():
         on = _labs_enabling(name)
         labs = ", ".join(on) if on else "none by default"
-        doc = (model.__doc__ or "").strip().split("\n\n")[0].replace("\n", " ")
+        doc = " ".join((model.__doc__ or "").strip().split("\n\n")[0].split())
         lines += [f"## `{name}`", "", doc, "", HEADER, *_rows(model.model_fields, model(), f"{name}.", labs), ""]
     return "\n".join(lines)
 

@@ -188,8 +188,9 @@ def _result(records, price=None):
                    started_at=datetime(2026, 12, 1, 9, 50, tzinfo=UTC), finished_at=datetime(2026, 12, 1, 11, tzinfo=UTC),
                    client_host_cpus=2, tool_version="test", command=["python", "-m", "benchmarks", "g6"],
                    server_versions={}, errors=[])  # fmt: skip
-    price = price or GpuPrice(usd_per_hour=0.36, node="g2-standard-4 1x L4 (spot)", region="us-central1",
-                              price_date="2026-12-01", source="a test price")  # fmt: skip
+    price = price or GpuPrice(gpu_node_spot=0.36, gpu_node_on_demand=0.9, rest_of_cluster=0.14, configured="spot",
+                              node="g2-standard-4 1x L4", region="us-central1", price_date="2026-12-01",
+                              source="a test price")  # fmt: skip
     return cs.cold_start_result(meta, _params(), cs.recorded(cs.ColdStartRecording(records=records), 2.0), price, None)
 
 

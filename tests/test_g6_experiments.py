@@ -72,7 +72,8 @@ def test_kv_largest_batch_matches_the_prediction_and_preemption_starts_past_it(k
         assert length.contiguous_max_batch == result.cache.kv_cache_tokens // 1024
     short, long = kv_bound
     assert short.measured_max_batch > 1.8 * long.measured_max_batch  # twice the length, half the batch
-    assert all(p.point.usd_per_million_output_tokens > 0 for p in result.probes)
+    prices = [p.point.usd_per_million_output_tokens for p in result.probes]
+    assert all(tp.cluster_on_demand > tp.gpu_node_on_demand > tp.gpu_node_spot > tp.giq_convention > 0 for tp in prices)
 
 
 def test_kv_report_and_plots_answer_in_numbers(kv_run):

@@ -358,6 +358,7 @@ def test_helm_values_exist_in_the_pinned_charts():
     schemas.assert_helm_values_exist(kserve.resources_values("example.com"), versions.KSERVE_RESOURCES.upstream)
     schemas.assert_helm_values_exist(kserve.runtimes_values(), versions.KSERVE_RUNTIMES.upstream)
     schemas.assert_helm_values_exist(cert_manager.values(), versions.CERT_MANAGER.upstream)
+    schemas.validate_helm_values(cert_manager.values(), versions.CERT_MANAGER.upstream)
     schemas.assert_helm_values_exist(argo.values("bucket-x"), versions.ARGO_WORKFLOWS.upstream)
 
 
@@ -472,3 +473,15 @@ def test_each_step_program_exits_non_zero_when_fail_step_names_it(step):
     )
     assert done.returncode == 1
     assert f"fail_step={step}: this step fails on purpose" in done.stderr
+
+
+def test_cert_manager_is_pinned_to_the_chart_its_values_are_checked_against():
+    assert versions.CERT_MANAGER.upstream == f"cert-manager/{versions.CERT_MANAGER.version}"
+    # KServe's webhook configurations get their CA from the CA injector (cert-manager.io/inject-ca-from).
+    assert schemas.chart_defaults(versions.CERT_MANAGER.upstream)["cainjector"]["enabled"] is True
+    assert cert_manager.values()["cainjector"].get("enabled", True) is True
+
+
+def test_a_cert_manager_value_of_the_wrong_type_fails_as_helm_would():
+    with pytest.raises(AssertionError, match="values.schema.json"):
+        schemas.validate_helm_values({"crds": {"enabled": "yes"}}, versions.CERT_MANAGER.upstream)

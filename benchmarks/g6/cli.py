@@ -48,7 +48,7 @@ from benchmarks.g6.experiments.quant import planned_specs as quant_specs
 from benchmarks.g6.experiments.prompts import PROMPTS
 from benchmarks.g6.experiments.quant_report import render_quant_plots, render_quant_report
 from benchmarks.g6.plots import render_plots
-from benchmarks.g6.price import gpu_price
+from benchmarks.g6.price import gpu_price, session_cost
 from benchmarks.g6.report import render_report
 from benchmarks.g6.result import G6Result, GpuPrice
 from benchmarks.g6.incluster import DEFAULT_CPUS, ClusterRunner, manifests, proxy_server
@@ -89,9 +89,6 @@ from stacks.stackfile import load_config
 SIM_SPEEDUP = 4.0  # default time compression of --sim: the README's sweep then runs in about a minute
 SIM_SCRAPE_S = 0.5
 EXPERIMENTS = ("sweep", "kv", "quant", "cold-start")
-# Counted requests per point: the sweep's grid, and the quant experiment's two points per variant. A
-# kv probe is one wave of as many requests as its concurrency.
-DEFAULT_REQUESTS = {"sweep": 64, "quant": 32}
 QUALITY = QuantParams.model_fields
 
 
@@ -124,7 +121,7 @@ def parser() -> argparse.ArgumentParser:
         description=__doc__,
         formatter_class=argparse.RawDescriptionHelpFormatter,
         epilog="offline: python -m benchmarks g6 --sim --model Qwen/Qwen2.5-1.5B-Instruct --max-num-seqs 8,32 "
-        "--concurrency 1,8,32 --requests 64 --out results\n"
+        "--concurrency 1,8,32 --out results\n"
         "        python -m benchmarks g6 --sim --experiment kv --model Qwen/Qwen2.5-1.5B-Instruct --out results\n"
         "        python -m benchmarks g6 --sim --experiment quant --variants bf16,fp8,awq --out results\n"
         "real stack (client in-cluster): python -m benchmarks g6 --stack g6 [--experiment kv|quant] --out results\n"
@@ -154,7 +151,8 @@ def parser() -> argparse.ArgumentParser:
     p.add_argument("--max-num-seqs", type=wholes(1), help="server batch sizes to sweep (needs --sim or --stack for more than one)")
     p.add_argument("--input-len", type=whole(1), default=256, help="prompt tokens per request")
     p.add_argument("--output-len", type=whole(1), default=128, help="output tokens per request (ignore_eos)")
-    p.add_argument("--requests", type=whole(1), help="counted requests per point, after the warm-up (sweep 64, quant 32)")
+    p.add_argument("--requests", type=whole(1),
+                   help="counted requests per point, after the warm-up (default: 8 per concurrent request, at least 64)")
     p.add_argument("--warmup", type=whole(0), help="uncounted requests first (default: one per worker / one second)")
     p.add_argument("--duration", type=positive, help="stop sending after this many seconds per point")
     p.add_argument("--seed", type=int, default=0)
@@ -191,7 +189,9 @@ def parser() -> argparse.ArgumentParser:
     exp.add_argument("--settings", type=_settings, help="cold-start: comma-separated, each put in place with "
                      f"`pulumi config set` + `pulumi up` and restored after (default as-configured; allowed: "
                      f"{', '.join(cold_start.SETTINGS)})")  # fmt: skip
-    exp.add_argument("--repeats", type=whole(1), default=3, help="cold-start: cold starts per setting, each from zero")
+    exp.add_argument("--repeats", type=whole(1),
+                     help="sweep: run every point this many times, interleaved, for the median and spread (default 1); "
+                     "cold-start: cold starts per setting, each from zero (default 3)")
     exp.add_argument("--recording", type=Path, help="cold-start: measure a saved recording.json again (no cluster)")
     p.add_argument("--out", type=Path, default=Path("results"), help="results go to OUT/g6[-kv|-quant|-cold-start]-<UTC time>/")
     p.add_argument("--quiet", action="store_true", help="no progress display")
@@ -286,10 +286,11 @@ def resolve_params(args: argparse.Namespace, outputs: dict[str, Any] | None) -> 
         max_num_seqs=args.max_num_seqs or sweep_grid or [bench.max_num_seqs],
         input_len=args.input_len,
         output_len=args.output_len,
-        requests=args.requests or DEFAULT_REQUESTS.get(experiment, 1),
+        requests=args.requests,
         duration_s=args.duration,
         warmup=args.warmup,
         seed=args.seed,
+        repeats=(args.repeats or 1) if experiment == "sweep" else 1,
         timeouts=Timeouts(
             connect_s=args.timeout_connect, first_token_s=args.timeout_first_token, total_s=args.timeout_total
         ),
@@ -337,16 +338,20 @@ def make_target(
 
 
 def stack_gpu_price(outputs: dict[str, Any] | None, params: G6Params) -> GpuPrice | None:
-    """The GPU node's price the stack's cost estimate uses; for the simulator, Pulumi.g6.yaml's."""
+    """The prices the stack's cost estimate uses; for the simulator, Pulumi.g6.yaml's."""
     if outputs is not None:
-        saved = outputs.get("cost_estimate")
-        if not isinstance(saved, dict):
+        saved, pool = outputs.get("cost_estimate"), outputs.get("gpu_pool")
+        if not isinstance(saved, dict) or not isinstance(pool, dict) or "machine_type" not in pool:
             return None
-        return gpu_price(CostEstimate.model_validate(saved), "from the stack's outputs")
+        return gpu_price(CostEstimate.model_validate(saved), pool["machine_type"], bool(pool.get("spot", True)),
+                         "from the stack's outputs")  # fmt: skip
     if params.target_kind != "sim":
         return None
-    est = estimate_or_none(load_config(LAB))
-    return None if est is None else gpu_price(est, "as Pulumi.g6.yaml configures the g6 stack")
+    cfg = load_config(LAB)
+    est = estimate_or_none(cfg)
+    if est is None:
+        return None
+    return gpu_price(est, cfg.gpu_machine_type, cfg.gpu_spot, "as Pulumi.g6.yaml configures the g6 stack")
 
 
 def _vllm_endpoint(outputs: dict[str, Any]) -> Endpoint:
@@ -432,23 +437,24 @@ def client_side(params: G6Params, outputs: dict[str, Any] | None, cpus: int, log
     return ClientSide(runner, proxy_server(cluster, ep), prometheus)
 
 
-def cost_section(outputs: dict[str, Any] | None, params: G6Params, seconds: float) -> str | None:
-    """What the stack costs per hour (Markdown); for a simulated run, what the same sweep would cost
-    on the g6 stack as Pulumi.g6.yaml configures it, with the GPU up for the sweep's real-time length."""
+def cost_section(outputs: dict[str, Any] | None, params: G6Params, seconds: float, price: GpuPrice | None) -> str | None:
+    """What the stack costs per hour and what this session cost (Markdown); for a simulated run, what
+    the same session would cost on the g6 stack as Pulumi.g6.yaml configures it, the GPU up for the
+    run's length in GPU time."""
+    # The cold-start experiment measures the scale-up and the idle tail itself (and prices them in its report).
+    assumed = price is not None and params.experiment != "cold-start"
+    session = "\n" + session_cost(price, seconds * params.speedup) if assumed else ""
     if outputs is not None:
-        return estimate_section(outputs) or None
+        return (estimate_section(outputs) + session) or None
     if params.target_kind != "sim":
         return None
     est = estimate_or_none(load_config(LAB))
     if est is None:
         return None
-    gpu_hours = seconds * params.speedup / 3600
     return markdown(est) + (
-        f"\nThis run took {seconds / 60:.1f} min against the simulator at x{params.speedup:g}; on the real "
-        f"L4 it would keep the GPU node up about {gpu_hours * 60:.0f} min: about "
-        f"${gpu_hours * est.per_hour_gpu_up:.2f} at the rate above (plus the time the pool takes to scale "
-        "up and back to zero).\n"
-    )
+        f"\nThis run took {seconds / 60:.1f} min against the simulator at x{params.speedup:g}: "
+        f"{seconds * params.speedup / 60:.0f} min on the real L4.\n"
+    ) + session
 
 
 def run_evidence(params: G6Params, outputs: dict[str, Any] | None, client: ClientSide, started: datetime) -> Evidence:
@@ -489,7 +495,7 @@ def experiment_params(args: argparse.Namespace, params: G6Params) -> tuple[KvPar
 
 def cold_start_params(args: argparse.Namespace) -> ColdStartParams:
     """The cold-start experiment's settings from the command line; each wait is bounded by --health-timeout."""
-    return ColdStartParams(settings=args.settings or ["as-configured"], repeats=args.repeats,
+    return ColdStartParams(settings=args.settings or ["as-configured"], repeats=args.repeats or 3,
                            timeout_s=args.health_timeout)  # fmt: skip
 
 
@@ -635,7 +641,7 @@ def write_results(
     point (variant, cold start) completed. `waited`: the GPU node the run brought up, phase by phase,
     which opens the report."""
     meta = _meta(params, argv, started, outcome.server_versions, outcome.errors, evidence)
-    cost = cost_section(outputs, params, (datetime.now(UTC) - started).total_seconds())
+    cost = cost_section(outputs, params, (datetime.now(UTC) - started).total_seconds(), price)
     if isinstance(outcome, ColdStartOutcome):
         result = cold_start_result(meta, params, outcome, price, cost)
         folder = new_run_folder(args.out, f"{LAB}-cold-start", started)

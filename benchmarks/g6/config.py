@@ -10,6 +10,11 @@ from benchmarks.g6.errors import G6Error
 from benchmarks.loadgen import Slo, Timeouts
 
 LAB = "g6"
+# Counted requests per point when --requests is not given: at least MIN_REQUESTS, and REQUESTS_PER_SLOT
+# per concurrent request, so that a closed-loop point runs many waves and its ramp-up and drain are a
+# small part of its window (it then holds its concurrency for most of it).
+MIN_REQUESTS = 64
+REQUESTS_PER_SLOT = 8
 
 
 class G6Sweep(BaseModel):
@@ -57,10 +62,13 @@ class G6Params(BaseModel):
     max_num_seqs: list[int | None] = [None]
     input_len: int = Field(256, ge=1)
     output_len: int = Field(128, ge=1)
-    requests: int = Field(64, ge=1)
+    requests: int | None = Field(None, ge=1, description="counted requests per point; None: requests_at()")
     duration_s: float | None = Field(None, gt=0)
     warmup: int | None = Field(None, ge=0)
     seed: int = 0
+    # The sweep runs its grid this many times over, point after point (interleaved, so a drift in the
+    # server or the machine spreads over every point instead of biasing one).
+    repeats: int = Field(1, ge=1)
     timeouts: Timeouts = Timeouts()
     slo: Slo = Slo()
     slo_itl_ms: float | None = Field(None, gt=0, description="ITL p99 limit for the cheapest point within SLOs")
@@ -87,6 +95,17 @@ class G6Params(BaseModel):
         if self.speedup != 1.0 and self.target_kind != "sim":
             raise G6Error("--speedup applies to --sim only: a real server runs in real time")
         return self
+
+    def requests_at(self, concurrency: int | None) -> int:
+        """Counted requests of a point at `concurrency` (None: open loop): as given, or scaled with it."""
+        if self.requests is not None:
+            return self.requests
+        return max(MIN_REQUESTS, REQUESTS_PER_SLOT * (concurrency or 0))
+
+    @property
+    def time_scale(self) -> str:
+        """The scale every latency and rate of the run is reported on, for table headers and axes."""
+        return f"GPU time: simulated x{self.speedup:g}, converted" if self.speedup != 1.0 else "GPU time"
 
     @property
     def context_len(self) -> int:

@@ -87,7 +87,8 @@ def glog_time(line: str, started: datetime) -> datetime | None:
     return _with_year(m.group(1), "%m%d %H:%M:%S.%f", started) if m else None
 
 
-# The messages of vLLM v0.11.2's start-up, in order (from its source): gpu_model_runner.load_model,
+# The messages of vLLM's start-up, in order (from v0.11.2's source; the same text in v0.33.0, the pinned
+# release: tests/data/vllm/v0.33.0/startup-messages.txt): gpu_model_runner.load_model,
 # weight_utils.download_weights_from_hf (logged only when the download took over 0.5 s), the model
 # runner once the weights are on the GPU, EngineCore after profiling, KV cache allocation, compilation
 # and CUDA-graph capture.

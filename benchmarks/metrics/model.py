@@ -60,9 +60,28 @@ class ServerMetrics(BaseModel):
     dram_active: GaugeStats | None = None
     fb_used_mib: GaugeStats | None = None
     preemptions: float | None = None
-    ttft_p50_ms: float | None = None
-    ttft_p99_ms: float | None = None
+    # vLLM's TTFT histogram knows a quantile only to its bucket: (lower, upper] in ms, upper None for
+    # the +Inf bucket. No point inside the bucket is more likely than another.
+    ttft_p50_bucket_ms: tuple[float, float | None] | None = None
+    ttft_p99_bucket_ms: tuple[float, float | None] | None = None
     series: list[Series] = []
+
+    def in_time_scale(self, k: float) -> ServerMetrics:
+        """These metrics with their times multiplied by `k` (a simulator's seconds into GPU seconds);
+        gauges and counts are unchanged, series keep their wall-clock stamps."""
+        return self.model_copy(update={
+            "ttft_p50_bucket_ms": _scaled(self.ttft_p50_bucket_ms, k),
+            "ttft_p99_bucket_ms": _scaled(self.ttft_p99_bucket_ms, k),
+        })  # fmt: skip
+
+
+def _scaled(bucket: tuple[float, float | None] | None, k: float) -> tuple[float, float | None] | None:
+    return None if bucket is None else (bucket[0] * k, None if bucket[1] is None else bucket[1] * k)
+
+
+def bucket_ms(bucket: tuple[float, float | None] | None) -> tuple[float, float | None] | None:
+    """A histogram bucket in seconds, in milliseconds."""
+    return _scaled(bucket, 1000.0)
 
 
 # Series of the GPU itself: DCGM runs on the node, not in the server, so a direct scrape of the

@@ -6,7 +6,7 @@
   the Kubernetes API server's service proxy, so nothing is port-forwarded or exposed.
 
 On top of either: instant queries evaluated at a time (a window's end, with a range equal to the
-window: avg_over_time, max_over_time, increase, histogram_quantile), range queries for the series
+window: avg_over_time, max_over_time, increase), range queries for the series
 plotted over time, the raw answer of an instant query (the lab benchmarks keep it as is in their
 recordings), and the pure parsing of such an answer into labelled samples.
 """
@@ -25,7 +25,8 @@ from pydantic import BaseModel, ConfigDict
 
 from benchmarks.harness.answers import body_text
 from benchmarks.metrics.errors import MetricsError
-from benchmarks.metrics.model import GAUGES, PREEMPTIONS, TTFT_BUCKETS, GaugeStats, Series, ServerMetrics
+from benchmarks.metrics.model import GAUGES, PREEMPTIONS, TTFT_BUCKETS, GaugeStats, Series, ServerMetrics, bucket_ms
+from benchmarks.metrics.scrape import histogram_bucket
 
 QUERY = "api/v1/query"
 QUERY_RANGE = "api/v1/query_range"
@@ -174,15 +175,14 @@ class PrometheusClient:
             if mean is not None and peak is not None:
                 fields[name] = GaugeStats(mean=mean, max=peak)
                 series.append(Series(name=name, points=self.query_range(f"{agg}({metric})", start, end, step_s)))
-        buckets = f"sum by (le) (increase({TTFT_BUCKETS}{rng}))"
-        p50 = self.query(f"histogram_quantile(0.5, {buckets})", end)
-        p99 = self.query(f"histogram_quantile(0.99, {buckets})", end)
+        increases = self._result(QUERY, {"query": f"sum by (le) (increase({TTFT_BUCKETS}{rng}))", "time": end})
+        buckets = {float(r["metric"]["le"]): float(r["value"][1]) for r in increases if "le" in r["metric"]}
         return ServerMetrics(
             source="prometheus",
             **fields,
             preemptions=self.query(f"sum(increase({PREEMPTIONS}{rng}))", end),
-            ttft_p50_ms=None if p50 is None else p50 * 1000.0,
-            ttft_p99_ms=None if p99 is None else p99 * 1000.0,
+            ttft_p50_bucket_ms=bucket_ms(histogram_bucket(0.5, buckets)),
+            ttft_p99_bucket_ms=bucket_ms(histogram_bucket(0.99, buckets)),
             series=series,
         )
 

@@ -353,7 +353,7 @@ def node_cost(phases: ColdStartPhases, price: GpuPrice | None) -> float | None:
     last = next((p.end for p in reversed(phases.phases) if p.end is not None), None)
     if created is None or last is None:
         return 0.0  # no node came up: nothing billed
-    return round((last - created).total_seconds() / 3600 * price.usd_per_hour, 4)
+    return round((last - created).total_seconds() / 3600 * price.gpu_node, 4)
 
 
 def to_run(record: ColdStartRecord, price: GpuPrice | None) -> ColdStartRun:

@@ -86,7 +86,7 @@ def _break_even(r: ColdStartResult) -> str:
         return ("Not priced: " + ("no GPU price in the stack's outputs." if price is None else
                 "no cold start from zero was served.")) + "\n"  # fmt: skip
     waited = median(x.total_s or 0.0 for x in zero)
-    node_h = median((x.cost_usd or 0.0) / price.usd_per_hour for x in zero)
+    node_h = median((x.cost_usd or 0.0) / price.gpu_node for x in zero)
     tails = [x.tail_s for x in r.runs if x.tail_s is not None]
     tail_s = median(tails) if tails else DEFAULT_TAIL_S
     tail_text = (f"the idle tail this run measured (median {tail_s / 60:.1f} min over {len(tails)} node(s), from its pod "
@@ -106,9 +106,9 @@ def _break_even(r: ColdStartResult) -> str:
     even_h = node_h + tail_s / 3600
     rows = []
     for gap in GAPS_H:
-        extra = max(0.0, gap - even_h) * price.usd_per_hour
+        extra = max(0.0, gap - even_h) * price.gpu_node
         per_min = None if saved_s <= 0 else f"${extra / (saved_s / 60):.3f}"
-        rows.append((f"{gap:g} h", f"${gap * price.usd_per_hour:.2f}", f"${extra:.2f}", per_min))
+        rows.append((f"{gap:g} h", f"${gap * price.gpu_node:.2f}", f"${extra:.2f}", per_min))
     return "\n".join([
         f"A warm node (`gpu_min_nodes: 1`) costs {price.describe()}. It saves each session's first request "
         f"{saved_text}.",

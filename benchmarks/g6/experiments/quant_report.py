@@ -12,7 +12,10 @@ import matplotlib.pyplot as plt  # noqa: E402  (the backend must be chosen first
 from benchmarks.g6.experiments.divergence import RESAMPLES, Estimate, QualityScore  # noqa: E402
 from benchmarks.g6.experiments.quality import TOP_K  # noqa: E402
 from benchmarks.g6.experiments.quant import QuantResult, VariantResult  # noqa: E402
-from benchmarks.g6.report import context_lines, cost_sections, errors_section, latency_pair, price_cell, target_text  # noqa: E402
+from benchmarks.g6.report import (  # noqa: E402
+    context_lines, cost_sections, errors_section, in_flight_cell, latency_pair, price_cell, reading_notes, target_text,
+    throughput_cell,
+)  # fmt: skip
 from benchmarks.g6.result import G6Point  # noqa: E402
 from benchmarks.harness.evidence import markdown as evidence_section  # noqa: E402
 from benchmarks.harness.markdown import num, table  # noqa: E402
@@ -65,7 +68,7 @@ def _header(r: QuantResult) -> str:
         "## What was run",
         "",
         f"- Variants, the first the baseline: {', '.join(f'{v.variant} ({_setting(v)})' for v in r.variants)}",
-        f"- Per variant: closed-loop points at concurrency {p.concurrency or list(_levels(r))}, {p.requests} counted "
+        f"- Per variant: closed-loop points at concurrency {p.concurrency or list(_levels(r))}, {p.requests if p.requests is not None else 'max(64, 8 x concurrency)'} counted "
         f"requests each after a warm-up, {p.input_len} prompt token ids and exactly {p.output_len} output tokens "
         f"(`ignore_eos`); server at gpu-memory-utilization {p.gpu_memory_utilization:g}"
         + (f", max-model-len {p.max_model_len}" if p.max_model_len else ""),
@@ -188,13 +191,13 @@ def _points(r: QuantResult) -> str:
     rows = []
     for v in r.variants:
         for p in v.points:
-            rows.append([v.variant, p.concurrency, p.completed, p.failed, latency_pair(p.ttft_ms), latency_pair(p.itl_ms),
-                         latency_pair(p.tpot_ms), num(p.output_tokens_per_s), p.bound, price_cell(p)])  # fmt: skip
+            rows.append([v.variant, p.concurrency, in_flight_cell(p), p.completed, p.failed, latency_pair(p.ttft_ms),
+                         latency_pair(p.itl_ms), latency_pair(p.tpot_ms), throughput_cell(p), p.bound, price_cell(p)])  # fmt: skip
     return "## Every point\n\n" + table(
-        ["variant", "concurrency", "ok", "failed", "TTFT p50/p99 ms", "ITL p50/p99 ms", "TPOT p50/p99 ms",
-         "output tok/s", "bound", "$ per M output tokens"],
+        ["variant", "concurrency", "in flight (mean)", "ok", "failed", "TTFT p50/p99 ms", "ITL p50/p99 ms",
+         "TPOT p50/p99 ms", "output tok/s", "bound", "$ per M output tokens (GPU node spot)"],
         rows,
-    )  # fmt: skip
+    ) + "\n" + reading_notes(r.params)  # fmt: skip
 
 
 def render_quant_report(r: QuantResult) -> str:
@@ -231,10 +234,10 @@ def tradeoffs_plot(r: QuantResult, path: Path) -> None:
     mem.legend(fontsize=7, loc="upper center")
     width = 0.38
     for offset, level, colour in ((-width / 2, low, "#9ecae1"), (width / 2, high, "#3182bd")):
-        values = [(_at(v, level).output_tokens_per_s / r.params.speedup if _at(v, level) else 0) for v in r.variants]
+        values = [(_at(v, level).output_tokens_per_s if _at(v, level) else 0) for v in r.variants]
         bars = speed.bar([i + offset for i in x], values, width, color=colour, label=f"c={level}")
         speed.bar_label(bars, [f"{value:,.0f}" if value else "" for value in values], fontsize=7)
-    speed.set_ylabel("output tokens/s on the GPU")
+    speed.set_ylabel(f"output tokens/s ({r.params.time_scale})")
     speed.set_title("throughput")
     speed.legend(fontsize=8)
     scored = [v for v in r.variants if v.quality is not None] if r.params.target_kind != "sim" else []
