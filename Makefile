@@ -6,7 +6,7 @@ STACK ?= dev
 LAB ?= $(STACK)
 OUT ?= results
 
-.PHONY: venv test plan g6-sim g6-kv-sim g6-quant-sim preflight status up down cost clean
+.PHONY: venv test plan docs g6-sim g6-kv-sim g6-quant-sim preflight status up down cost clean
 
 # A target's required variables, checked before anything runs (no venv, no python): one line naming
 # those missing and an example.
@@ -34,6 +34,9 @@ test: venv ## run the whole test suite (no cloud; fetches the pinned upstream fi
 
 plan: venv ## offline plan of a stack: make plan STACK=g6
 	$(BIN)/python -m stacks.plan $(STACK)
+
+docs: venv ## refresh the generated docs: the configuration reference and the figures quoted from examples/
+	$(BIN)/python -m tests.docgen
 
 g6-sim: venv ## the g6 sweep against the simulated L4; report in $(OUT)/
 	$(BIN)/python -m benchmarks g6 --sim --model Qwen/Qwen2.5-1.5B-Instruct --max-num-seqs 8,32 --concurrency 1,8,32 --out $(OUT)

@@ -8,6 +8,7 @@ feature modules beside this one and switched on per lab by `stacks.labs`.
 
 from __future__ import annotations
 
+import hashlib
 import ipaddress
 import re
 from typing import Literal
@@ -43,7 +44,7 @@ class Frozen(BaseModel):
 class LabConfig(Frozen):
     """One stack's whole configuration. Defaults give the cheapest safe platform."""
 
-    lab: LabName
+    lab: LabName = Field(description="which lab this stack is (its defaults come from stacks/labs.py)")
     stack: str = Field(description="Pulumi stack name (set by the loader)")
     project: str = Field(description="GCP project id (from gcp:project)")
     region: str = Field("us-central1", description="GCP region (from gcp:region)")
@@ -51,25 +52,37 @@ class LabConfig(Frozen):
     gpu_zones: list[str] | None = Field(
         None, description="zones the GPU pool may use (location_policy ANY picks one with stock)"
     )
-    release_channel: Literal["RAPID", "REGULAR", "STABLE"] = "REGULAR"
+    release_channel: Literal["RAPID", "REGULAR", "STABLE"] = Field("REGULAR", description="GKE release channel")
     # System pool: runs controllers, Prometheus, Grafana. e2-standard-4 fits the heaviest lab (g5).
-    system_machine_type: str = "e2-standard-4"
-    system_min_nodes: int = Field(1, ge=1, le=10)
-    system_max_nodes: int = Field(2, ge=1, le=10)
-    system_spot: bool = False
+    system_machine_type: str = Field(
+        "e2-standard-4", description="machine type of the CPU pool for controllers and monitoring (e2-standard-2, -4, -8)"
+    )
+    system_min_nodes: int = Field(1, ge=1, le=10, description="CPU pool's minimum nodes")
+    system_max_nodes: int = Field(2, ge=1, le=10, description="CPU pool's maximum nodes")
+    system_spot: bool = Field(False, description="spot VMs for the CPU pool (controllers may be preempted)")
     # GPU pool: one L4 spot node at most, scaled from zero.
-    gpu_machine_type: str = "g2-standard-4"
-    gpu_accelerator: Literal["nvidia-l4"] = "nvidia-l4"
-    gpu_count: int | None = Field(None, ge=1, description="GPUs per node; default: what the machine type carries")
-    gpu_spot: bool = True
-    gpu_min_nodes: int = Field(0, ge=0, le=16)
-    gpu_max_nodes: int = Field(1, ge=1, le=16)
-    gpu_driver_version: Literal["DEFAULT", "LATEST", "INSTALLATION_DISABLED"] = "LATEST"
-    gpu_disk_gb: int = Field(100, ge=50, le=2000)
-    subnet_cidr: str = "10.10.0.0/20"
-    pods_cidr: str = "10.20.0.0/14"
-    services_cidr: str = "10.24.0.0/20"
-    labels: dict[str, str] = Field(default_factory=dict, description="extra billing labels")
+    gpu_machine_type: str = Field(
+        "g2-standard-4", description="G2 machine type: -4/-8/-12/-16/-32 carry 1 L4, -24: 2, -48: 4, -96: 8"
+    )
+    gpu_accelerator: Literal["nvidia-l4"] = Field("nvidia-l4", description="the GPU every lab is written for")
+    gpu_count: int | None = Field(
+        None, ge=1, description="GPUs per node; default: what the machine type carries (must equal it)"
+    )
+    gpu_spot: bool = Field(True, description="spot GPU nodes (about 40% of the on-demand price; may be preempted)")
+    gpu_min_nodes: int = Field(0, ge=0, le=16, description="GPU pool's minimum nodes (0: scales to zero)")
+    gpu_max_nodes: int = Field(
+        1, ge=1, le=16, description="GPU pool's maximum nodes; x GPUs per node must fit your L4 quota"
+    )
+    gpu_driver_version: Literal["DEFAULT", "LATEST", "INSTALLATION_DISABLED"] = Field(
+        "LATEST", description="the NVIDIA driver GKE installs (INSTALLATION_DISABLED: the GPU Operator's own)"
+    )
+    gpu_disk_gb: int = Field(100, ge=50, le=2000, description="boot disk of a GPU node (images and model weights)")
+    subnet_cidr: str = Field("10.10.0.0/20", description="the nodes' subnet; the three ranges must not overlap")
+    pods_cidr: str = Field("10.20.0.0/14", description="secondary range for pods")
+    services_cidr: str = Field("10.24.0.0/20", description="secondary range for services")
+    labels: dict[str, str] = Field(
+        default_factory=dict, description="extra GCE billing labels (every resource also gets lab, stack, managed-by)"
+    )
 
     observability: platform_features.Observability = platform_features.Observability()
     gpu_sharing: platform_features.GpuSharing = platform_features.GpuSharing()
@@ -210,6 +223,11 @@ class LabConfig(Frozen):
         """nvidia.com/gpu the GPU pool offers, time-slicing included."""
         replicas = self.gpu_sharing.replicas if self.gpu_sharing.enabled else 1
         return platform_features.PoolCapacity(self.gpu_max_nodes, self.gpus_per_node, replicas)
+
+    @property
+    def sha256(self) -> str:
+        """Digest of the whole validated config (defaults included): which config a report ran against."""
+        return hashlib.sha256(self.model_dump_json().encode()).hexdigest()
 
     @property
     def billing_labels(self) -> dict[str, str]:

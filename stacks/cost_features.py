@@ -61,7 +61,7 @@ class Budget(_Model):
 class IdleGuard(_Model):
     """A CronJob that stops this project's GPU workloads once they have run longer than the TTL."""
 
-    enabled: bool = False
+    enabled: bool = Field(False, description="switch the feature on (the labs that need it switch it on themselves)")
     ttl_minutes: int = Field(180, description="a GPU workload older than this is scaled to zero or deleted")
     schedule: str = Field("*/10 * * * *", description="cron schedule of the guard")
     dry_run: bool = Field(False, description="log what would be stopped, stop nothing")
@@ -87,7 +87,7 @@ class IdleGuard(_Model):
 class CostExporter(_Model):
     """Prometheus gauges of what each namespace and pod costs per hour, and their dashboard."""
 
-    enabled: bool = False
+    enabled: bool = Field(False, description="switch the feature on (the labs that need it switch it on themselves)")
     refresh_seconds: int = Field(60, ge=15, le=3600, description="how often the exporter re-reads nodes and pods")
 
 

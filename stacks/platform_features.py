@@ -29,7 +29,7 @@ RESERVED_NAMESPACES = frozenset(
 
 class _Feature(BaseModel):
     model_config = ConfigDict(frozen=True, extra="forbid")
-    enabled: bool = False
+    enabled: bool = Field(False, description="switch the feature on (the labs that need it switch it on themselves)")
 
 
 class Observability(_Feature):
@@ -65,8 +65,8 @@ class Kueue(_Feature):
     """
 
     namespace: str = Field("batch-jobs", pattern=DNS_LABEL, description="lab namespace holding the LocalQueue")
-    cluster_queue: str = Field("gpu-cluster-queue", pattern=DNS_LABEL)
-    local_queue: str = Field("lab-queue", pattern=DNS_LABEL)
+    cluster_queue: str = Field("gpu-cluster-queue", pattern=DNS_LABEL, description="ClusterQueue name")
+    local_queue: str = Field("lab-queue", pattern=DNS_LABEL, description="LocalQueue name, in `namespace`")
     flavor: str = Field("l4-spot", pattern=DNS_LABEL, description="ResourceFlavor name of the GPU pool")
     quota_gpus: int = Field(6, ge=1, description="nvidia.com/gpu nominal quota (shared GPUs count one each)")
     quota_cpu: float = Field(3, gt=0, description="CPU cores nominal quota")
@@ -98,7 +98,7 @@ class TrainingOperator(_Feature):
     api: Literal["trainer-v2", "v1"] = Field(
         "trainer-v2", description="trainer-v2: Kubeflow Trainer (TrainJob on JobSet); v1: Training Operator (PyTorchJob)"
     )
-    namespace: str = Field("training", pattern=DNS_LABEL)
+    namespace: str = Field("training", pattern=DNS_LABEL, description="namespace of the g4 job")
     workers: int = Field(2, ge=2, le=16, description="pods of the job (nodes of the TrainJob), i.e. world size")
     gpus_per_worker: int = Field(1, ge=1, description="nvidia.com/gpu each pod requests")
     clean_pod_policy: Literal["None", "Running", "All"] = Field(
@@ -109,7 +109,7 @@ class TrainingOperator(_Feature):
 class Checkpoints(_Feature):
     """A GCS bucket for checkpoints, written through Workload Identity (no keys), deleted with the stack."""
 
-    namespace: str = Field("spot-jobs", pattern=DNS_LABEL)
+    namespace: str = Field("spot-jobs", pattern=DNS_LABEL, description="namespace of the checkpointing job")
     service_account: str = Field("checkpointer", pattern=DNS_LABEL, description="Kubernetes ServiceAccount name")
     delete_after_days: int = Field(7, ge=1, le=365, description="objects older than this are deleted")
     interval_s: int = Field(60, ge=10, le=3600, description="seconds between checkpoints of the g8 job")
@@ -124,7 +124,7 @@ class Tenant(BaseModel):
     gpus: int = Field(1, ge=0, description="requests.nvidia.com/gpu quota")
     cpu: float = Field(4, gt=0, description="requests.cpu quota in cores")
     memory_gib: float = Field(16, gt=0, description="requests.memory quota in GiB")
-    pods: int = Field(20, ge=1)
+    pods: int = Field(20, ge=1, description="pods quota")
 
     @field_validator("group")
     @classmethod
@@ -137,10 +137,13 @@ class Tenant(BaseModel):
 class Tenancy(_Feature):
     """Tenants and PriorityClasses (serving > training > batch; batch never preempts)."""
 
-    tenants: list[Tenant] = Field(default_factory=list)
+    tenants: list[Tenant] = Field(default_factory=list, description="one entry per team (fields below)")
     # Google Groups for RBAC: GKE resolves a tenant's group only when it is a member of this group,
     # which must be named gke-security-groups@<your domain>.
-    security_group: str | None = Field(None, pattern=r"^gke-security-groups@[^@\s]+\.[^@\s]+$")
+    security_group: str | None = Field(
+        None, pattern=r"^gke-security-groups@[^@\s]+\.[^@\s]+$",
+        description="the gke-security-groups@ group that holds the tenants' groups (Google Groups for RBAC)",
+    )
 
 
 @dataclass(frozen=True)

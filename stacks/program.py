@@ -98,6 +98,7 @@ def build(cfg: LabConfig, secrets: Secrets) -> dict[str, Any]:
     return {
         "lab": cfg.lab,
         "lab_title": LABS[cfg.lab].title,
+        "config_sha256": cfg.sha256,
         "project": cfg.project,
         "region": cfg.region,
         "zones": sorted({cfg.cluster_zone, *cfg.gpu_node_zones}),

@@ -46,7 +46,7 @@ _RUNTIME_DEFAULTS: dict[str, dict[str, object]] = {
 
 class _Feature(BaseModel):
     model_config = ConfigDict(frozen=True, extra="forbid")
-    enabled: bool = False
+    enabled: bool = Field(False, description="switch the feature on (the labs that need it switch it on themselves)")
 
 
 class KServe(_Feature):
@@ -77,7 +77,7 @@ class KServe(_Feature):
     canary: str | None = Field(None, description="the version under test; None: no canary")
     canary_traffic_percent: int = Field(10, ge=0, le=100, description="share of requests the canary gets")
     min_replicas: int = Field(0, ge=0, description="0: scale to zero when idle")
-    max_replicas: int = Field(1, ge=1, le=16)
+    max_replicas: int = Field(1, ge=1, le=16, description="the autoscaler's upper bound")
     scale_metric: Literal["concurrency", "rps"] = Field(
         "rps", description="what Knative's autoscaler keeps per replica: in-flight requests or requests/s"
     )
@@ -113,13 +113,13 @@ class KServe(_Feature):
 class Vllm(_Feature):
     """A vLLM OpenAI-compatible server on the L4. Every field maps to one server flag."""
 
-    namespace: str = Field("llm", pattern=DNS_LABEL)
+    namespace: str = Field("llm", pattern=DNS_LABEL, description="namespace of the vLLM server")
     # 1.5B in bf16 is ~3.1 GB of weights: ~16 GB of the L4 is left for KV cache at 0.9 utilisation.
     model: str = Field("Qwen/Qwen2.5-1.5B-Instruct", description="Hugging Face model id (--model)")
     max_position_embeddings: int | None = Field(
         None, ge=1, description="the model's context limit; needed only for models outside the catalogue"
     )
-    dtype: Literal["auto", "bfloat16", "float16"] = "bfloat16"
+    dtype: Literal["auto", "bfloat16", "float16"] = Field("bfloat16", description="--dtype")
     max_model_len: int = Field(4096, ge=128, description="--max-model-len")
     gpu_memory_utilization: float = Field(0.9, gt=0, le=0.95, description="--gpu-memory-utilization")
     # vLLM's own default on GPUs under 70 GiB is 256.
@@ -135,8 +135,12 @@ class Vllm(_Feature):
     weights: Literal["huggingface", "gcs"] = Field("huggingface", description="where vLLM reads the weights: "
                                                    "downloaded from Hugging Face, or a Cloud Storage bucket "
                                                    "(GCS FUSE) filled once by a copy Job")  # fmt: skip
-    sweep_max_num_seqs: list[int] = Field(default_factory=lambda: [16, 32, 64, 128, 256])
-    sweep_concurrency: list[int] = Field(default_factory=lambda: [1, 2, 4, 8, 16, 32, 64, 128])
+    sweep_max_num_seqs: list[int] = Field(
+        default_factory=lambda: [16, 32, 64, 128, 256], description="the g6 sweep's max-num-seqs values (stack output benchmark)"
+    )
+    sweep_concurrency: list[int] = Field(
+        default_factory=lambda: [1, 2, 4, 8, 16, 32, 64, 128], description="the g6 sweep's concurrency values"
+    )
 
     def context_limit(self) -> int | None:
         """The model's max_position_embeddings: from the catalogue, else the configured one."""
@@ -149,13 +153,15 @@ class Argo(_Feature):
 
     namespace: str = Field("argo", pattern=DNS_LABEL, description="controller and server")
     workflow_namespace: str = Field("pipelines", pattern=DNS_LABEL, description="where the workflows run")
-    template_name: str = Field("train-register-deploy", pattern=DNS_LABEL)
+    template_name: str = Field("train-register-deploy", pattern=DNS_LABEL, description="WorkflowTemplate name")
     model_name: str = Field("iris-argo", pattern=DNS_LABEL, description="InferenceService the deploy step creates")
     fail_step: Literal["none", "train", "register", "deploy"] = Field(
         "none", description="default of the workflow parameter that makes one step exit non-zero"
     )
     retry_limit: int = Field(1, ge=0, le=10, description="retryStrategy.limit of each step")
-    retry_policy: Literal["Always", "OnFailure", "OnError", "OnTransientError"] = "OnFailure"
+    retry_policy: Literal["Always", "OnFailure", "OnError", "OnTransientError"] = Field(
+        "OnFailure", description="retryStrategy.retryPolicy of each step"
+    )
     artifact_retention_days: int = Field(7, ge=1, le=365, description="bucket objects are deleted after this")
 
 

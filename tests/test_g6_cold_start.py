@@ -238,7 +238,8 @@ def test_every_g6_report_of_a_run_that_brought_a_node_up_opens_with_its_phases()
         result = load_result(model, examples / folder)
         sections = [line for line in render(result.model_copy(update={"waited": waited})).splitlines()
                     if line.startswith("## ")]  # fmt: skip
-        assert sections[:2] == [WAITED_TITLE, "## What was run"], folder
+        # What the user waited for, then the evidence of what ran, then the run itself.
+        assert sections[:3] == [WAITED_TITLE, "## Evidence: what really ran", "## What was run"], folder
         assert WAITED_TITLE not in render(result)  # a run that found its node up says nothing of it
     assert waited_first("# t\n\nbody\n", None) == "# t\n\nbody\n"
 

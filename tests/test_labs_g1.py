@@ -181,9 +181,16 @@ def test_a_whole_live_run_against_a_scripted_cluster_writes_the_results_folder(t
             return json.dumps({"status": "success", "data": {"resultType": "vector", "result": result}})
 
     cluster = DcgmCluster(on_list)
+    # The probe's log is the nvidia-smi output the fixture recorded.
+    cluster.on_log = lambda namespace, name, container: rec.nvidia_smi if name.startswith("g1-gpu-probe-") else ""
     assert live.run(g1, live_args(tmp_path, dcgm_timeout=1.0), cluster=cluster, outputs=fixture_outputs("g1")) == 0
     (folder,) = list(tmp_path.iterdir())
     assert {p.name for p in folder.iterdir()} >= {"recording.json", "result.json", "report.md"}
     assert "kubeconfig" not in (folder / "recording.json").read_text()
     run_id = cluster.created[0]["metadata"]["labels"][RUN_LABEL]
     assert ("v1", "Pod", "default", f"{RUN_LABEL}={run_id}") in cluster.deleted
+    evidence = json.loads((folder / "result.json").read_text())["meta"]["evidence"]
+    assert (evidence["driver_version"], evidence["cuda_version"]) == ("580.95.05", "13.0")
+    assert "CUDA Version: 13.0" in (folder / "report.md").read_text()
+    # The probe holds the node's one GPU, so no second nvidia-smi pod was created.
+    assert [o["metadata"]["name"] for o in cluster.created if "nvidia-smi" in o["metadata"]["name"]] == []

@@ -57,7 +57,7 @@ def _without_cost(folder: Path) -> tuple[dict, str]:
     report = (folder / "report.md").read_text()
     if "## Cost" in report:
         head, rest = report.split("## Cost", 1)
-        report = head + rest[rest.index("## What failed first time"):]
+        report = head + (rest[rest.index("\n## "):] if "\n## " in rest else "")
     return result, report
 
 

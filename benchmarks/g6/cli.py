@@ -69,11 +69,13 @@ from benchmarks.harness import (
     section,
     tool_version,
 )
+from benchmarks.harness.evidence import SIMULATOR, Evidence
 from benchmarks.harness.outputs import problems
 from benchmarks.harness.results import client_cpus
 from benchmarks.harness.server import Server, http_server, only_model
 from benchmarks.harness.signals import Interrupted, shielded, sigterm_raises
 from benchmarks.labs.errors import LabError
+from benchmarks.labs.evidence import collect as collect_evidence
 from benchmarks.labs.live import new_run_id
 from benchmarks.labs.stack import require_lab, system_selector
 from benchmarks.loadgen import LoadgenError, LoadSpec, LocalRunner, Slo, Timeouts
@@ -455,7 +457,19 @@ def cost_section(outputs: dict[str, Any] | None, params: G6Params, seconds: floa
     ) + session
 
 
-def _meta(params: G6Params, argv: list[str], started: datetime, versions: dict[str, str], errors: list[str]) -> RunMeta:
+def run_evidence(params: G6Params, outputs: dict[str, Any] | None, client: ClientSide, started: datetime) -> Evidence:
+    """What really ran: read from the cluster for an in-cluster run; "simulator" or "not known" otherwise."""
+    if params.target_kind == "sim":
+        return Evidence.offline(SIMULATOR)
+    if outputs is None or not isinstance(client.runner, ClusterRunner):
+        return Evidence.offline()
+    runner = client.runner
+    return collect_evidence(runner.cluster, outputs, [runner.namespace], runner.run_id, started, datetime.now(UTC))
+
+
+def _meta(
+    params: G6Params, argv: list[str], started: datetime, versions: dict[str, str], errors: list[str], evidence: Evidence
+) -> RunMeta:
     return RunMeta(
         lab=LAB,
         target=params.target,
@@ -467,6 +481,7 @@ def _meta(params: G6Params, argv: list[str], started: datetime, versions: dict[s
         command=["python", "-m", "benchmarks", LAB, *argv],
         server_versions=versions,
         errors=errors,
+        evidence=evidence,
     )
 
 
@@ -507,7 +522,9 @@ def _measure_again(args: argparse.Namespace, argv: list[str], started: datetime,
         return 2
     kv, quant = experiment_params(args, params)
     outcome = cold_start.recorded(recording, cold_start_params(args).poll_s)
-    folder, ok = write_results(args, argv, started, params, kv, quant, outputs, outcome, stack_gpu_price(outputs, params))
+    # Measured again from a file: no cluster is read now, so what ran is not known here.
+    folder, ok = write_results(args, argv, started, params, kv, quant, outputs, outcome, stack_gpu_price(outputs, params),
+                               Evidence.offline())  # fmt: skip
     print(folder)
     return 0 if ok else 1
 
@@ -596,10 +613,14 @@ def _run(args: argparse.Namespace, argv: list[str], started: datetime) -> int:
         outcome.errors.append(f"the run stopped: {failure}")
     if outcome.interrupted:
         outcome.errors.append(f"interrupted ({outcome.interrupted}) after {outcome.done()}: the rest was not measured")
+    try:
+        evidence = run_evidence(params, outputs, client, started)
+    except (KeyboardInterrupt, Interrupted):  # what was measured matters more than the evidence
+        evidence = Evidence.offline()
     # A second Ctrl-C must not lose what the first one kept.
     with shielded(lambda name: print(f"g6: {name} received; writing the results first", file=sys.stderr)):
         waited = first.waited(started) if first is not None else None
-        folder, ok = write_results(args, argv, started, params, kv, quant, outputs, outcome, price, waited)
+        folder, ok = write_results(args, argv, started, params, kv, quant, outputs, outcome, price, evidence, waited)
     if outcome.interrupted:
         print(f"g6: interrupted after {outcome.done()}; partial results in {folder}", file=sys.stderr)
     if failure:
@@ -613,13 +634,13 @@ def _run(args: argparse.Namespace, argv: list[str], started: datetime) -> int:
 
 def write_results(
     args: argparse.Namespace, argv: list[str], started: datetime, params: G6Params, kv: KvParams,
-    quant: QuantParams, outputs: dict[str, Any] | None, outcome: Outcome, price: GpuPrice | None,
+    quant: QuantParams, outputs: dict[str, Any] | None, outcome: Outcome, price: GpuPrice | None, evidence: Evidence,
     waited: ColdStartPhases | None = None,
 ) -> tuple[Path, bool]:  # fmt: skip
     """result.json, report.md and the plots of what `outcome` holds; the folder, and whether every
     point (variant, cold start) completed. `waited`: the GPU node the run brought up, phase by phase,
     which opens the report."""
-    meta = _meta(params, argv, started, outcome.server_versions, outcome.errors)
+    meta = _meta(params, argv, started, outcome.server_versions, outcome.errors, evidence)
     cost = cost_section(outputs, params, (datetime.now(UTC) - started).total_seconds(), price)
     if isinstance(outcome, ColdStartOutcome):
         result = cold_start_result(meta, params, outcome, price, cost)

@@ -9,6 +9,7 @@ from benchmarks.g6.plots import PLOTS
 from benchmarks.g6.price import cheapest, slo_text
 from benchmarks.g6.result import G6Point, G6Result, GpuPrice
 from benchmarks.harness import RunMeta
+from benchmarks.harness.evidence import markdown as evidence_section
 from benchmarks.harness.markdown import num, table
 from benchmarks.labs.phases_report import waited_first
 from benchmarks.loadgen import Summary
@@ -168,6 +169,7 @@ def _header(r: G6Result) -> str:
         "",
         f"Model `{p.model}` served by {target_text(p)}; {m.started_at.isoformat()} to {m.finished_at.isoformat()}.",
         "",
+        evidence_section(m.evidence),
         "## What was run",
         "",
         f"- Grid: max-num-seqs {[x for x in p.max_num_seqs]} x {load}"

@@ -11,6 +11,7 @@ from typing import TypeVar
 from pydantic import BaseModel, ConfigDict, ValidationError
 
 from benchmarks.harness.errors import HarnessError
+from benchmarks.harness.evidence import Evidence
 
 RESULT_FILE = "result.json"
 _VERSION = "0.1.0"
@@ -33,6 +34,9 @@ class RunMeta(BaseModel):
     command: list[str]
     server_versions: dict[str, str] = {}
     errors: list[str] = []
+    # What really ran (GKE, driver, CUDA, digests, node, what failed first time); a result written
+    # before the field existed reads as "not known".
+    evidence: Evidence = Evidence.offline()
 
 
 def tool_version() -> str:

@@ -15,9 +15,9 @@ from datetime import datetime
 from pathlib import Path
 from typing import Any
 
-from benchmarks.cluster import wait_until
+from benchmarks.cluster import ClusterError, wait_until
 from benchmarks.harness import PrometheusRef
-from benchmarks.labs import images, live, objects
+from benchmarks.labs import evidence, images, live, objects
 from benchmarks.labs.errors import LabError
 from benchmarks.labs.live import LabSession, now
 from benchmarks.labs.plotting import timeline_plot
@@ -56,6 +56,7 @@ class G1Result(LabResult):
     untolerated_pod_node: str | None
     failed_scheduling: list[str]
     dcgm_series: list[dict[str, str]]
+    nvidia_smi: str | None = None  # what the probe's nvidia-smi printed on the GPU node
 
 
 def probe_name(run_id: str) -> str:
@@ -73,8 +74,11 @@ def build_workloads(outputs: dict[str, Any], run_id: str = "manual") -> list[dic
         probe_name(run_id),
         params.namespace,
         objects.pod_spec(
-            [objects.container("probe", images.BUSYBOX, ["sleep", "900"], requests={"cpu": "10m", "memory": "16Mi"},
-                               limits={GPU: "1", "cpu": "100m", "memory": "32Mi"})],
+            # It prints nvidia-smi first (the driver and CUDA versions of the report's evidence), then
+            # holds the GPU; an image with glibc, since GKE mounts the driver's own nvidia-smi.
+            [objects.container("probe", evidence.IMAGE, ["sh", "-c", f"{evidence.NVIDIA_SMI}; exec sleep 900"],
+                               requests={"cpu": "10m", "memory": "32Mi"},
+                               limits={GPU: "1", "cpu": "100m", "memory": "64Mi"})],
             node_selector=selector,
             tolerations=tolerations,
         ),
@@ -162,6 +166,10 @@ def record(session: LabSession, args: argparse.Namespace) -> Recording:
     except Exception as e:  # keep the scheduling evidence even if Prometheus is unreachable
         session.notes.append(f"DCGM wait ended: {e}")
     poll()  # the untolerated pod's final state, after the GPU node has long been there
+    try:  # read after the DCGM wait: by now the probe's nvidia-smi has long finished writing
+        session.nvidia_smi = cluster.pod_log(params.namespace, probe_name(run_id))
+    except ClusterError as e:
+        session.notes.append(f"nvidia-smi output of the probe not read: {e}")
     return session.recording(objects={"gpu_nodes_before": nodes_before})
 
 
@@ -262,6 +270,7 @@ def measure(rec: Recording, source: str = "live") -> G1Result:
         untolerated_pod_node=untol_nodes[0] if untol_nodes else None,
         failed_scheduling=failed,
         dcgm_series=series,
+        nvidia_smi=rec.nvidia_smi,
     )
 
 
@@ -312,6 +321,11 @@ def report_body(result: G1Result) -> str:
         "",
         f"`{DCGM_QUERY}` returned {len(result.dcgm_series)} series for the node"
         + (f" (GPU {result.dcgm_series[0].get('modelName', '?')})." if result.dcgm_series else "."),
+        "",
+        "## nvidia-smi in a pod on the GPU node",
+        "",
+        *(["The probe ran the driver's own nvidia-smi before holding the GPU:", "", "```", result.nvidia_smi.rstrip(), "```"]
+          if result.nvidia_smi else ["Not read: the probe's log was not available (see What failed first time)."]),
     ]
     return "\n".join(lines)
 

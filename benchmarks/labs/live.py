@@ -14,6 +14,7 @@ from benchmarks.cluster import Cluster, ClusterError, KubeCluster, RunScope
 from benchmarks.harness import HarnessError, new_run_folder, read_outputs, tool_version
 from benchmarks.harness.results import client_cpus
 from benchmarks.labs.errors import LabError
+from benchmarks.labs.evidence import final_pods, node_events, run_nvidia_smi
 from benchmarks.labs.record import Recording, Snapshot, helm_chart_versions, public_outputs, save_recording
 from benchmarks.labs.report import write_results
 from benchmarks.labs.result import LabResult
@@ -69,6 +70,7 @@ class LabSession:
         self.snapshots: list[Snapshot] = []
         self.logs: dict[str, str] = {}
         self.client: dict[str, Any] = {}
+        self.nvidia_smi: str | None = None  # a lab whose own GPU pod ran nvidia-smi (g1's probe) sets it
 
     def recording(self, **parts: Any) -> Recording:
         """The recording of this run: common cluster facts, what the lab gathered, and `parts`."""
@@ -90,8 +92,26 @@ class LabSession:
             snapshots=parts.pop("snapshots", self.snapshots),
             logs=parts.pop("logs", self.logs),
             client={**self.client_facts, **self.client, **parts.pop("client", {})},
+            nvidia_smi=self.nvidia_smi,
             **parts,
         )
+
+    def with_evidence(self, rec: Recording) -> Recording:
+        """`rec` with what the report's evidence needs from the cluster as the run ends: nvidia-smi's
+        output (a one-shot pod, inside the run's scope so it is swept with the rest), the final pods
+        and the GPU nodes' events. A failure here is a note, never the end of a measured run."""
+        update: dict[str, Any] = {}
+        try:
+            if self.nvidia_smi is None:
+                update["nvidia_smi"] = run_nvidia_smi(self.scope, self.outputs, log=self.log)
+            update["pods"] = final_pods(self.cluster, self.namespaces)
+            seen = {(e.get("metadata") or {}).get("uid") for e in rec.events}
+            update["events"] = rec.events + [
+                e for e in node_events(self.cluster, self.started_at) if (e.get("metadata") or {}).get("uid") not in seen
+            ]
+        except Exception as e:  # as the cost line: the evidence must never cost the measurement
+            update["notes"] = rec.notes + [f"evidence not fully read from the cluster: {e}"]
+        return rec.model_copy(update=update)
 
     def _charts(self) -> dict[str, str]:
         """Helm releases read from the cluster; a user who may not list Secrets still gets a report."""
@@ -133,7 +153,7 @@ def run(lab: LiveLab, args: argparse.Namespace, cluster: Cluster | None = None, 
         print(f"{lab.LAB}: run {session.run_id}; every object is labelled with it and deleted at the end")
         try:
             with session.scope:
-                rec = lab.record(session, args)
+                rec = session.with_evidence(lab.record(session, args))
         except (LabError, ClusterError) as e:
             _save_partial(lab, session, args, e)
             raise

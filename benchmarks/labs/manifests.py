@@ -17,6 +17,7 @@ from typing import Any
 import yaml
 
 from benchmarks.__main__ import LABS as BENCHMARKS
+from benchmarks.labs import evidence
 from stacks.loader import ConfigError
 from stacks.mockrun import run_stack
 from stacks.output_folder import OutputFolderError, prepare
@@ -27,14 +28,17 @@ RUN_ID = "plan-0000"  # object names end in a run's last four characters
 
 
 def workloads(lab: str, outputs: dict[str, Any]) -> list[dict[str, Any]]:
-    """The objects `python -m benchmarks <lab>` creates first, built from the stack's outputs."""
+    """The objects `python -m benchmarks <lab>` creates first, built from the stack's outputs, and the
+    one-shot nvidia-smi pod every run may end with (the evidence of its report)."""
     if lab == "g6":
         from benchmarks.g6 import cli
 
         args = cli.parser().parse_args(["--outputs", "outputs.json", "--concurrency", "1"])
         params = cli.resolve_params(args, outputs)
-        return cli.client_manifest(outputs, params, *cli.experiment_params(args, params), args.client_cpus)
-    return importlib.import_module(f"benchmarks.labs.{lab}").build_workloads(outputs, run_id=RUN_ID)
+        own = cli.client_manifest(outputs, params, *cli.experiment_params(args, params), args.client_cpus)
+    else:
+        own = importlib.import_module(f"benchmarks.labs.{lab}").build_workloads(outputs, run_id=RUN_ID)
+    return own + [evidence.nvidia_smi_pod(outputs, RUN_ID)]
 
 
 def file_name(lab: str, obj: dict[str, Any]) -> str:

@@ -49,6 +49,10 @@ class Recording(BaseModel):
     logs: dict[str, str] = Field(default_factory=dict, description="pod name -> log text")
     client: dict[str, Any] = Field(default_factory=dict, description="what the benchmark itself observed")
     notes: list[str] = Field(default_factory=list, description="what went wrong on the way, in order")
+    pods: list[dict[str, Any]] = Field(
+        default_factory=list, description="every pod of the run's namespaces as it ended (imageIDs, restarts)"
+    )
+    nvidia_smi: str | None = Field(None, description="output of the one-shot nvidia-smi pod on the GPU node")
 
 
 def save_recording(rec: Recording, path: Path) -> None:

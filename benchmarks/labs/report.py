@@ -1,6 +1,7 @@
 """report.md and the results folder of a lab run, rendered only from the saved result.
 
-The common frame (verdict, versions, timestamps, cost, what failed first time) is here; each lab adds
+The common frame (verdict, the evidence of what ran and what failed first time, versions, timestamps,
+cost) is here; each lab adds
 its own body and plots.
 """
 
@@ -11,6 +12,7 @@ from typing import Protocol
 
 from benchmarks.labs.record import Recording, save_recording
 from benchmarks.harness import save_result
+from benchmarks.harness.evidence import markdown as evidence_section
 from benchmarks.labs.result import LabResult
 
 
@@ -36,6 +38,7 @@ def render_report(result: LabResult, title: str, body: str, plot_files: list[str
         f"- verdict: **{'PASS' if result.passed else 'FAIL'}** ({sum(c.passed for c in result.checks)} of "
         f"{len(result.checks)} checks)",
         "",
+        evidence_section(result.meta.evidence),
         "## Checks",
         "",
         "| check | result | evidence |",
@@ -60,8 +63,6 @@ def render_report(result: LabResult, title: str, body: str, plot_files: list[str
     ]
     if result.cost:
         lines += ["## Cost", "", result.cost.strip(), ""]
-    lines += ["## What failed first time", ""]
-    lines += [f"- {_cell(f)}" for f in result.failed_first_time] or ["- nothing: no warning events, no retries"]
     return "\n".join(lines) + "\n"
 
 

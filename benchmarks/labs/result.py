@@ -13,6 +13,7 @@ from typing import Any
 from pydantic import BaseModel, ConfigDict
 
 from benchmarks.harness import RunMeta
+from benchmarks.harness import evidence
 from benchmarks.labs.record import GPU_DRIVER_LABEL, Recording, warning_summary
 
 SCHEMA_VERSION = 1
@@ -41,7 +42,7 @@ class ClusterVersions(Frozen):
 
 class LabResult(Frozen):
     """`meta` is the harness's RunMeta, as in g6's result: lab, target, times, tool version, command,
-    server versions, and (in `errors`) what failed first time."""
+    server versions, the run's errors and warnings, and the evidence of what ran (`meta.evidence`)."""
 
     schema_version: int = SCHEMA_VERSION
     meta: RunMeta
@@ -63,10 +64,6 @@ class LabResult(Frozen):
     @property
     def finished_at(self) -> datetime:
         return self.meta.finished_at
-
-    @property
-    def failed_first_time(self) -> list[str]:
-        return self.meta.errors
 
     @property
     def passed(self) -> bool:
@@ -111,6 +108,7 @@ def common_fields(
             if v
         },
         errors=rec.notes + warning_summary(rec.events),
+        evidence=evidence_of(rec),
     )
     return {
         "meta": meta,
@@ -121,6 +119,18 @@ def common_fields(
         "checks": checks,
         "cost": cost_estimate(rec.outputs),
     }
+
+
+def evidence_of(rec: Recording) -> evidence.Evidence:
+    """The report's evidence block from the recording: the pods listed as the run ended and every pod
+    its snapshots and final objects hold (a lab's own polls see pods the final list no longer has)."""
+    pods = evidence.pods_in([[s.objects for s in rec.snapshots], rec.objects]) + rec.pods
+    found = evidence.from_cluster(
+        outputs=rec.outputs, server_version=rec.server_version, nodes=rec.nodes, pods=pods, events=rec.events,
+        nvidia_smi=rec.nvidia_smi, started=rec.started_at, finished=rec.finished_at,
+    )  # fmt: skip
+    # The run's own notes (a wait that timed out, a query that failed) went wrong first time too.
+    return found.model_copy(update={"first_time_problems": rec.notes + list(found.first_time_problems)})
 
 
 def cost_estimate(outputs: dict[str, Any]) -> str | None:

@@ -13,6 +13,7 @@ import matplotlib.pyplot as plt  # noqa: E402  (the backend must be chosen first
 
 from benchmarks.g6.experiments.cold_start import ColdStartResult, ColdStartRun  # noqa: E402
 from benchmarks.g6.report import errors_section, target_text  # noqa: E402
+from benchmarks.harness.evidence import markdown as evidence_section  # noqa: E402
 from benchmarks.harness.markdown import num, table  # noqa: E402
 from benchmarks.labs.phases_report import waited_section  # noqa: E402
 
@@ -156,6 +157,7 @@ def render_cold_start_report(r: ColdStartResult) -> str:
         where = (f"Setting `{first.setting}`, repeat {first.repeat + 1} (the middle of its served repeats by total): from the "
                  "request sent as the Deployment was scaled to one, to its first token.")  # fmt: skip
         out.append(waited_section(first.phases, first.total_s, first.failure, where))
+    out.append(evidence_section(m.evidence))
     failed = [x for x in r.runs if x.failure]
     out += [
         "## What was run\n",

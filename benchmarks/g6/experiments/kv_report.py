@@ -14,6 +14,7 @@ from benchmarks.g6.report import (  # noqa: E402
     context_lines, cost_sections, errors_section, in_flight_cell, latency_pair, price_cell, reading_notes, target_text,
     throughput_cell,
 )  # fmt: skip
+from benchmarks.harness.evidence import markdown as evidence_section  # noqa: E402
 from benchmarks.harness.markdown import num, table  # noqa: E402
 from benchmarks.labs.phases_report import waited_first  # noqa: E402
 
@@ -53,6 +54,7 @@ def _header(r: KvResult) -> str:
         "",
         f"Model `{p.model}` served by {target_text(p)}; {m.started_at.isoformat()} to {m.finished_at.isoformat()}.",
         "",
+        evidence_section(m.evidence),
         "## What was run",
         "",
         f"- Server: max-model-len {p.max_model_len}, gpu-memory-utilization {p.gpu_memory_utilization:g}, "

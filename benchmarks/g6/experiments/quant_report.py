@@ -17,6 +17,7 @@ from benchmarks.g6.report import (  # noqa: E402
     throughput_cell,
 )  # fmt: skip
 from benchmarks.g6.result import G6Point  # noqa: E402
+from benchmarks.harness.evidence import markdown as evidence_section  # noqa: E402
 from benchmarks.harness.markdown import num, table  # noqa: E402
 from benchmarks.labs.phases_report import waited_first  # noqa: E402
 
@@ -63,6 +64,7 @@ def _header(r: QuantResult) -> str:
         "",
         f"Model `{p.model}` served by {target_text(p)}; {m.started_at.isoformat()} to {m.finished_at.isoformat()}.",
         "",
+        evidence_section(m.evidence),
         "## What was run",
         "",
         f"- Variants, the first the baseline: {', '.join(f'{v.variant} ({_setting(v)})' for v in r.variants)}",

@@ -155,7 +155,7 @@ def report_body(result: G3Result) -> str:
             f"{_release_order(b)}. That is the order a scheduler sees when "
             "several teams' jobs start together; created all at once, which job gets which GPU depends on the "
             "order the scheduler happens to pick pending pods, and changes from run to run. Run B's warnings under "
-            "What failed first time (FailedScheduling, BackoffLimitExceeded, FailedJobs) are what the lab shows, "
+            "What did not work first time (FailedScheduling, BackoffLimitExceeded, FailedJobs) are what the lab shows, "
             "not a fault.",
             "",
             "## What a worker does",

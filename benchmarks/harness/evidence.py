@@ -1,0 +1,228 @@
+"""What really ran: the evidence block of every report (result.json `meta.evidence`, the report's first
+section), built from API objects the benchmark read from the live cluster.
+
+Pure functions of those objects (nodes, pods, events, the log of a one-shot nvidia-smi pod), so a
+recording or a fixture gives the same block as the live run did. A fact the objects do not carry is
+"not known"; a run against the simulator says "simulator": never a value made up to fill the table.
+"""
+
+from __future__ import annotations
+
+import re
+from datetime import datetime, timedelta
+from typing import Any
+
+from pydantic import BaseModel, ConfigDict
+
+from benchmarks.labs.record import warning_summary
+from benchmarks.labs.timeline import event_time
+
+UNKNOWN = "not known"
+SIMULATOR = "simulator"
+# GKE's node labels (cloud.google.com/kubernetes-engine/docs: node labels) and the well-known ones.
+ACCELERATOR_LABEL = "cloud.google.com/gke-accelerator"
+SPOT_LABEL = "cloud.google.com/gke-spot"
+PREEMPTIBLE_LABEL = "cloud.google.com/gke-preemptible"
+INSTANCE_TYPE_LABEL = "node.kubernetes.io/instance-type"
+ZONE_LABEL = "topology.kubernetes.io/zone"
+# The banner line of nvidia-smi's default output: "| NVIDIA-SMI 570.172.08   Driver Version: 570.172.08
+# CUDA Version: 12.8 |". The CUDA version there is the newest the driver supports, not a toolkit's.
+_DRIVER = re.compile(r"Driver Version:\s*([0-9][0-9.]*)")
+_CUDA = re.compile(r"CUDA Version:\s*([0-9][0-9.]*)")
+# Events Kubernetes files as Normal that still say something went wrong: a node lost under the run (the
+# node controller's NodeNotReady and RemovingNode, pkg/controller/nodelifecycle; the kubelet's Rebooted)
+# and a pod the scheduler preempted for a higher-priority one.
+_NORMAL_TROUBLE = {("Node", "NodeNotReady"), ("Node", "RemovingNode"), ("Node", "Rebooted"), ("Pod", "Preempted")}
+# The billing export lags the usage by hours and the GPU node bills until the autoscaler removes it
+# (about 10 minutes after its last pod): the cost window runs an hour past the run.
+_COST_TAIL = timedelta(hours=1)
+
+
+class Evidence(BaseModel):
+    """The keys of `meta.evidence`. `image_digests`: each image as asked (its tag) -> the imageID the
+    node pulled (`status.containerStatuses[].imageID`). `spot`: "spot" or "on-demand"."""
+
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+    gke_version: str
+    node_image: str
+    driver_version: str
+    cuda_version: str
+    image_digests: dict[str, str] | str
+    machine_type: str
+    zone: str
+    spot: str
+    config_sha256: str
+    make_cost: str
+    first_time_problems: list[str] | str
+
+    @classmethod
+    def offline(cls, why: str = UNKNOWN) -> Evidence:
+        """Every field `why`: "simulator" for a simulated run, "not known" where no cluster was read."""
+        return cls(**{name: why for name in cls.model_fields})
+
+
+def nvidia_smi_versions(log: str | None) -> tuple[str, str]:
+    """(driver, CUDA) from nvidia-smi's banner, each "not known" when the log does not carry it."""
+    driver, cuda = _DRIVER.search(log or ""), _CUDA.search(log or "")
+    return (driver.group(1) if driver else UNKNOWN), (cuda.group(1) if cuda else UNKNOWN)
+
+
+def gpu_nodes(nodes: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    return [n for n in nodes if _labels(n).get(ACCELERATOR_LABEL)]
+
+
+def image_digests(pods: list[dict[str, Any]]) -> dict[str, str]:
+    """Image as the pod spec named it -> the imageID the kubelet reports (the digest actually pulled)."""
+    out: dict[str, str] = {}
+    for pod in pods:
+        status = pod.get("status") or {}
+        for c in (status.get("initContainerStatuses") or []) + (status.get("containerStatuses") or []):
+            if c.get("image") and c.get("imageID"):
+                out[c["image"]] = c["imageID"]
+    return dict(sorted(out.items()))
+
+
+def first_time_problems(
+    events: list[dict[str, Any]], pods: list[dict[str, Any]], started: datetime, finished: datetime
+) -> list[str]:
+    """What did not work first time in [started, finished]: every Warning event (FailedScheduling with
+    the scheduler's reason, image pull back-offs, evictions, Job back-off limits), pods preempted, nodes
+    that went away, then pods that failed and containers that restarted or were OOM-killed, one line each."""
+    in_window = [e for e in events if (t := event_time(e)) is None or started <= t <= finished]
+    trouble = [
+        {**e, "type": "Warning"}
+        for e in in_window
+        if e.get("type") != "Warning" and ((e.get("involvedObject") or {}).get("kind"), e.get("reason")) in _NORMAL_TROUBLE
+    ]  # fmt: skip
+    lines = warning_summary([e for e in in_window if e.get("type") == "Warning"] + trouble)
+    seen: set[tuple[str, str]] = set()
+    for pod in reversed(pods):  # the last state of each pod counts
+        meta, status = pod.get("metadata") or {}, pod.get("status") or {}
+        name = f"{meta.get('namespace')}/{meta.get('name')}"
+        for c in (status.get("initContainerStatuses") or []) + (status.get("containerStatuses") or []):
+            last = (c.get("lastState") or {}).get("terminated") or {}
+            now = (c.get("state") or {}).get("terminated") or {}
+            reason = last.get("reason") if c.get("restartCount") else now.get("reason")
+            if (name, c.get("name", "")) in seen or not (c.get("restartCount") or reason == "OOMKilled"):
+                continue
+            seen.add((name, c.get("name", "")))
+            lines.append(
+                f"pod {name} container {c.get('name')}: restarted {c.get('restartCount') or 0} time(s)"
+                + (f", last ended {reason} (exit {last.get('exitCode', now.get('exitCode'))})" if reason else "")
+            )
+        if status.get("phase") == "Failed" and status.get("reason") and (name, "") not in seen:
+            seen.add((name, ""))
+            lines.append(f"pod {name} failed: {status['reason']}: {status.get('message', '').strip()}")
+    return lines
+
+
+def make_cost_line(lab: str, started: datetime, finished: datetime) -> str:
+    """The `make cost` command that gives the billed cost of this run's window once the export caught up."""
+    since = started.replace(minute=0, second=0, microsecond=0)
+    until = (finished + _COST_TAIL).replace(minute=0, second=0, microsecond=0) + timedelta(hours=1)
+    return (f"make cost LAB={lab} SINCE={since:%Y-%m-%dT%H:%M} UNTIL={until:%Y-%m-%dT%H:%M} "
+            "BILLING_TABLE=PROJECT_ID.DATASET.TABLE")  # fmt: skip
+
+
+def from_cluster(
+    *,
+    outputs: dict[str, Any],
+    server_version: dict[str, Any],
+    nodes: list[dict[str, Any]],
+    pods: list[dict[str, Any]],
+    events: list[dict[str, Any]],
+    nvidia_smi: str | None,
+    started: datetime,
+    finished: datetime,
+) -> Evidence:
+    """The evidence of a run on a cluster, from what it read there (GPU node facts from the GPU nodes
+    seen; several distinct values are listed, comma-separated)."""
+    gpu = gpu_nodes(nodes)
+    driver, cuda = nvidia_smi_versions(nvidia_smi)
+
+    def of_gpu_nodes(value) -> str:
+        found = sorted({v for n in gpu if (v := value(n))})
+        return ", ".join(found) or UNKNOWN
+
+    def image(node: dict[str, Any]) -> str | None:
+        info = (node.get("status") or {}).get("nodeInfo") or {}
+        if not info.get("osImage"):
+            return None
+        return (f"{info['osImage']} (kernel {info.get('kernelVersion', '?')}, kubelet {info.get('kubeletVersion', '?')}, "
+                f"{info.get('containerRuntimeVersion', '?')})")  # fmt: skip
+
+    def spot(node: dict[str, Any]) -> str:
+        labels = _labels(node)
+        return "spot" if labels.get(SPOT_LABEL) == "true" or labels.get(PREEMPTIBLE_LABEL) == "true" else "on-demand"
+
+    lab = str((outputs.get("labels") or {}).get("lab") or outputs.get("lab") or "LAB")
+    return Evidence(
+        gke_version=server_version.get("gitVersion") or server_version.get("git_version") or UNKNOWN,
+        node_image=of_gpu_nodes(image),
+        driver_version=driver,
+        cuda_version=cuda,
+        image_digests=image_digests(pods) or UNKNOWN,
+        machine_type=of_gpu_nodes(lambda n: _labels(n).get(INSTANCE_TYPE_LABEL)),
+        zone=of_gpu_nodes(lambda n: _labels(n).get(ZONE_LABEL)),
+        spot=of_gpu_nodes(spot),
+        config_sha256=str(outputs.get("config_sha256") or UNKNOWN),
+        make_cost=make_cost_line(lab, started, finished),
+        first_time_problems=first_time_problems(events, pods, started, finished),
+    )
+
+
+def pods_in(tree: Any) -> list[dict[str, Any]]:
+    """Every pod object anywhere in `tree` (a recording's snapshots and final objects), in the order seen."""
+    found: list[dict[str, Any]] = []
+    stack = [tree]
+    while stack:
+        node = stack.pop(0)
+        if isinstance(node, dict):
+            if "containerStatuses" in (node.get("status") or {}) and "metadata" in node:
+                found.append(node)
+                continue
+            stack.extend(node.values())
+        elif isinstance(node, list):
+            stack.extend(node)
+    return found
+
+
+_LABELS = {
+    "gke_version": "GKE version (API server)",
+    "node_image": "node image (GPU node)",
+    "driver_version": "NVIDIA driver (nvidia-smi)",
+    "cuda_version": "CUDA version the driver supports (nvidia-smi)",
+    "machine_type": "GPU node machine type",
+    "zone": "GPU node zone",
+    "spot": "spot or on-demand",
+    "config_sha256": "stack config sha256",
+    "make_cost": "billed cost, once the export has caught up",
+}
+
+
+def markdown(e: Evidence) -> str:
+    """## Evidence: the report's first section."""
+    rows = [f"| {label} | {_cell(getattr(e, key))} |" for key, label in _LABELS.items()]
+    digests = (
+        [f"- `{image}`: `{pulled}`" for image, pulled in e.image_digests.items()]
+        if isinstance(e.image_digests, dict) else [f"- {e.image_digests}"]
+    )  # fmt: skip
+    problems = (
+        [f"- {_cell(p)}" for p in e.first_time_problems] or ["- nothing: no warning events, restarts or node losses"]
+        if isinstance(e.first_time_problems, list) else [f"- {e.first_time_problems}"]
+    )  # fmt: skip
+    return "\n".join([
+        "## Evidence: what really ran", "", "| | |", "|---|---|", *rows, "",
+        "Images pulled (as asked -> the digest the node pulled):", "", *digests, "",
+        "What did not work first time (events, restarts and node losses of the run window):", "", *problems, "",
+    ])  # fmt: skip
+
+
+def _cell(value: object) -> str:
+    text = f"`{value}`" if isinstance(value, str) and value.startswith("make cost") else str(value)
+    return text.replace("|", "\\|").replace("\n", " ")
+
+
+def _labels(node: dict[str, Any]) -> dict[str, str]:
+    return (node.get("metadata") or {}).get("labels") or {}
