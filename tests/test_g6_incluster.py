@@ -381,8 +381,9 @@ def test_client_manifest_of_the_experiments_shows_their_points(g6_outputs, tmp_p
                  "--context-len", "1024,2048"]) == 0  # fmt: skip
     plans = [Plan.from_json(next(e["value"] for e in _pod(yaml.safe_load(p.read_text()))["containers"][0]["env"]
                                  if e["name"] == PLAN_ENV)) for p in sorted(out.glob("job-*.yaml"))]  # fmt: skip
-    # Half prompt, half output; one wave of C sequences (C requests, no warm-up), capped by max-num-seqs.
-    assert [(p.input_len, p.output_len) for p in plans] == [(512, 512), (1024, 1024)]
+    # Half prompt, half output cap (stopping at EOS); one wave of C sequences (C requests, no warm-up),
+    # capped by max-num-seqs.
+    assert [(set(p.input_lens), set(p.output_lens), p.eos) for p in plans] == [({512}, {512}, True), ({1024}, {1024}, True)]
     assert all(p.requests == p.concurrency and p.warmup == 0 for p in plans)
     assert all(p.concurrency == outputs["benchmark"]["max_num_seqs"] for p in plans)
     out = tmp_path / "quant"

@@ -116,7 +116,7 @@ async def _stream(w: Writer, tokens: int, ttft_s: float, itl_s: float, stamps: l
 
 def _handlers() -> tuple[dict[str, Handler], dict[str, list]]:
     calls = {"flaky": 0, "mixed": 0}
-    truth: dict[str, list] = {"known": []}
+    truth: dict[str, list] = {"known": [], "eos": []}
 
     async def ok(w, body):
         return await _stream(w, 4, 0.02, 0.002)
@@ -169,8 +169,27 @@ def _handlers() -> tuple[dict[str, Handler], dict[str, list]]:
         await asyncio.sleep(30)
         return False
 
+    async def eos(w, body):
+        # A model that stops where it likes: 2 + (sum of the prompt's ids mod 9) tokens under the cap,
+        # 10 ms apart; its usage counts 5 template tokens more than the prompt sent (as a chat template would).
+        if "ignore_eos" in body or "min_tokens" in body:
+            w.write(b"HTTP/1.1 400 Bad Request\r\nContent-Length: 0\r\n\r\n")
+            return True
+        n = min(body["max_tokens"], 2 + sum(body["prompt"]) % 9)
+        truth["eos"].append((tuple(body["prompt"]), n))
+        w.write(_HEAD)
+        await asyncio.sleep(0.02)
+        for i in range(n):
+            w.write(_chunked(b"data: " + _CHUNK + b"\n\n"))
+            if i < n - 1:
+                await asyncio.sleep(0.01)
+        usage = b'data: {"choices":[],"usage":{"prompt_tokens":%d,"completion_tokens":%d}}\n\n' % (len(body["prompt"]) + 5, n)
+        w.write(_chunked(usage + b"data: [DONE]\n\n") + b"0\r\n\r\n")
+        await w.drain()
+        return True
+
     handlers = {"ok": ok, "known": known, "flaky": flaky, "mixed": mixed, "close": close, "drop": drop,
-                "error_event": error_event, "stall": stall}  # fmt: skip
+                "error_event": error_event, "stall": stall, "eos": eos}  # fmt: skip
     return handlers, truth
 
 
@@ -248,6 +267,31 @@ def test_hand_computed_ttft_itl_and_e2e_from_a_server_with_known_timings():
         assert all(a - b >= -1e-5 for a, b in zip(r.chunk_times, srv))
         gaps = [y - x for x, y in zip(r.chunk_times, r.chunk_times[1:])]
         assert gaps == pytest.approx([y - x for x, y in zip(srv, srv[1:])], abs=2e-3)
+
+
+def test_requests_stopping_at_eos_are_counted_with_the_tokens_the_server_produced():
+    """The server stops each request at a length of its own (2..10 tokens, 10 ms apart, under a cap of
+    4..12) and counts 5 more prompt tokens than were sent: TPOT is 10 ms whatever the length, and every
+    count comes from the server's usage, not from what was asked."""
+    with local_server() as (base, truth):
+        spec = _spec(f"{base}/eos", concurrency=2, requests=24, warmup=0, input_len="uniform:8,40",
+                     output_len="uniform:4,12", eos=True)  # fmt: skip
+        run = run_load(spec)
+    stats = summarize(run, spec)
+    produced = dict(truth["eos"])
+    prompts = [tuple(json.loads(body)["prompt"]) for body in core.build_bodies(spec.plan())]
+    stopped = [produced[prompts[r.i]] for r in run.records]
+    assert stats.completed == 24 and stats.failed == 0
+    assert [r.output_tokens for r in run.records] == stopped and [r.input_tokens for r in run.records] == [
+        len(prompts[r.i]) + 5 for r in run.records]
+    assert stats.output_tokens == sum(stopped) and stats.realised.output_tokens.mean == pytest.approx(sum(stopped) / 24)
+    assert stats.realised.input_tokens.mean == pytest.approx(sum(len(prompts[r.i]) + 5 for r in run.records) / 24)
+    # Dividing by the cap or by the token count instead of the gaps would put TPOT at 5-9 ms.
+    assert 10.0 <= stats.tpot_ms.p50 <= 12.0 and 10.0 <= stats.tpot_ms.mean <= 12.5
+    # Throughput counts the tokens produced: the window's tokens over its length, never the caps.
+    window_s = max(r.end for r in run.records) - min(r.scheduled for r in run.records)
+    assert stats.output_tokens_per_s == pytest.approx(sum(stopped) / window_s, rel=1e-6)
+    assert stats.eos
 
 
 def test_http_errors_are_counted_apart_and_kept_out_of_latencies():
@@ -412,7 +456,7 @@ def _output(items: list[list], t0: float = 100.0) -> list[str]:
 
 def test_records_survive_the_log_format_and_lost_lines_are_detected():
     # Request 1: scheduled 1 ms after t0, sent 0.05 ms later, content at +31, +51, +71 ms, ended at +72 ms.
-    items = [[0, 0, 20, None, 500, [], 0, "http_500"], [1, 1000, 1050, 31000, 72000, [0, 20000, 20000], 3, None]]
+    items = [[0, 0, 20, None, 500, [], 0, "http_500", None], [1, 1000, 1050, 31000, 72000, [0, 20000, 20000], 3, None, 64]]
     lines = ["WARNING: something a library printed", *_output(items)]
     progress: list[int] = []
     spec = LoadSpec(base_url="http://x", model="m", concurrency=1, requests=1, warmup=1)
@@ -421,9 +465,10 @@ def test_records_survive_the_log_format_and_lost_lines_are_detected():
     (rec,) = run.records
     assert (rec.scheduled, rec.sent, rec.first_token, rec.end) == pytest.approx((100.001, 100.00105, 100.031, 100.072))
     assert rec.chunk_times == pytest.approx([100.031, 100.051, 100.071]) and rec.output_tokens == 3
+    assert rec.input_tokens == 64
     assert run.warmup[0].error == "http_500" and run.stopped_by == "requests"
 
-    many = _output([[i, 0, 0, 1, 2, [0], 1, None] for i in range(3000)])
+    many = _output([[i, 0, 0, 1, 2, [0], 1, None, 8] for i in range(3000)])
     data = [i for i, line in enumerate(many) if line.startswith("gml-loadgen:data")]
     assert len(data) > 1, "a long output is split into lines a container runtime keeps whole"
     with pytest.raises(LoadgenError, match="corrupt|checksum"):

@@ -28,7 +28,7 @@ from benchmarks.cluster import ClusterError, KubeCluster
 from benchmarks.g6.analysis import predict, sizing_gap
 from benchmarks.g6.config import LAB, G6Outputs, G6Params
 from benchmarks.g6.errors import G6Error
-from benchmarks.g6.flags import Parser, fraction, positive, positives, whole, wholes
+from benchmarks.g6.flags import Parser, fraction, lengths, positive, positives, whole, wholes
 from benchmarks.g6.experiments.kv import DEFAULT_CONTEXT_LENS, KvOutcome, KvParams, check_lengths, first_waves, kv_result, run_kv
 from benchmarks.g6.experiments.kv import DEFAULT_GPU_MEMORY_UTILIZATION as KV_GPU_MEMORY_UTILIZATION
 from benchmarks.g6.experiments.kv_report import render_kv_plots, render_kv_report
@@ -117,8 +117,14 @@ def parser() -> argparse.ArgumentParser:
                    "at every length instead of the search around the prediction)")  # fmt: skip
     p.add_argument("--rate", type=positives, help="open-loop Poisson request rates per second, instead of --concurrency")
     p.add_argument("--max-num-seqs", type=wholes(1), help="server batch sizes to sweep (needs --sim or --stack for more than one)")
-    p.add_argument("--input-len", type=whole(1), default=256, help="prompt tokens per request")
-    p.add_argument("--output-len", type=whole(1), default=128, help="output tokens per request (ignore_eos)")
+    p.add_argument("--input-len", type=lengths, default=lengths("256"),
+                   help="prompt tokens per request: N, uniform:LO,HI, lognormal:MEAN,SD or file:PATH (one length "
+                   "a line), drawn per request with --seed and clipped to [1, max-model-len - 1]")  # fmt: skip
+    p.add_argument("--output-len", type=lengths, default=lengths("128"),
+                   help="output tokens per request, in the same forms (ignore_eos; with --eos the cap, max_tokens)")
+    p.add_argument("--eos", action="store_true",
+                   help="requests stop at EOS: no ignore_eos, --output-len only caps them (the simulator stops each "
+                   "at a length uniform between 1 and its cap)")  # fmt: skip
     p.add_argument("--requests", type=whole(1), help="counted requests per point, after the warm-up (sweep 64, quant 32)")
     p.add_argument("--warmup", type=whole(0), help="uncounted requests first (default: one per worker / one second)")
     p.add_argument("--duration", type=positive, help="stop sending after this many seconds per point")
@@ -225,6 +231,7 @@ def resolve_params(args: argparse.Namespace, outputs: dict[str, Any] | None) -> 
         max_num_seqs=args.max_num_seqs or sweep_grid or [bench.max_num_seqs],
         input_len=args.input_len,
         output_len=args.output_len,
+        eos=args.eos,
         requests=args.requests or DEFAULT_REQUESTS.get(experiment, 1),
         duration_s=args.duration,
         warmup=args.warmup,
@@ -249,8 +256,9 @@ def demand(params: G6Params, kv: KvParams) -> Demand:
     """What the run asks of every server: its model, and the longest requests it sends."""
     if params.experiment == "kv":
         return Demand(params.model, max(kv.context_lens), f"--context-len {max(kv.context_lens)}")
-    asked = f"--input-len {params.input_len} + --output-len {params.output_len}"
-    return Demand(params.model, params.input_len + params.output_len, asked)
+    asked = f"--input-len {params.input_len.describe()} + --output-len {params.output_len.describe()}"
+    # Unbounded lengths (lognormal) are clipped to the server's context: the shortest request then asks.
+    return Demand(params.model, params.longest or 2, asked)
 
 
 def make_target(

@@ -8,6 +8,7 @@ from pydantic import BaseModel, ConfigDict, Field, model_validator
 
 from benchmarks.g6.errors import G6Error
 from benchmarks.loadgen import Slo, Timeouts
+from benchmarks.loadgen.lengths import Lengths
 
 LAB = "g6"
 
@@ -55,8 +56,9 @@ class G6Params(BaseModel):
     concurrency: list[int] = []
     rate: list[float] = []
     max_num_seqs: list[int | None] = [None]
-    input_len: int = Field(256, ge=1)
-    output_len: int = Field(128, ge=1)
+    input_len: Lengths = Lengths(kind="fixed", a=256)
+    output_len: Lengths = Lengths(kind="fixed", a=128)
+    eos: bool = False  # requests stop at EOS, output_len their cap
     requests: int = Field(64, ge=1)
     duration_s: float | None = Field(None, gt=0)
     warmup: int | None = Field(None, ge=0)
@@ -90,5 +92,12 @@ class G6Params(BaseModel):
 
     @property
     def context_len(self) -> int:
-        """Mean context of a decoding sequence: the prompt plus half the output."""
-        return self.input_len + self.output_len // 2
+        """Mean context of a decoding sequence: the prompt plus half the output (cap, with --eos)."""
+        return round(self.input_len.mean + self.output_len.mean / 2)
+
+    @property
+    def longest(self) -> int | None:
+        """The longest request the lengths can draw (prompt + output); None if unbounded (clipped instead)."""
+        if self.input_len.most is None or self.output_len.most is None:
+            return None
+        return self.input_len.most + self.output_len.most

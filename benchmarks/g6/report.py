@@ -6,6 +6,7 @@ from benchmarks.g6.config import G6Params
 from benchmarks.g6.plots import PLOTS
 from benchmarks.g6.price import cheapest, slo_text
 from benchmarks.g6.result import G6Point, G6Result, GpuPrice
+from benchmarks.g6.shape import asked_text, realised_section
 from benchmarks.harness import RunMeta
 from benchmarks.harness.markdown import num, table
 from benchmarks.loadgen import Summary
@@ -105,8 +106,7 @@ def _header(r: G6Result) -> str:
         f"- Grid: max-num-seqs {[x for x in p.max_num_seqs]} x {load}",
         f"- Requests: {p.requests} counted per point after a warm-up of "
         f"{p.warmup if p.warmup is not None else 'one request per worker (or one second of arrivals)'}, "
-        f"{p.input_len} prompt tokens{' (one word each: exact on the simulator, approximate under a real tokenizer)' if p.api == 'chat' else ' (token ids)'} "
-        f"and exactly {p.output_len} output tokens each (`ignore_eos`, `min_tokens`), "
+        f"{asked_text(p)}, "
         f"`/v1/{'chat/completions' if p.api == 'chat' else 'completions'}` streaming"
         + (f"; each point bounded to {p.duration_s:g} s" if p.duration_s else ""),
         *context_lines(m, p, r.points),
@@ -217,6 +217,6 @@ def render_report(result: G6Result) -> str:
     plots = "## Plots\n\n" + "\n".join(f"![{name}]({name})" for name in PLOTS) + "\n"
     labelled = [(f"max-num-seqs {p.max_num_seqs} {load_label(p)}", p) for p in result.points]
     return "\n".join(
-        [_header(result), _sizing(result), _points(result), _meaning(result),
+        [_header(result), _sizing(result), _points(result), realised_section(labelled), _meaning(result),
          cost_sections(labelled, result.params, result.gpu_price, result.cost), errors_section(result.meta.errors), plots]
     )  # fmt: skip

@@ -10,6 +10,7 @@ import numpy as np
 from pydantic import BaseModel, ConfigDict
 
 from benchmarks.loadgen.core import LoadRun, Record
+from benchmarks.loadgen.lengths import Lengths
 from benchmarks.loadgen.spec import LoadSpec, Slo
 
 
@@ -31,6 +32,26 @@ class LagSummary(BaseModel):
 
     mean: float
     p99: float
+
+
+class TokenSummary(BaseModel):
+    """Tokens per request, as the server's usage counted them."""
+
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+    n: int  # requests whose usage said
+    mean: float
+    p50: float
+    p99: float
+
+
+class Realised(BaseModel):
+    """The lengths the counted requests really had (the server's usage), against those asked for."""
+
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+    input_tokens: TokenSummary | None  # None: the server sent no usage
+    output_tokens: TokenSummary
 
 
 class Goodput(BaseModel):
@@ -75,8 +96,8 @@ class PointStats(BaseModel):
 
     concurrency: int | None
     rate: float | None
-    input_len: int
-    output_len: int
+    input_len: Lengths
+    output_len: Lengths
     completed: int
     failed: int
     failures: dict[str, int]
@@ -98,6 +119,25 @@ class PointStats(BaseModel):
     window: Window | None
     stopped_by: str
     client: ClientPlace | None = None
+    eos: bool = False  # output_len was a cap and requests stopped at EOS
+    realised: Realised | None = None
+
+
+def token_summary(counts: list[int]) -> TokenSummary | None:
+    if not counts:
+        return None
+    a = np.asarray(counts, dtype=float)
+    p50, p99 = np.percentile(a, [50, 99])
+    return TokenSummary(n=a.size, mean=float(a.mean()), p50=float(p50), p99=float(p99))
+
+
+def realised(ok: list[Record]) -> Realised | None:
+    """Per-request token counts of the completed requests; None without any."""
+    outputs = token_summary([r.output_tokens for r in ok])
+    if outputs is None:
+        return None
+    return Realised(input_tokens=token_summary([r.input_tokens for r in ok if r.input_tokens is not None]),
+                    output_tokens=outputs)  # fmt: skip
 
 
 def summarize_ms(values_s: list[float] | np.ndarray) -> Summary | None:
@@ -200,6 +240,8 @@ def summarize(run: LoadRun, spec: LoadSpec) -> PointStats:
         window=window,
         stopped_by=run.stopped_by,
         client=_place(run),
+        eos=spec.eos,
+        realised=realised(ok),
     )
 
 

@@ -12,6 +12,7 @@ import matplotlib.pyplot as plt  # noqa: E402  (the backend must be chosen first
 from benchmarks.g6.experiments.quant import QuantResult, VariantResult  # noqa: E402
 from benchmarks.g6.report import context_lines, cost_sections, errors_section, latency_pair, price_cell, target_text  # noqa: E402
 from benchmarks.g6.result import G6Point  # noqa: E402
+from benchmarks.g6.shape import asked_text  # noqa: E402
 from benchmarks.harness.markdown import num, table  # noqa: E402
 
 PLOTS = ("quant-tradeoffs.png",)
@@ -51,8 +52,7 @@ def _header(r: QuantResult) -> str:
         "",
         f"- Variants, the first the baseline: {', '.join(f'{v.variant} ({_setting(v)})' for v in r.variants)}",
         f"- Per variant: closed-loop points at concurrency {p.concurrency or list(_levels(r))}, {p.requests} counted "
-        f"requests each after a warm-up, {p.input_len} prompt token ids and exactly {p.output_len} output tokens "
-        f"(`ignore_eos`); server at gpu-memory-utilization {p.gpu_memory_utilization:g}"
+        f"requests each after a warm-up, {asked_text(p)}; server at gpu-memory-utilization {p.gpu_memory_utilization:g}"
         + (f", max-model-len {p.max_model_len}" if p.max_model_len else ""),
         f"- Quality: {quality}",
         *context_lines(m, p, [point for v in r.variants for point in v.points]),
