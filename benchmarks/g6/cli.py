@@ -2,7 +2,8 @@
 
 Experiments (--experiment): `sweep` (default) max-num-seqs x concurrency, TTFT against throughput;
 `kv` how many sequences of each context length fit in the KV cache, and what paging buys;
-`quant` what quantized variants (--variants) buy in memory and throughput and cost in quality.
+`quant` what quantized variants (--variants) buy in memory and throughput and cost in quality;
+`saturation` the open-loop request rate the server holds within the SLOs (--slo-*), searched for.
 
 Against a stack (--stack or --outputs) the load generator runs inside the cluster: one Job per
 point next to vLLM, on the system pool, its progress and records read back from the pod's log;
@@ -35,6 +36,15 @@ from benchmarks.g6.experiments.kv_report import render_kv_plots, render_kv_repor
 from benchmarks.g6.experiments.quant import CHECKPOINTS, DEFAULT_CONCURRENCY, DEFAULT_VARIANTS, QuantOutcome, QuantParams, quant_result, run_quant
 from benchmarks.g6.experiments.quant import planned_specs as quant_specs
 from benchmarks.g6.experiments.quant_report import render_quant_plots, render_quant_report
+from benchmarks.g6.experiments.saturation import (
+    DEFAULT_START_RATE,
+    SaturationOutcome,
+    SaturationParams,
+    point_spec,
+    run_saturation,
+    saturation_result,
+)
+from benchmarks.g6.experiments.saturation_report import render_saturation_plots, render_saturation_report
 from benchmarks.g6.plots import render_plots
 from benchmarks.g6.price import gpu_price
 from benchmarks.g6.report import render_report
@@ -72,10 +82,10 @@ from stacks.stackfile import load_config
 
 SIM_SPEEDUP = 4.0  # default time compression of --sim: the README's sweep then runs in about a minute
 SIM_SCRAPE_S = 0.5
-EXPERIMENTS = ("sweep", "kv", "quant")
+EXPERIMENTS = ("sweep", "kv", "quant", "saturation")
 # Counted requests per point: the sweep's grid, and the quant experiment's two points per variant. A
 # kv probe is one wave of as many requests as its concurrency.
-DEFAULT_REQUESTS = {"sweep": 64, "quant": 32}
+DEFAULT_REQUESTS = {"sweep": 64, "quant": 32, "saturation": 64}
 
 
 def _variants(text: str) -> list[str]:
@@ -95,7 +105,8 @@ def parser() -> argparse.ArgumentParser:
         "--concurrency 1,8,32 --requests 64 --out results\n"
         "        python -m benchmarks g6 --sim --experiment kv --model Qwen/Qwen2.5-1.5B-Instruct --out results\n"
         "        python -m benchmarks g6 --sim --experiment quant --variants bf16,fp8,awq --out results\n"
-        "real stack (client in-cluster): python -m benchmarks g6 --stack g6 [--experiment kv|quant] --out results",
+        "        python -m benchmarks g6 --sim --experiment saturation --slo-ttft-ms 500 --out results\n"
+        "real stack (client in-cluster): python -m benchmarks g6 --stack g6 [--experiment kv|quant|saturation] --out results",
     )
     src = p.add_argument_group("target (one of --sim, --target, --stack, --outputs; --target may override a stack's endpoint)")
     src.add_argument("--sim", action="store_true", help="start the simulated vLLM backend for each max-num-seqs value")
@@ -156,6 +167,13 @@ def parser() -> argparse.ArgumentParser:
                      f"(default {','.join(DEFAULT_VARIANTS)}; allowed: {', '.join(CHECKPOINTS)})")  # fmt: skip
     exp.add_argument("--quality-prompts", type=whole(1), default=16, help="quant: prompts of the quality score")
     exp.add_argument("--quality-tokens", type=whole(1), default=64, help="quant: greedy continuation tokens per prompt")
+    exp.add_argument("--start-rate", type=positive, default=DEFAULT_START_RATE,
+                     help=f"saturation: the first offered rate, requests/s of the GPU (default {DEFAULT_START_RATE:g}); "
+                     "then doubling until a rate fails, and a bisection")  # fmt: skip
+    exp.add_argument("--max-points", type=whole(2), default=SaturationParams().max_points,
+                     help="saturation: at most this many rates")
+    exp.add_argument("--point-seconds", type=positive, default=SaturationParams().point_seconds,
+                     help="saturation: seconds of arrivals each rate sends at least (more requests at higher rates)")
     p.add_argument("--out", type=Path, default=Path("results"), help="results go to OUT/g6[-kv|-quant]-<UTC time>/")
     p.add_argument("--quiet", action="store_true", help="no progress display")
     return p
@@ -168,8 +186,13 @@ def _check_sources(args: argparse.Namespace) -> None:
         raise G6Error("say what to measure: --sim, --target URL, --stack STACK or --outputs FILE")
     if args.rate and args.concurrency:
         raise G6Error("give either --concurrency (closed loop) or --rate (open-loop Poisson), not both")
-    if args.experiment != "sweep" and (args.rate or (args.max_num_seqs and len(args.max_num_seqs) > 1)):
-        raise G6Error(f"--experiment {args.experiment} runs closed-loop points on one server: drop --rate and "
+    if args.experiment == "saturation" and (args.rate or args.concurrency):
+        raise G6Error("--experiment saturation chooses its own open-loop rates: drop --rate/--concurrency "
+                      "(--start-rate sets the first)")  # fmt: skip
+    if args.experiment not in ("sweep", "saturation") and args.rate:
+        raise G6Error(f"--experiment {args.experiment} runs closed-loop points: drop --rate")
+    if args.experiment != "sweep" and args.max_num_seqs and len(args.max_num_seqs) > 1:
+        raise G6Error(f"--experiment {args.experiment} runs points on one server: "
                       "give at most one --max-num-seqs")  # fmt: skip
     if args.experiment == "quant" and not (args.sim or args.stack) and args.variants and len(args.variants) > 1:
         raise G6Error("--experiment quant with --target/--outputs measures the one variant that server runs: "
@@ -215,7 +238,8 @@ def resolve_params(args: argparse.Namespace, outputs: dict[str, Any] | None) -> 
         KV_GPU_MEMORY_UTILIZATION if experiment == "kv" and changeable else bench.gpu_memory_utilization or 0.9
     )
     max_model_len = args.max_model_len or bench.max_model_len
-    concurrency = {"sweep": bench.sweep.concurrency or [1, 8, 32], "quant": list(DEFAULT_CONCURRENCY), "kv": []}
+    concurrency = {"sweep": bench.sweep.concurrency or [1, 8, 32], "quant": list(DEFAULT_CONCURRENCY), "kv": [],
+                   "saturation": []}  # fmt: skip
     sweep_grid = experiment == "sweep" and args.stack and bench.sweep.max_num_seqs
     return G6Params(
         experiment=experiment,
@@ -252,10 +276,10 @@ def resolve_params(args: argparse.Namespace, outputs: dict[str, Any] | None) -> 
     )
 
 
-def demand(params: G6Params, kv: KvParams) -> Demand:
+def demand(params: G6Params, ex: Experiments) -> Demand:
     """What the run asks of every server: its model, and the longest requests it sends."""
     if params.experiment == "kv":
-        return Demand(params.model, max(kv.context_lens), f"--context-len {max(kv.context_lens)}")
+        return Demand(params.model, max(ex.kv.context_lens), f"--context-len {max(ex.kv.context_lens)}")
     asked = f"--input-len {params.input_len.describe()} + --output-len {params.output_len.describe()}"
     # Unbounded lengths (lognormal) are clipped to the server's context: the shortest request then asks.
     return Demand(params.model, params.longest or 2, asked)
@@ -300,30 +324,31 @@ def _vllm_endpoint(outputs: dict[str, Any]) -> Endpoint:
     return endpoint(outputs, section(outputs, "benchmark", G6Outputs, LAB).endpoint, LAB)
 
 
-def planned_specs(params: G6Params, kv: KvParams, quant: QuantParams, base_url: str) -> list[LoadSpec]:
-    """The load points the run's experiment sends, as far as they are known before it starts."""
+def planned_specs(params: G6Params, ex: Experiments, base_url: str) -> list[LoadSpec]:
+    """The load points the run's experiment sends, as far as they are known before it starts (a search's
+    first point: the later ones follow from what it finds)."""
     if params.experiment == "kv":
-        return first_waves(params, kv, base_url)
+        return first_waves(params, ex.kv, base_url)
     if params.experiment == "quant":
-        return quant_specs(params, quant, base_url)
+        return quant_specs(params, ex.quant, base_url)
+    if params.experiment == "saturation":
+        return [point_spec(params, ex.saturation, base_url, ex.saturation.start_rate)]
     return [spec for _ in params.max_num_seqs for spec in load_specs(params, base_url)]
 
 
-def client_manifest(
-    outputs: dict[str, Any] | None, params: G6Params, kv: KvParams, quant: QuantParams, cpus: int
-) -> list[dict[str, Any]]:
+def client_manifest(outputs: dict[str, Any] | None, params: G6Params, ex: Experiments, cpus: int) -> list[dict[str, Any]]:
     """The ConfigMap and one Job per point, as the in-cluster runner would create them."""
     if outputs is None or params.client != "in-cluster":
         raise G6Error("--client-manifest shows the in-cluster client: give --stack or --outputs, and no --target")
     ep = _vllm_endpoint(outputs)
-    return manifests(ep.namespace, system_selector(outputs), planned_specs(params, kv, quant, ep.server_url()), cpus)
+    return manifests(ep.namespace, system_selector(outputs), planned_specs(params, ex, ep.server_url()), cpus)
 
 
 def write_client_manifest(
-    folder: Path, outputs: dict[str, Any] | None, params: G6Params, kv: KvParams, quant: QuantParams, cpus: int
+    folder: Path, outputs: dict[str, Any] | None, params: G6Params, ex: Experiments, cpus: int
 ) -> list[Path]:
     """client_manifest as YAML files."""
-    objects = client_manifest(outputs, params, kv, quant, cpus)
+    objects = client_manifest(outputs, params, ex, cpus)
     prepare(folder, "--client-manifest")
     paths = []
     for obj in objects:
@@ -395,12 +420,21 @@ def _meta(params: G6Params, argv: list[str], started: datetime, versions: dict[s
     )
 
 
-def experiment_params(args: argparse.Namespace, params: G6Params) -> tuple[KvParams, QuantParams]:
-    """The kv and quant experiments' settings from the command line."""
+class Experiments(NamedTuple):
+    """Every experiment's own settings, from the command line (the run uses its experiment's)."""
+
+    kv: KvParams
+    quant: QuantParams
+    saturation: SaturationParams
+
+
+def experiment_params(args: argparse.Namespace, params: G6Params) -> Experiments:
+    """The experiments' settings from the command line."""
     kv = KvParams(context_lens=args.context_len or list(DEFAULT_CONTEXT_LENS), concurrency=params.concurrency)
     quant = QuantParams(variants=args.variants or list(DEFAULT_VARIANTS), quality_prompts=args.quality_prompts,
                         quality_tokens=args.quality_tokens)  # fmt: skip
-    return kv, quant
+    saturation = SaturationParams(start_rate=args.start_rate, max_points=args.max_points, point_seconds=args.point_seconds)
+    return Experiments(kv, quant, saturation)
 
 
 EXIT_CODES = {"Ctrl-C": 130, "SIGTERM": 143}  # 128 + the signal's number, as shells report them
@@ -424,17 +458,17 @@ def _run(args: argparse.Namespace, argv: list[str], started: datetime) -> int:
     try:
         outputs = read_stack_outputs(args)
         params = resolve_params(args, outputs)
-        kv, quant = experiment_params(args, params)
+        ex = experiment_params(args, params)
         if params.experiment == "kv":
-            check_lengths(params, kv)  # before anything starts
+            check_lengths(params, ex.kv)  # before anything starts
         if args.client_manifest is not None:
-            for path in write_client_manifest(args.client_manifest, outputs, params, kv, quant, args.client_cpus):
+            for path in write_client_manifest(args.client_manifest, outputs, params, ex, args.client_cpus):
                 print(path)
             return 0
         prepare(args.out, "--out")  # before any work: the results must have somewhere to go
         progress = RunProgress(enabled=not args.quiet)
         client = client_side(params, outputs, args.client_cpus, progress.log)
-        params, target = make_target(params, demand(params, kv), args.health_timeout, client.server, progress.log)
+        params, target = make_target(params, demand(params, ex), args.health_timeout, client.server, progress.log)
         price = stack_gpu_price(outputs, params)
     except ERRORS as exc:
         print(f"g6: {exc}", file=sys.stderr)
@@ -443,16 +477,18 @@ def _run(args: argparse.Namespace, argv: list[str], started: datetime) -> int:
         print(f"g6: invalid parameters: {problems(exc, 'g6')}", file=sys.stderr)
         return 2
     how = Measurement(client.runner, client.prometheus, progress, price)
-    outcome = {"kv": KvOutcome, "quant": QuantOutcome}.get(params.experiment, SweepOutcome)()
+    outcome = {"kv": KvOutcome, "quant": QuantOutcome, "saturation": SaturationOutcome}.get(params.experiment, SweepOutcome)()
     failure = None
     try:
         # Exits run inner first: the runner deletes what it created in the cluster before a stack
         # target's `pulumi up` puts the server's config back (minutes).
         with target.session(), client.runner, progress.running():
             if isinstance(outcome, KvOutcome):
-                run_kv(params, kv, target, how, outcome)
+                run_kv(params, ex.kv, target, how, outcome)
             elif isinstance(outcome, QuantOutcome):
-                run_quant(params, quant, target, how, outcome)
+                run_quant(params, ex.quant, target, how, outcome)
+            elif isinstance(outcome, SaturationOutcome):
+                run_saturation(params, ex.saturation, target, how, outcome)
             else:
                 run_sweep(params, target, partial(predict, params), how, outcome)
     except ERRORS as exc:
@@ -471,7 +507,7 @@ def _run(args: argparse.Namespace, argv: list[str], started: datetime) -> int:
         outcome.errors.append(f"interrupted ({outcome.interrupted}) after {outcome.done()}: the rest was not measured")
     # A second Ctrl-C must not lose what the first one kept.
     with shielded(lambda name: print(f"g6: {name} received; writing the results first", file=sys.stderr)):
-        folder, ok = write_results(args, argv, started, params, kv, quant, outputs, outcome, price)
+        folder, ok = write_results(args, argv, started, params, ex, outputs, outcome, price)
     if outcome.interrupted:
         print(f"g6: interrupted after {outcome.done()}; partial results in {folder}", file=sys.stderr)
     if failure:
@@ -484,23 +520,28 @@ def _run(args: argparse.Namespace, argv: list[str], started: datetime) -> int:
 
 
 def write_results(
-    args: argparse.Namespace, argv: list[str], started: datetime, params: G6Params, kv: KvParams,
-    quant: QuantParams, outputs: dict[str, Any] | None, outcome: Outcome, price: GpuPrice | None,
+    args: argparse.Namespace, argv: list[str], started: datetime, params: G6Params, ex: Experiments,
+    outputs: dict[str, Any] | None, outcome: Outcome, price: GpuPrice | None,
 ) -> tuple[Path, bool]:  # fmt: skip
     """result.json, report.md and the plots of what `outcome` holds; the folder, and whether every
     point (variant) completed."""
     meta = _meta(params, argv, started, outcome.server_versions, outcome.errors)
     cost = cost_section(outputs, params, (datetime.now(UTC) - started).total_seconds())
     if isinstance(outcome, KvOutcome):
-        result = kv_result(meta, params, kv, outcome, price, cost)
+        result = kv_result(meta, params, ex.kv, outcome, price, cost)
         folder = new_run_folder(args.out, f"{LAB}-kv", started)
         render_kv_plots(result, folder)
         report, ok = render_kv_report(result), all(p.point.completed for p in result.probes)
     elif isinstance(outcome, QuantOutcome):
-        result = quant_result(meta, params, quant, outcome, price, cost)
+        result = quant_result(meta, params, ex.quant, outcome, price, cost)
         folder = new_run_folder(args.out, f"{LAB}-quant", started)
         render_quant_plots(result, folder)
         report, ok = render_quant_report(result), all(v.error is None for v in result.variants)
+    elif isinstance(outcome, SaturationOutcome):
+        result = saturation_result(meta, params, ex.saturation, outcome, price, cost)
+        folder = new_run_folder(args.out, f"{LAB}-saturation", started)
+        render_saturation_plots(result, folder)
+        report, ok = render_saturation_report(result), all(x.point.completed for x in result.points)
     else:
         assert isinstance(outcome, SweepOutcome)
         result = G6Result(

@@ -45,7 +45,7 @@ class G6Params(BaseModel):
 
     model_config = ConfigDict(frozen=True, extra="forbid")
 
-    experiment: Literal["sweep", "kv", "quant"] = "sweep"
+    experiment: Literal["sweep", "kv", "quant", "saturation"] = "sweep"
     target_kind: Literal["sim", "url", "stack"]
     target: str = Field(description="base URL, or 'sim' when each point starts its own simulator")
     stack: str | None = None
@@ -77,8 +77,9 @@ class G6Params(BaseModel):
 
     @model_validator(mode="after")
     def _coherent(self) -> G6Params:
-        # The kv experiment may leave concurrency to its search; the others need one arrival process.
-        if self.concurrency and self.rate or not (self.concurrency or self.rate or self.experiment == "kv"):
+        # The searches (kv, saturation) choose their own load; the others need one arrival process.
+        searching = self.experiment in ("kv", "saturation")
+        if self.concurrency and self.rate or not (self.concurrency or self.rate or searching):
             raise G6Error("give either --concurrency (closed loop) or --rate (open-loop Poisson), not both")
         changeable = self.target_kind in ("sim", "stack")
         if len(self.max_num_seqs) > 1 and not changeable:

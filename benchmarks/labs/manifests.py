@@ -32,7 +32,7 @@ def workloads(lab: str, outputs: dict[str, Any]) -> list[dict[str, Any]]:
 
         args = cli.parser().parse_args(["--outputs", "outputs.json", "--concurrency", "1"])
         params = cli.resolve_params(args, outputs)
-        return cli.client_manifest(outputs, params, *cli.experiment_params(args, params), args.client_cpus)
+        return cli.client_manifest(outputs, params, cli.experiment_params(args, params), args.client_cpus)
     return importlib.import_module(f"benchmarks.labs.{lab}").build_workloads(outputs, run_id=RUN_ID)
 
 

@@ -223,13 +223,13 @@ def build_requests(plan: Plan) -> list[bytes]:
 
 
 def poisson_offsets(rate: float, count: int, seed: int) -> list[float]:
-    """Seconds from the start of the run of `count` Poisson arrivals at `rate` per second."""
+    """Seconds from the start of the run of `count` Poisson arrivals at `rate` per second.
+
+    A Poisson process given `count` arrivals in [0, count / rate] places them uniformly at random: drawn
+    so, a point's arrivals keep Poisson's burstiness and offer exactly the rate it is labelled with
+    (free-running exponential gaps would offer 20.6 req/s in a point labelled 25, as one did here)."""
     rng = random.Random(seed)
-    t, out = 0.0, []
-    for _ in range(count):
-        t += rng.expovariate(rate)
-        out.append(t)
-    return out
+    return sorted(rng.uniform(0.0, count / rate) for _ in range(count))
 
 
 def resolve(plan: Plan) -> tuple[int, tuple]:

@@ -121,6 +121,10 @@ class PointStats(BaseModel):
     client: ClientPlace | None = None
     eos: bool = False  # output_len was a cap and requests stopped at EOS
     realised: Realised | None = None
+    # Seconds from the first to the last counted scheduled send, and from the first to the last counted
+    # completion: a server that keeps up with open-loop arrivals ends them over the span they came in.
+    sent_span_s: float | None = None
+    ended_span_s: float | None = None
 
 
 def token_summary(counts: list[int]) -> TokenSummary | None:
@@ -242,7 +246,13 @@ def summarize(run: LoadRun, spec: LoadSpec) -> PointStats:
         client=_place(run),
         eos=spec.eos,
         realised=realised(ok),
+        sent_span_s=_span([r.scheduled for r in run.records]),
+        ended_span_s=_span([r.end for r in ok]),
     )
+
+
+def _span(stamps: list[float]) -> float | None:
+    return max(stamps) - min(stamps) if len(stamps) >= 2 else None
 
 
 def _place(run: LoadRun) -> ClientPlace | None:
