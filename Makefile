@@ -6,7 +6,7 @@ STACK ?= dev
 LAB ?= $(STACK)
 OUT ?= results
 
-.PHONY: venv test plan g6-sim g6-kv-sim g6-quant-sim preflight status cost clean
+.PHONY: venv test plan g6-sim g6-kv-sim g6-quant-sim g6-prefix-sim g6-saturation-sim preflight status cost clean
 
 # A target's required variables, checked before anything runs (no venv, no python): one line naming
 # those missing and an example.
@@ -43,6 +43,12 @@ g6-kv-sim: venv ## g6's KV-cache experiment against the simulated L4 (about 2 mi
 
 g6-quant-sim: venv ## g6's quantization experiment against the simulated L4 (about 40 s)
 	$(BIN)/python -m benchmarks g6 --sim --experiment quant --variants bf16,fp8,awq --out $(OUT)
+
+g6-prefix-sim: venv ## g6's shared-prefix experiment, prefix caching on and off, against the simulated L4 (about 20 s)
+	$(BIN)/python -m benchmarks g6 --sim --experiment prefix --out $(OUT)
+
+g6-saturation-sim: venv ## the request rate the simulated L4 holds within TTFT p99 500 ms (about 2 minutes)
+	$(BIN)/python -m benchmarks g6 --sim --experiment saturation --slo-ttft-ms 500 --out $(OUT)
 
 preflight: venv ## before `pulumi up`: credentials, APIs, L4 quota, L4 zones: make preflight LAB=g6
 	$(BIN)/python -m ops.preflight --stack $(LAB)

@@ -122,6 +122,9 @@ class Vllm(_Feature):
     # vLLM's own default on GPUs under 70 GiB is 256.
     max_num_seqs: int = Field(256, ge=1, le=4096, description="--max-num-seqs (the g6 sweep changes it)")
     quantization: Quantization | None = Field(None, description="--quantization; None: the checkpoint's own")
+    enable_prefix_caching: bool | None = Field(
+        None, description="--enable-prefix-caching / --no-enable-prefix-caching; None: vLLM's default (on in its V1 "
+        "engine); the g6 prefix experiment switches it")
     startup_timeout_min: int = Field(30, ge=5, le=120, description="image pull + model download allowance")
     sweep_max_num_seqs: list[int] = Field(default_factory=lambda: [16, 32, 64, 128, 256])
     sweep_concurrency: list[int] = Field(default_factory=lambda: [1, 2, 4, 8, 16, 32, 64, 128])

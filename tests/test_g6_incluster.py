@@ -392,6 +392,17 @@ def test_client_manifest_of_the_experiments_shows_their_points(g6_outputs, tmp_p
     plans = [Plan.from_json(next(e["value"] for e in _pod(yaml.safe_load(p.read_text()))["containers"][0]["env"]
                                  if e["name"] == PLAN_ENV)) for p in sorted(out.glob("job-*.yaml"))]  # fmt: skip
     assert [(p.model, p.concurrency) for p in plans] == [(f"{model}-AWQ", 1), (f"{model}-AWQ", 64)]
+    # saturation: its first open-loop rate (the later ones follow from what it finds); prefix: one point per
+    # arm (caching on, off), every prompt a group's 2,048-token prefix and 256 tokens of its own.
+    for experiment, extra in (("saturation", ["--start-rate", "3"]), ("prefix", [])):
+        out = tmp_path / experiment
+        assert main(["--outputs", str(g6_outputs), "--client-manifest", str(out), "--experiment", experiment, *extra]) == 0
+        plans = [Plan.from_json(next(e["value"] for e in _pod(yaml.safe_load(p.read_text()))["containers"][0]["env"]
+                                     if e["name"] == PLAN_ENV)) for p in sorted(out.glob("job-*.yaml"))]  # fmt: skip
+        if experiment == "saturation":
+            assert [(p.rate, p.concurrency, p.requests) for p in plans] == [(3.0, None, 64)]
+        else:
+            assert [(p.concurrency, p.prefix_len, p.prefix_groups, set(p.input_lens)) for p in plans] == [(16, 2048, 4, {256})] * 2
 
 
 @pytest.fixture

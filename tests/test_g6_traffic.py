@@ -214,3 +214,121 @@ def test_saturation_against_the_simulator_judges_the_slo_in_gpu_time(tmp_path):
             assert p.point.ttft_ms.p99 * 20 <= 500
         elif p.kept_up:
             assert any("TTFT p99" in miss for miss in p.misses)
+
+
+# -- shared prefixes and the prefix cache ------------------------------------------------------------
+
+QWEN_05 = "Qwen/Qwen2.5-0.5B-Instruct"
+
+
+def test_the_simulated_prefix_cache_shares_whole_blocks_once_and_counts_as_vllm_does():
+    from benchmarks.sim.config import SimConfig
+    from benchmarks.sim.engine import Scheduler
+
+    sizing = SimConfig(model=QWEN_05).sizing()
+    s = Scheduler(sizing, seed=0, prefix_caching=True)
+    total = s.free_blocks
+
+    def submit(hashes: tuple[int, ...]):
+        return s.new_request(prompt_tokens=64, max_tokens=4, min_tokens=0, ignore_eos=True, arrival_s=0.0,
+                             ready_s=0.0, block_hashes=hashes)  # fmt: skip
+
+    first = submit((1, 2, 3, 4))
+    s.complete(s.schedule(0.0), 0.01)  # its 64-token prefill: 4 full blocks join the cache
+    assert first.registered and total - s.free_blocks == 4
+    second = submit((1, 2, 3, 4))
+    s.schedule(0.02)
+    # The whole prompt is cached, but its last token is computed again: 63 tokens served, no new block.
+    assert second.cached_tokens == 63 and total - s.free_blocks == 4 + 1  # + first's first output block
+    assert (s.prefix_queries, s.prefix_hits) == (128, 63)
+    other = submit((9, 2, 3, 4))  # another first block: nothing after it can match
+    s.schedule(0.03)
+    assert other.cached_tokens == 0
+    for r in (first, second, other):
+        s.abort(r, 0.04)
+    # Everything is free again; the cached blocks stay until a new block needs their room.
+    assert s.free_blocks == total and set(s.evictable) >= {1, 2, 3, 4}
+
+
+def test_prefix_counters_are_read_from_vllm_0_11_2_exposition():
+    """The counters as prometheus_client exposes vLLM 0.11.2's vllm:prefix_cache_* Counters (a _total sample
+    and a _created one), over a point: the window's increase."""
+    from benchmarks.metrics.scrape import Scrape, metrics_from_scrapes
+
+    def text(queries: float, hits: float) -> str:
+        labels = '{engine="0",model_name="Qwen/Qwen2.5-1.5B-Instruct"}'
+        return (
+            "# HELP vllm:prefix_cache_queries_total Prefix cache queries, in terms of number of queried tokens.\n"
+            "# TYPE vllm:prefix_cache_queries_total counter\n"
+            f"vllm:prefix_cache_queries_total{labels} {queries}\n"
+            "# HELP vllm:prefix_cache_queries_created Prefix cache queries, in terms of number of queried tokens.\n"
+            "# TYPE vllm:prefix_cache_queries_created gauge\n"
+            f"vllm:prefix_cache_queries_created{labels} 1.764e+09\n"
+            "# HELP vllm:prefix_cache_hits_total Prefix cache hits, in terms of number of cached tokens.\n"
+            "# TYPE vllm:prefix_cache_hits_total counter\n"
+            f"vllm:prefix_cache_hits_total{labels} {hits}\n"
+        )
+
+    m = metrics_from_scrapes([Scrape(0.0, text(1000.0, 200.0)), Scrape(1.0, text(5608.0, 4040.0))])
+    assert (m.prefix_cache_queries, m.prefix_cache_hits) == (4608.0, 3840.0)
+
+
+@pytest.fixture(scope="module")
+def prefix_run(tmp_path_factory) -> Path:
+    """Two groups sharing 512-token prefixes, 64 tokens of their own each: at most 512 / 576 of the
+    tokens can hit, fewer while a group's first requests are still in prefill together."""
+    out = tmp_path_factory.mktemp("prefix")
+    rc = main(["--sim", "--experiment", "prefix", "--model", QWEN_05, "--prefix-len", "512", "--prefix-groups", "2",
+               "--concurrency", "4", "--requests", "24", "--input-len", "64", "--output-len", "16", "--out", str(out),
+               *FAST])  # fmt: skip
+    assert rc == 0
+    (folder,) = out.iterdir()
+    return folder
+
+
+def test_prefix_caching_on_hits_and_cuts_ttft_off_never_hits(prefix_run):
+    from benchmarks.g6.experiments.prefix import PrefixResult
+    from benchmarks.g6.experiments.prefix_report import PLOTS as PREFIX_PLOTS
+    from benchmarks.g6.experiments.prefix_report import render_prefix_report
+
+    result = load_result(PrefixResult, prefix_run)
+    on, off = result.arm(True), result.arm(False)
+    assert on.cache.enable_prefix_caching is True and off.cache.enable_prefix_caching is False  # as the server says
+    assert 0.5 < on.prefix_cache_hit_rate <= 512 / 576
+    assert off.prefix_cache_hit_rate is None and off.points[0].server.prefix_cache_queries == 0
+    assert on.points[0].ttft_ms.p50 < off.points[0].ttft_ms.p50
+    data = json.loads((prefix_run / "result.json").read_text())
+    assert [a["prefix_caching"] for a in data["arms"]] == [True, False] and all(a["points"] for a in data["arms"])
+    report = (prefix_run / "report.md").read_text()
+    assert report == render_prefix_report(result)
+    assert f"| on | {on.prefix_cache_hit_rate:.1%} |" in report and "| off | none: no lookups |" in report
+    assert "not a measurement of vLLM" in report
+    for name in PREFIX_PLOTS:
+        assert (prefix_run / name).read_bytes()[:8] == PNG
+
+
+@pytest.mark.parametrize("experiment, extra", [
+    ("kv", ["--context-len", "256", "--gpu-memory-utilization", "0.07", "--max-num-seqs", "8", "--max-model-len", "1024"]),
+    ("quant", ["--variants", "bf16", "--concurrency", "2", "--requests", "4", "--input-len", "32", "--output-len", "8"]),
+    ("saturation", ["--start-rate", "4", "--max-points", "2", "--point-seconds", "1", "--requests", "8",
+                    "--input-len", "32", "--output-len", "8"]),
+    ("prefix", ["--prefix-len", "64", "--concurrency", "2", "--requests", "6", "--input-len", "16", "--output-len", "8"]),
+])  # fmt: skip
+def test_every_experiment_runs_with_the_chat_api_and_counts_the_servers_prompt_tokens(tmp_path, experiment, extra):
+    rc = main(["--sim", "--api", "chat", "--experiment", experiment, "--model", QWEN_05, *extra, "--out", str(tmp_path),
+               *FAST])  # fmt: skip
+    assert rc in (0, 1)  # a kv or saturation search may stop at its budget
+    (folder,) = tmp_path.iterdir()
+    data = json.loads((folder / "result.json").read_text())
+    assert data["params"]["api"] == "chat"
+    points = [p for p in _points(data) if p["completed"]]
+    assert points and all(p["realised"]["input_tokens"]["n"] == p["completed"] for p in points)
+
+
+def _points(data: dict) -> list[dict]:
+    """Every load point of any g6 result.json."""
+    found = []
+    for key in ("points", "probes", "variants", "arms"):
+        for item in data.get(key, []):
+            found += [item["point"]] if "point" in item else item.get("points", [item] if "completed" in item else [])
+    return found

@@ -3,7 +3,8 @@
 Experiments (--experiment): `sweep` (default) max-num-seqs x concurrency, TTFT against throughput;
 `kv` how many sequences of each context length fit in the KV cache, and what paging buys;
 `quant` what quantized variants (--variants) buy in memory and throughput and cost in quality;
-`saturation` the open-loop request rate the server holds within the SLOs (--slo-*), searched for.
+`saturation` the open-loop request rate the server holds within the SLOs (--slo-*), searched for;
+`prefix` requests sharing a system prompt, with vLLM's prefix cache on and off.
 
 Against a stack (--stack or --outputs) the load generator runs inside the cluster: one Job per
 point next to vLLM, on the system pool, its progress and records read back from the pod's log;
@@ -36,6 +37,9 @@ from benchmarks.g6.experiments.kv_report import render_kv_plots, render_kv_repor
 from benchmarks.g6.experiments.quant import CHECKPOINTS, DEFAULT_CONCURRENCY, DEFAULT_VARIANTS, QuantOutcome, QuantParams, quant_result, run_quant
 from benchmarks.g6.experiments.quant import planned_specs as quant_specs
 from benchmarks.g6.experiments.quant_report import render_quant_plots, render_quant_report
+from benchmarks.g6.experiments.prefix import DEFAULT_CONCURRENCY as PREFIX_CONCURRENCY
+from benchmarks.g6.experiments.prefix import PrefixOutcome, PrefixParams, prefix_result, prefix_spec, run_prefix
+from benchmarks.g6.experiments.prefix_report import render_prefix_plots, render_prefix_report
 from benchmarks.g6.experiments.saturation import (
     DEFAULT_START_RATE,
     SaturationOutcome,
@@ -82,10 +86,10 @@ from stacks.stackfile import load_config
 
 SIM_SPEEDUP = 4.0  # default time compression of --sim: the README's sweep then runs in about a minute
 SIM_SCRAPE_S = 0.5
-EXPERIMENTS = ("sweep", "kv", "quant", "saturation")
+EXPERIMENTS = ("sweep", "kv", "quant", "saturation", "prefix")
 # Counted requests per point: the sweep's grid, and the quant experiment's two points per variant. A
 # kv probe is one wave of as many requests as its concurrency.
-DEFAULT_REQUESTS = {"sweep": 64, "quant": 32, "saturation": 64}
+DEFAULT_REQUESTS = {"sweep": 64, "quant": 32, "saturation": 64, "prefix": 64}
 
 
 def _variants(text: str) -> list[str]:
@@ -106,7 +110,9 @@ def parser() -> argparse.ArgumentParser:
         "        python -m benchmarks g6 --sim --experiment kv --model Qwen/Qwen2.5-1.5B-Instruct --out results\n"
         "        python -m benchmarks g6 --sim --experiment quant --variants bf16,fp8,awq --out results\n"
         "        python -m benchmarks g6 --sim --experiment saturation --slo-ttft-ms 500 --out results\n"
-        "real stack (client in-cluster): python -m benchmarks g6 --stack g6 [--experiment kv|quant|saturation] --out results",
+        "        python -m benchmarks g6 --sim --experiment prefix --out results\n"
+        "real stack (client in-cluster): python -m benchmarks g6 --stack g6 [--experiment kv|quant|saturation|prefix] "
+        "--out results",
     )
     src = p.add_argument_group("target (one of --sim, --target, --stack, --outputs; --target may override a stack's endpoint)")
     src.add_argument("--sim", action="store_true", help="start the simulated vLLM backend for each max-num-seqs value")
@@ -167,6 +173,10 @@ def parser() -> argparse.ArgumentParser:
                      f"(default {','.join(DEFAULT_VARIANTS)}; allowed: {', '.join(CHECKPOINTS)})")  # fmt: skip
     exp.add_argument("--quality-prompts", type=whole(1), default=16, help="quant: prompts of the quality score")
     exp.add_argument("--quality-tokens", type=whole(1), default=64, help="quant: greedy continuation tokens per prompt")
+    exp.add_argument("--prefix-len", type=whole(16), default=PrefixParams().prefix_len,
+                     help="prefix: tokens of the prefix every prompt of a group starts with, before its --input-len")
+    exp.add_argument("--prefix-groups", type=whole(1), default=PrefixParams().groups,
+                     help="prefix: groups of requests, each with its own prefix")
     exp.add_argument("--start-rate", type=positive, default=DEFAULT_START_RATE,
                      help=f"saturation: the first offered rate, requests/s of the GPU (default {DEFAULT_START_RATE:g}); "
                      "then doubling until a rate fails, and a bisection")  # fmt: skip
@@ -239,7 +249,7 @@ def resolve_params(args: argparse.Namespace, outputs: dict[str, Any] | None) -> 
     )
     max_model_len = args.max_model_len or bench.max_model_len
     concurrency = {"sweep": bench.sweep.concurrency or [1, 8, 32], "quant": list(DEFAULT_CONCURRENCY), "kv": [],
-                   "saturation": []}  # fmt: skip
+                   "saturation": [], "prefix": [PREFIX_CONCURRENCY]}  # fmt: skip
     sweep_grid = experiment == "sweep" and args.stack and bench.sweep.max_num_seqs
     return G6Params(
         experiment=experiment,
@@ -281,8 +291,11 @@ def demand(params: G6Params, ex: Experiments) -> Demand:
     if params.experiment == "kv":
         return Demand(params.model, max(ex.kv.context_lens), f"--context-len {max(ex.kv.context_lens)}")
     asked = f"--input-len {params.input_len.describe()} + --output-len {params.output_len.describe()}"
+    prefix = ex.prefix.prefix_len if params.experiment == "prefix" else 0
+    if prefix:
+        asked = f"--prefix-len {prefix} + {asked}"
     # Unbounded lengths (lognormal) are clipped to the server's context: the shortest request then asks.
-    return Demand(params.model, params.longest or 2, asked)
+    return Demand(params.model, prefix + (params.longest or 2), asked)
 
 
 def make_target(
@@ -333,6 +346,8 @@ def planned_specs(params: G6Params, ex: Experiments, base_url: str) -> list[Load
         return quant_specs(params, ex.quant, base_url)
     if params.experiment == "saturation":
         return [point_spec(params, ex.saturation, base_url, ex.saturation.start_rate)]
+    if params.experiment == "prefix":
+        return [prefix_spec(params, ex.prefix, base_url) for _ in ex.prefix.arms]
     return [spec for _ in params.max_num_seqs for spec in load_specs(params, base_url)]
 
 
@@ -426,6 +441,7 @@ class Experiments(NamedTuple):
     kv: KvParams
     quant: QuantParams
     saturation: SaturationParams
+    prefix: PrefixParams
 
 
 def experiment_params(args: argparse.Namespace, params: G6Params) -> Experiments:
@@ -434,7 +450,7 @@ def experiment_params(args: argparse.Namespace, params: G6Params) -> Experiments
     quant = QuantParams(variants=args.variants or list(DEFAULT_VARIANTS), quality_prompts=args.quality_prompts,
                         quality_tokens=args.quality_tokens)  # fmt: skip
     saturation = SaturationParams(start_rate=args.start_rate, max_points=args.max_points, point_seconds=args.point_seconds)
-    return Experiments(kv, quant, saturation)
+    return Experiments(kv, quant, saturation, PrefixParams(prefix_len=args.prefix_len, groups=args.prefix_groups))
 
 
 EXIT_CODES = {"Ctrl-C": 130, "SIGTERM": 143}  # 128 + the signal's number, as shells report them
@@ -477,7 +493,8 @@ def _run(args: argparse.Namespace, argv: list[str], started: datetime) -> int:
         print(f"g6: invalid parameters: {problems(exc, 'g6')}", file=sys.stderr)
         return 2
     how = Measurement(client.runner, client.prometheus, progress, price)
-    outcome = {"kv": KvOutcome, "quant": QuantOutcome, "saturation": SaturationOutcome}.get(params.experiment, SweepOutcome)()
+    outcomes = {"kv": KvOutcome, "quant": QuantOutcome, "saturation": SaturationOutcome, "prefix": PrefixOutcome}
+    outcome = outcomes.get(params.experiment, SweepOutcome)()
     failure = None
     try:
         # Exits run inner first: the runner deletes what it created in the cluster before a stack
@@ -489,6 +506,8 @@ def _run(args: argparse.Namespace, argv: list[str], started: datetime) -> int:
                 run_quant(params, ex.quant, target, how, outcome)
             elif isinstance(outcome, SaturationOutcome):
                 run_saturation(params, ex.saturation, target, how, outcome)
+            elif isinstance(outcome, PrefixOutcome):
+                run_prefix(params, ex.prefix, target, how, outcome)
             else:
                 run_sweep(params, target, partial(predict, params), how, outcome)
     except ERRORS as exc:
@@ -542,6 +561,11 @@ def write_results(
         folder = new_run_folder(args.out, f"{LAB}-saturation", started)
         render_saturation_plots(result, folder)
         report, ok = render_saturation_report(result), all(x.point.completed for x in result.points)
+    elif isinstance(outcome, PrefixOutcome):
+        result = prefix_result(meta, params, ex.prefix, outcome, price, cost)
+        folder = new_run_folder(args.out, f"{LAB}-prefix", started)
+        render_prefix_plots(result, folder)
+        report, ok = render_prefix_report(result), all(p.completed for a in result.arms for p in a.points)
     else:
         assert isinstance(outcome, SweepOutcome)
         result = G6Result(

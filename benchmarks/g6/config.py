@@ -45,7 +45,7 @@ class G6Params(BaseModel):
 
     model_config = ConfigDict(frozen=True, extra="forbid")
 
-    experiment: Literal["sweep", "kv", "quant", "saturation"] = "sweep"
+    experiment: Literal["sweep", "kv", "quant", "saturation", "prefix"] = "sweep"
     target_kind: Literal["sim", "url", "stack"]
     target: str = Field(description="base URL, or 'sim' when each point starts its own simulator")
     stack: str | None = None

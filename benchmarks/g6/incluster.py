@@ -43,7 +43,7 @@ def memory_mib(spec: LoadSpec, workers: int) -> int:
     with its own copy), and every read of every response kept until the run ends (~300 B a read)."""
     total = spec.warmup_requests + spec.requests
     input_lens, output_lens = spec.lengths()
-    requests_mib = (7 * sum(input_lens) + 300 * total) * (workers + 1) / 2**20
+    requests_mib = (7 * (sum(input_lens) + total * spec.prefix_len) + 300 * total) * (workers + 1) / 2**20
     reads_mib = (sum(output_lens) + 4 * total) * 300 / 2**20
     return 64 + 24 * workers + math.ceil(requests_mib + reads_mib)
 

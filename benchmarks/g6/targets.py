@@ -54,16 +54,29 @@ class ServerSettings(BaseModel):
     max_num_seqs: int | None = Field(None, ge=1)
     gpu_memory_utilization: float | None = Field(None, gt=0, le=1)
     max_model_len: int | None = Field(None, ge=1)
+    enable_prefix_caching: bool | None = None
 
     def changes(self) -> dict[str, str | None]:
         """Field name -> value as the CLI takes it (None: unset), for the fields this setting gives."""
-        return {name: None if getattr(self, name) is None else str(getattr(self, name))
-                for name in sorted(self.model_fields_set)}  # fmt: skip
+        return {name: _cli(getattr(self, name)) for name in sorted(self.model_fields_set)}
 
     def over(self, base: ServerSettings) -> ServerSettings:
         """These settings on top of `base`: fields given here win."""
         return ServerSettings(**{**base.model_dump(include=base.model_fields_set),
                                  **self.model_dump(include=self.model_fields_set)})  # fmt: skip
+
+
+def _cli(value: object) -> str | None:
+    # Booleans as YAML and JSON spell them: `pulumi config set` and the stack's typed config read "true".
+    return None if value is None else str(value).lower() if isinstance(value, bool) else str(value)
+
+
+def sim_flags(name: str, value: str) -> list[str]:
+    """A setting as the simulator's (and vLLM's) flags: a boolean is the flag or its --no- form."""
+    flag = name.replace("_", "-")
+    if value in ("true", "false"):
+        return [f"--{flag}" if value == "true" else f"--no-{flag}"]
+    return [f"--{flag}", value]
 
 
 class Demand(NamedTuple):
@@ -155,7 +168,7 @@ class SimTarget:
         argv = [sys.executable, "-m", "benchmarks.sim", *self.args, "--port", str(port), "--watch-stdin"]
         for name, value in settings.over(self.base).changes().items():
             if value is not None:
-                argv += ["--" + name.replace("_", "-"), value]
+                argv += sim_flags(name, value)
         # stderr to a file, not a pipe: a pipe nobody reads would stall a chatty server.
         log = tempfile.TemporaryFile("w+")
         proc = subprocess.Popen(argv, cwd=_REPO, stdin=subprocess.PIPE, stdout=subprocess.DEVNULL, stderr=log,

@@ -100,7 +100,8 @@ class Plan:
     output_lens: list[int] = field(default_factory=list)
     # Without ignore_eos: output_lens are caps (max_tokens) and the model stops where it stops.
     eos: bool = False
-    # Requests i share their first prefix_len prompt tokens with every request of group i % prefix_groups.
+    # Request i's prompt starts with group i % prefix_groups's prefix of prefix_len tokens, then its own
+    # input_lens[i] tokens.
     prefix_len: int = 0
     prefix_groups: int = 1
     concurrency: int | None = None
@@ -201,8 +202,7 @@ def build_bodies(plan: Plan) -> list[bytes]:
     prefixes = [[rng.randrange(*TOKEN_ID_RANGE) for _ in range(plan.prefix_len)] for _ in range(plan.prefix_groups)]
     bodies = []
     for i, (n_in, n_out) in enumerate(zip(plan.input_lens, plan.output_lens)):
-        prefix = prefixes[i % plan.prefix_groups][:n_in]
-        ids = prefix + [rng.randrange(*TOKEN_ID_RANGE) for _ in range(n_in - len(prefix))]
+        ids = prefixes[i % plan.prefix_groups] + [rng.randrange(*TOKEN_ID_RANGE) for _ in range(n_in)]
         shape: dict[str, object] = {"max_tokens": n_out}
         if not plan.eos:
             shape.update(min_tokens=n_out, ignore_eos=True)

@@ -50,7 +50,8 @@ class LoadSpec(BaseModel):
     eos: bool = False
     # Drawn lengths are clipped so a request fits the server's context.
     max_model_len: int | None = Field(None, ge=2)
-    # Requests in prefix_groups groups, each sharing a prefix of prefix_len prompt tokens.
+    # Requests in prefix_groups groups, each group's prompts starting with its own prefix_len tokens
+    # (a system prompt) before their input_len tokens.
     prefix_len: int = Field(0, ge=0)
     prefix_groups: int = Field(1, ge=1)
     concurrency: int | None = Field(None, ge=1)
@@ -91,7 +92,10 @@ class LoadSpec(BaseModel):
     def lengths(self) -> tuple[list[int], list[int]]:
         """Every request's (prompt, output) lengths, warm-up first: the same seed, the same requests."""
         total = self.warmup_requests + self.requests
-        return draw_pairs(self.input_len, self.output_len, total, self.seed, self.max_model_len)
+        room = None if self.max_model_len is None else self.max_model_len - self.prefix_len
+        if room is not None and room < 2:
+            raise LoadgenError(f"a prefix of {self.prefix_len} tokens leaves no room in max-model-len {self.max_model_len}")
+        return draw_pairs(self.input_len, self.output_len, total, self.seed, room)
 
     def plan(self, workers: int | None = None) -> Plan:
         """What the load generator core runs; `workers` processes (default: one per CPU it may use)."""

@@ -24,6 +24,12 @@ GAUGES: tuple[tuple[GaugeField, str, Agg], ...] = (
     ("fb_used_mib", "DCGM_FI_DEV_FB_USED", "sum"),  # MiB
 )
 PREEMPTIONS = "vllm:num_preemptions_total"
+# Counters in tokens, as vLLM 0.11.2 names them (vllm/v1/metrics/loggers.py: vllm:prefix_cache_queries and
+# vllm:prefix_cache_hits, exposed with prometheus_client's _total suffix; the older vllm:gpu_prefix_cache_*
+# names are hidden there unless --show-hidden-metrics-for-version asks for them).
+PREFIX_QUERIES = "vllm:prefix_cache_queries_total"
+PREFIX_HITS = "vllm:prefix_cache_hits_total"
+COUNTERS = (("preemptions", PREEMPTIONS), ("prefix_cache_queries", PREFIX_QUERIES), ("prefix_cache_hits", PREFIX_HITS))
 CACHE_CONFIG = "vllm:cache_config_info"  # an info gauge: the cache configuration is in its labels
 TTFT_BUCKETS = "vllm:time_to_first_token_seconds_bucket"
 
@@ -60,6 +66,8 @@ class ServerMetrics(BaseModel):
     dram_active: GaugeStats | None = None
     fb_used_mib: GaugeStats | None = None
     preemptions: float | None = None
+    prefix_cache_queries: float | None = None  # prompt tokens looked up in the prefix cache during the point
+    prefix_cache_hits: float | None = None  # of them, tokens the cache served
     ttft_p50_ms: float | None = None
     ttft_p99_ms: float | None = None
     series: list[Series] = []
@@ -96,6 +104,7 @@ class KvCacheConfig(BaseModel):
     num_gpu_blocks: int
     gpu_memory_utilization: float | None = None
     cache_dtype: str | None = None
+    enable_prefix_caching: bool | None = None
 
     @property
     def kv_cache_tokens(self) -> int:

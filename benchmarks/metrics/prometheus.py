@@ -24,7 +24,7 @@ import httpx
 from pydantic import BaseModel, ConfigDict
 
 from benchmarks.metrics.errors import MetricsError
-from benchmarks.metrics.model import GAUGES, PREEMPTIONS, TTFT_BUCKETS, GaugeStats, Series, ServerMetrics
+from benchmarks.metrics.model import COUNTERS, GAUGES, TTFT_BUCKETS, GaugeStats, Series, ServerMetrics
 
 QUERY = "api/v1/query"
 QUERY_RANGE = "api/v1/query_range"
@@ -173,7 +173,7 @@ class PrometheusClient:
         return ServerMetrics(
             source="prometheus",
             **fields,
-            preemptions=self.query(f"sum(increase({PREEMPTIONS}{rng}))", end),
+            **{name: self.query(f"sum(increase({metric}{rng}))", end) for name, metric in COUNTERS},
             ttft_p50_ms=None if p50 is None else p50 * 1000.0,
             ttft_p99_ms=None if p99 is None else p99 * 1000.0,
             series=series,

@@ -27,6 +27,8 @@ def _parser() -> argparse.ArgumentParser:
     parser.add_argument("--quantization", choices=["fp8", "awq", "gptq"])
     parser.add_argument("--kv-cache-dtype", choices=["auto", "fp8"], default=defaults.kv_cache_dtype)
     parser.add_argument("--num-gpu-blocks-override", type=int)
+    parser.add_argument("--enable-prefix-caching", action=argparse.BooleanOptionalAction,
+                        default=defaults.enable_prefix_caching, help="as vLLM: on by default")  # fmt: skip
     parser.add_argument("--host", default=defaults.host)
     parser.add_argument("--port", type=int, default=defaults.port)
     parser.add_argument("--seed", type=int, default=defaults.seed)
