@@ -13,9 +13,13 @@ from benchmarks.g6 import main
 from benchmarks.g6.experiments.kv import KvResult, next_concurrency
 from benchmarks.g6.experiments.kv_report import PLOTS as KV_PLOTS
 from benchmarks.g6.experiments.kv_report import render_kv_report
+from benchmarks.g6.experiments.prefix import PrefixResult
+from benchmarks.g6.experiments.prefix_report import render_prefix_report
 from benchmarks.g6.experiments.quant import QuantResult
 from benchmarks.g6.experiments.quant_report import PLOTS as QUANT_PLOTS
 from benchmarks.g6.experiments.quant_report import render_quant_report
+from benchmarks.g6.experiments.saturation import SaturationResult
+from benchmarks.g6.experiments.saturation_report import render_saturation_report
 from benchmarks.g6.report import render_report
 from benchmarks.g6.result import G6Result
 from benchmarks.g6.targets import Demand, ServerSettings, SimTarget, StackTarget
@@ -205,6 +209,26 @@ def test_variants_switch_model_and_quantization_through_pulumi_and_restore_them(
     assert fp8.quality is None and "baseline gave no reference" in fp8.quality_note
 
 
+def test_prefix_arms_switch_prefix_caching_through_pulumi_and_restore_it(tmp_path, monkeypatch, sim_15):
+    """On, then off, each with `pulumi up`, then the stack's own (unset: vLLM's default) put back."""
+    state = fake_pulumi(tmp_path, monkeypatch, _outputs(), config={MODEL_PATH: QWEN_15})
+    rc = main(["--stack", "g6", "--target", sim_15.base_url, "--experiment", "prefix", "--prefix-len", "64",
+               "--concurrency", "2", "--requests", "2", "--input-len", "16", "--output-len", "4", "--health-timeout", "10",
+               "--out", str(tmp_path / "out"), "--quiet"])  # fmt: skip
+    assert rc == 0
+    path = "vllm.enable_prefix_caching"
+    assert [c for c in pulumi_calls(state) if c[0] != "stack"] == [
+        ["config", "get", "--path", path, "-s", "g6"],
+        ["config", "set", "--path", path, "true", "-s", "g6"],  # a YAML boolean under --path
+        UP,
+        ["config", "set", "--path", path, "false", "-s", "g6"],
+        UP,
+        ["config", "rm", "--path", path, "-s", "g6"],
+        UP,
+    ]
+    assert json.loads(state.read_text())["config"] == {MODEL_PATH: QWEN_15}
+
+
 def test_a_variant_whose_up_fails_is_reported_and_the_stack_restored(tmp_path, monkeypatch, sim_15):
     state = fake_pulumi(tmp_path, monkeypatch, _outputs(), config={MODEL_PATH: QWEN_15},
                         fail_up_if={MODEL_PATH: "Qwen/Qwen2.5-1.5B-Instruct-AWQ"})  # fmt: skip
@@ -297,6 +321,7 @@ def test_an_unknown_variant_is_refused_by_name(capsys):
 @pytest.mark.parametrize(
     "folder, model, render",
     [("g6-kv-sim", KvResult, render_kv_report), ("g6-quant-sim", QuantResult, render_quant_report),
+     ("g6-prefix-sim", PrefixResult, render_prefix_report), ("g6-saturation-sim", SaturationResult, render_saturation_report),
      ("g6-sim", G6Result, render_report)],
 )  # fmt: skip
 def test_the_committed_examples_are_todays_reports_of_their_results(folder, model, render):

@@ -69,7 +69,7 @@ def test_the_same_seed_sends_the_same_requests_and_another_seed_others():
 @pytest.mark.parametrize(
     "text, says",
     [("uniform:10", "expected 2 positive numbers"), ("uniform:20,10", "1 <= LO <= HI"), ("poisson:3", "unknown form"),
-     ("0", "at least 1"), ("file:/nonexistent/lengths", "No such file")],
+     ("0", "expected a whole number >= 1"), ("file:/nonexistent/lengths", "No such file")],
 )
 def test_a_bad_length_is_one_line_naming_what_is_allowed(text, says):
     with pytest.raises(LoadgenError, match=says):

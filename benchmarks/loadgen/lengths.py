@@ -121,9 +121,9 @@ def parse_lengths(text: str) -> Lengths:
         try:
             n = int(form)
         except ValueError:
-            raise LoadgenError(f"lengths {text!r}: allowed forms are {FORMS}") from None
+            n = 0
         if n < 1:
-            raise LoadgenError(f"lengths {text!r}: a length is at least 1")
+            raise LoadgenError(f"expected a whole number >= 1, uniform:LO,HI, lognormal:MEAN,SD or file:PATH, got {text!r}")
         return Lengths(kind="fixed", a=n)
     if form == "uniform":
         lo, hi = _numbers(rest, form, 2)
