@@ -135,7 +135,7 @@ def measure_point(
         server=metrics,
         max_num_seqs=context.max_num_seqs,
         sizing=context.sizing,
-        context_len=round(spec.input_len.mean + spec.output_len.mean / 2),
+        context_len=round(spec.prefix_len + spec.input_len.mean + spec.output_len.mean / 2),
         speedup=params.speedup,
     )
     price = usd_per_million_output_tokens(how.price, stats.output_tokens_per_s, params.speedup)
