@@ -201,8 +201,8 @@ def build_bodies(plan: Plan) -> list[bytes]:
     }
     prefixes = [[rng.randrange(*TOKEN_ID_RANGE) for _ in range(plan.prefix_len)] for _ in range(plan.prefix_groups)]
     bodies = []
-    for i, (n_in, n_out) in enumerate(zip(plan.input_lens, plan.output_lens)):
-        ids = prefixes[i % plan.prefix_groups] + [rng.randrange(*TOKEN_ID_RANGE) for _ in range(n_in)]
+    for k, (n_in, n_out) in enumerate(zip(plan.input_lens, plan.output_lens)):
+        ids = prefixes[k % plan.prefix_groups] + [rng.randrange(*TOKEN_ID_RANGE) for _ in range(n_in)]
         shape: dict[str, object] = {"max_tokens": n_out}
         if not plan.eos:
             shape.update(min_tokens=n_out, ignore_eos=True)
