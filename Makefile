@@ -38,7 +38,7 @@ plan: venv ## offline plan of a stack: make plan STACK=g6
 g6-sim: venv ## the g6 sweep against the simulated L4; report in $(OUT)/
 	$(BIN)/python -m benchmarks g6 --sim --model Qwen/Qwen2.5-1.5B-Instruct --max-num-seqs 8,32 --concurrency 1,8,32 --requests 64 --out $(OUT)
 
-g6-kv-sim: venv ## g6's KV-cache experiment against the simulated L4 (about 2 minutes)
+g6-kv-sim: venv ## g6's KV-cache experiment against the simulated L4 (about 3-4 minutes)
 	$(BIN)/python -m benchmarks g6 --sim --experiment kv --model Qwen/Qwen2.5-1.5B-Instruct --out $(OUT)
 
 g6-quant-sim: venv ## g6's quantization experiment against the simulated L4 (about 40 s)
@@ -47,7 +47,7 @@ g6-quant-sim: venv ## g6's quantization experiment against the simulated L4 (abo
 g6-prefix-sim: venv ## g6's shared-prefix experiment, prefix caching on and off, against the simulated L4 (about 20 s)
 	$(BIN)/python -m benchmarks g6 --sim --experiment prefix --out $(OUT)
 
-g6-saturation-sim: venv ## the request rate the simulated L4 holds within TTFT p99 500 ms (about 2 minutes)
+g6-saturation-sim: venv ## the request rate the simulated L4 holds within TTFT p99 500 ms (about 90 s)
 	$(BIN)/python -m benchmarks g6 --sim --experiment saturation --slo-ttft-ms 500 --out $(OUT)
 
 preflight: venv ## before `pulumi up`: credentials, APIs, L4 quota, L4 zones: make preflight LAB=g6

@@ -81,6 +81,25 @@ def test_client_ttft_and_itl_match_the_servers_ground_truth(sim_url, api):
     assert stats.client.where == "local" and stats.client.workers == 1
 
 
+def test_requests_stopping_at_eos_count_what_the_simulator_produced(sim_url):
+    """--eos against the simulator: each request's output tokens are the ones the server says it generated
+    (it stops each uniformly under its cap), and TPOT spreads the decode time over those tokens."""
+    spec = _spec(sim_url, output_len="uniform:4,32", eos=True, requests=24)
+    run = run_load(spec, workers=1)
+    truth = httpx.get(f"{sim_url}/sim/requests").json()
+    first_sent = min(r.sent for r in run.records)
+    server = sorted((t for t in truth if t["arrival_s"] >= first_sent - 1e-3), key=lambda t: t["arrival_s"])
+    client = sorted(run.records, key=lambda r: r.sent)
+    assert [r.output_tokens for r in client] == [t["output_tokens"] for t in server]
+    assert {t["finish_reason"] for t in server} <= {"stop", "length"} and any(t["finish_reason"] == "stop" for t in server)
+    stats = summarize(run, spec)
+    # The server's own decode time per token, over the requests with at least two tokens.
+    server_tpot = [(t["finish_s"] - t["first_token_s"]) / (t["output_tokens"] - 1) for t in server if t["output_tokens"] > 1]
+    server_ms = 1000 * sum(server_tpot) / len(server_tpot)
+    assert abs(stats.tpot_ms.mean - server_ms) <= 0.5 + 0.05 * server_ms
+    assert stats.realised.output_tokens.mean == pytest.approx(sum(t["output_tokens"] for t in server) / 24)
+
+
 # -- a real local server (raw asyncio HTTP/1.1) with known timings and known faults -------------------
 
 _CHUNK = json.dumps({"choices": [{"index": 0, "text": " x", "finish_reason": None}]}).encode()
