@@ -64,7 +64,8 @@ LABS: dict[str, Lab] = {
             "g6",
             "vLLM on the L4",
             "TTFT against throughput over max-num-seqs x concurrency, against the bandwidth roofline; the KV cache"
-            " as the limit on batch size (PagedAttention); what quantization buys and costs",
+            " as the limit on batch size (PagedAttention); what quantization buys and costs; the request rate it holds"
+            " within SLOs; what prefix caching saves",
             {
                 "observability": {"enabled": True},
                 "cost_exporter": {"enabled": True},
