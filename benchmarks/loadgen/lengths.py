@@ -110,7 +110,7 @@ def _numbers(text: str, form: str, count: int) -> list[float]:
     except ValueError:
         values = []
     if len(values) != count or not all(math.isfinite(v) and v > 0 for v in values):
-        raise LoadgenError(f"lengths {form}:{text!r}: expected {count} positive numbers; allowed forms: {FORMS}")
+        raise LoadgenError(f"lengths '{form}:{text}': expected {count} positive numbers; allowed forms: {FORMS}")
     return values
 
 
