@@ -104,8 +104,8 @@ CAPACITY = 20.0  # requests per second: one at a time, 50 ms each
 
 @contextmanager
 def capacity_server() -> Iterator[str]:
-    """Serves one request at a time for 1/CAPACITY s, first come first served, then streams its 4 tokens
-    at once: TTFT is the queue wait plus the service time, and it grows without bound past CAPACITY."""
+    """Serves one request at a time for 1/CAPACITY s, first come first served, then sends its tokens at
+    once: TTFT is the queue wait plus the service time, and it grows without bound past CAPACITY."""
     state: dict = {}
     started = threading.Event()
     head = b"HTTP/1.1 200 OK\r\nContent-Type: %s\r\nContent-Length: %d\r\n\r\n"
@@ -128,8 +128,11 @@ def capacity_server() -> Iterator[str]:
                 if not path.startswith(b"/v1/"):  # no /metrics: a server of one's own may have none
                     writer.write(head.replace(b"200 OK", b"404 Not Found") % (b"text/plain", 0))
                     continue
-                async with state["lock"]:
-                    await asyncio.sleep(1 / CAPACITY)
+                # First come, first served on a clock of its own: a late wake-up delays one answer, never
+                # the next one's service, so the capacity is CAPACITY however busy this machine is.
+                now = state["loop"].time()
+                state["free_at"] = done = max(now, state["free_at"]) + 1 / CAPACITY
+                await asyncio.sleep(done - now)
                 n = body.get("max_tokens", 4) if not body.get("ignore_eos") else body["max_tokens"]
                 events = b"".join(b'data: {"choices":[{"index":0,"text":" x"}]}\n\n' for _ in range(n))
                 events += b'data: {"choices":[],"usage":{"prompt_tokens":%d,"completion_tokens":%d}}\n\ndata: [DONE]\n\n' % (
@@ -142,7 +145,7 @@ def capacity_server() -> Iterator[str]:
             writer.close()
 
     async def serve() -> None:
-        state["lock"] = asyncio.Lock()
+        state["free_at"] = 0.0
         server = await asyncio.start_server(handle, "127.0.0.1", 0)
         state["url"] = f"http://127.0.0.1:{server.sockets[0].getsockname()[1]}"
         state["stop"] = asyncio.Event()
@@ -183,7 +186,7 @@ def test_the_saturation_search_finds_the_servers_capacity(saturation_run):
     assert (result.first_failing_rate - result.saturation_rate) / result.saturation_rate <= 0.1
     # A rate the server did not keep up with finished at its capacity, not at the rate offered.
     behind = [p for p in result.points if not p.kept_up]
-    assert behind and all(0.8 * CAPACITY <= p.served_rate <= 1.05 * CAPACITY for p in behind)
+    assert behind and all(0.75 * CAPACITY <= p.served_rate <= 1.05 * CAPACITY for p in behind)
     assert all(p.kept_up and p.passed for p in result.points if p.rate <= 0.5 * CAPACITY)
     assert all(p.point.rate == p.rate for p in result.points)  # a server of our own runs in real time
 

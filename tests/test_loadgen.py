@@ -429,6 +429,10 @@ def test_poisson_schedule_is_seeded_and_has_the_asked_rate():
     assert a != poisson_offsets(50.0, 2000, seed=8)
     assert a[-1] / len(a) == pytest.approx(1 / 50.0, rel=0.1)
     assert all(x < y for x, y in zip(a, a[1:]))
+    # The counted arrivals (after 50 of warm-up) span their share of the schedule: 1,950 at 50/s, 39 s.
+    b = poisson_offsets(50.0, 2000, seed=7, warmup=50)
+    assert all(x <= 1.0 for x in b[:50]) and all(1.0 <= x <= 40.0 for x in b[50:])
+    assert b[-1] - b[50] == pytest.approx(39.0, rel=0.01)
 
 
 def test_percentiles_are_in_milliseconds():

@@ -222,14 +222,18 @@ def build_requests(plan: Plan) -> list[bytes]:
     return [head + b"Content-Length: %d\r\n\r\n" % len(body) + body for body in build_bodies(plan)]
 
 
-def poisson_offsets(rate: float, count: int, seed: int) -> list[float]:
-    """Seconds from the start of the run of `count` Poisson arrivals at `rate` per second.
+def poisson_offsets(rate: float, count: int, seed: int, warmup: int = 0) -> list[float]:
+    """Seconds from the start of the run of `count` Poisson arrivals at `rate` per second, the first
+    `warmup` of them the warm-up's.
 
-    A Poisson process given `count` arrivals in [0, count / rate] places them uniformly at random: drawn
-    so, a point's arrivals keep Poisson's burstiness and offer exactly the rate it is labelled with
-    (free-running exponential gaps would offer 20.6 req/s in a point labelled 25, as one did here)."""
+    A Poisson process given how many arrivals fall in an interval places them there uniformly at random:
+    drawn so (the warm-up's in [0, warmup / rate], the counted ones after), the arrivals keep Poisson's
+    burstiness and the counted ones offer the rate the point is labelled with (free-running exponential
+    gaps offered 20.6 req/s in a point of 75 requests labelled 25)."""
     rng = random.Random(seed)
-    return sorted(rng.uniform(0.0, count / rate) for _ in range(count))
+    edge = warmup / rate
+    first = sorted(rng.uniform(0.0, edge) for _ in range(warmup))
+    return first + sorted(rng.uniform(edge, count / rate) for _ in range(count - warmup))
 
 
 def resolve(plan: Plan) -> tuple[int, tuple]:
@@ -913,7 +917,7 @@ def _share(plan: Plan, k: int, workers: int, claim: Callable[[], int | None]) ->
     """Worker k's part of the schedule: its request slots (closed loop) or its arrivals (open loop)."""
     if plan.concurrency is not None:
         return {"slots": plan.concurrency // workers + (k < plan.concurrency % workers), "claim": claim}
-    offsets = poisson_offsets(plan.rate or 1.0, plan.total, plan.seed)
+    offsets = poisson_offsets(plan.rate or 1.0, plan.total, plan.seed, plan.warmup)
     return {"arrivals": [(i, offsets[i]) for i in range(k, plan.total, workers)]}
 
 

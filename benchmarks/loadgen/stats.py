@@ -121,10 +121,9 @@ class PointStats(BaseModel):
     client: ClientPlace | None = None
     eos: bool = False  # output_len was a cap and requests stopped at EOS
     realised: Realised | None = None
-    # Seconds from the first to the last counted scheduled send, and from the first to the last counted
-    # completion: a server that keeps up with open-loop arrivals ends them over the span they came in.
-    sent_span_s: float | None = None
-    ended_span_s: float | None = None
+    # Least-squares slope of the completed requests' end times against their scheduled send times: about
+    # 1 when the server keeps up with open-loop arrivals, offered rate / capacity when it falls behind.
+    end_slope: float | None = None
 
 
 def token_summary(counts: list[int]) -> TokenSummary | None:
@@ -246,13 +245,15 @@ def summarize(run: LoadRun, spec: LoadSpec) -> PointStats:
         client=_place(run),
         eos=spec.eos,
         realised=realised(ok),
-        sent_span_s=_span([r.scheduled for r in run.records]),
-        ended_span_s=_span([r.end for r in ok]),
+        end_slope=_slope([r.scheduled for r in ok], [r.end for r in ok]),
     )
 
 
-def _span(stamps: list[float]) -> float | None:
-    return max(stamps) - min(stamps) if len(stamps) >= 2 else None
+def _slope(x: list[float], y: list[float]) -> float | None:
+    # A fit, not first and last: one request's queueing wait moves the endpoints, hardly the slope.
+    if len(x) < 3 or max(x) - min(x) <= 0:
+        return None
+    return float(np.polyfit(x, y, 1)[0])
 
 
 def _place(run: LoadRun) -> ClientPlace | None:

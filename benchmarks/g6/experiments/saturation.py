@@ -6,10 +6,11 @@ passed and the first that failed, until the two are within `tolerance` of each o
 time budget is spent. The saturation rate is the highest rate that passed.
 
 A point passes when the server kept up with it and, with SLOs given, every SLO's p99 is met (the
-same test as the cheapest point's, price.slo_misses). Keeping up: the counted requests finished
-spread over no more than 1/KEEP_UP of the time they were sent over. A server that keeps up ends
-requests as they come; past its capacity requests queue and end at its own pace, so throughput stops
-rising with the offered rate and TTFT grows along the queue. Without SLOs, keeping up is the test.
+same test as the cheapest point's, price.slo_misses). Keeping up: the counted requests' completions
+kept pace with their arrivals (the least-squares slope of end time against scheduled send time at
+most 1/KEEP_UP). A server that keeps up ends requests as they come; past its capacity requests queue
+and end at its own pace (the slope is offered rate / capacity), so throughput stops rising with the
+offered rate and TTFT grows along the queue. Without SLOs, keeping up is the test.
 
 Rates are requests per second of the GPU: with --sim the simulator is sent `speedup` times as many,
 and its latencies are read times `speedup`, as everywhere else in g6 (price.py).
@@ -32,7 +33,7 @@ from benchmarks.harness import RunMeta
 from benchmarks.harness.server import server_versions
 from benchmarks.loadgen import LoadSpec
 
-KEEP_UP = 0.95  # sent-over span / finished-over span at least this: the server kept up
+KEEP_UP = 0.95  # completions at least this share of the arrivals' pace: the server kept up
 # A point sends at least this many seconds of arrivals (more requests at higher rates), so the queue
 # of a rate past capacity has time to show; never fewer than --requests.
 DEFAULT_POINT_SECONDS = 8.0
@@ -78,9 +79,9 @@ class SaturationResult(ExperimentResult):
 
 def judge(point: G6Point, rate: float, params: G6Params) -> SaturationPoint:
     """Whether the server kept up with `rate` and met the SLOs (latencies in GPU time)."""
-    sent, ended = point.sent_span_s, point.ended_span_s
-    kept_up = bool(point.completed and sent and ended and sent / ended >= KEEP_UP)
-    served = None if not ended else (point.completed - 1) / ended / params.speedup
+    slope = point.end_slope
+    kept_up = slope is not None and slope <= 1 / KEEP_UP
+    served = None if not slope else rate / slope
     misses = [] if kept_up else [f"did not keep up: finished {served or 0:,.2f} req/s of the {rate:,.2f} offered"]
     misses += slo_misses(point, params)
     return SaturationPoint(rate=rate, served_rate=served, kept_up=kept_up, passed=not misses, misses=misses, point=point)
