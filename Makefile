@@ -6,7 +6,7 @@ STACK ?= dev
 LAB ?= $(STACK)
 OUT ?= results
 
-.PHONY: venv test plan g6-sim g6-kv-sim g6-quant-sim g6-prefix-sim g6-saturation-sim preflight status cost clean
+.PHONY: venv test plan g6-sim g6-kv-sim g6-quant-sim g6-prefix-sim g6-saturation-sim preflight status up down cost clean
 
 # A target's required variables, checked before anything runs (no venv, no python): one line naming
 # those missing and an example.
@@ -36,12 +36,12 @@ plan: venv ## offline plan of a stack: make plan STACK=g6
 	$(BIN)/python -m stacks.plan $(STACK)
 
 g6-sim: venv ## the g6 sweep against the simulated L4; report in $(OUT)/
-	$(BIN)/python -m benchmarks g6 --sim --model Qwen/Qwen2.5-1.5B-Instruct --max-num-seqs 8,32 --concurrency 1,8,32 --requests 64 --out $(OUT)
+	$(BIN)/python -m benchmarks g6 --sim --model Qwen/Qwen2.5-1.5B-Instruct --max-num-seqs 8,32 --concurrency 1,8,32 --out $(OUT)
 
 g6-kv-sim: venv ## g6's KV-cache experiment against the simulated L4 (about 3-4 minutes)
 	$(BIN)/python -m benchmarks g6 --sim --experiment kv --model Qwen/Qwen2.5-1.5B-Instruct --out $(OUT)
 
-g6-quant-sim: venv ## g6's quantization experiment against the simulated L4 (about 40 s)
+g6-quant-sim: venv ## g6's quantization experiment against the simulated L4 (about 50 s)
 	$(BIN)/python -m benchmarks g6 --sim --experiment quant --variants bf16,fp8,awq --out $(OUT)
 
 g6-prefix-sim: venv ## g6's shared-prefix experiment, prefix caching on and off, against the simulated L4 (about 20 s)
@@ -51,10 +51,16 @@ g6-saturation-sim: venv ## the request rate the simulated L4 holds within TTFT p
 	$(BIN)/python -m benchmarks g6 --sim --experiment saturation --slo-ttft-ms 500 --out $(OUT)
 
 preflight: venv ## before `pulumi up`: credentials, APIs, L4 quota, L4 zones: make preflight LAB=g6
-	$(BIN)/python -m ops.preflight --stack $(LAB)
+	$(BIN)/python -m ops.preflight --stack $(LAB) $(if $(PROJECT),--project $(PROJECT))
 
-status: venv ## after `pulumi destroy`: exits non-zero while any GPU node of ours is up
-	$(BIN)/python -m ops.status
+status: venv ## proof that everything is down: exits 0 only when nothing billable of ours exists: make status [PROJECT=...]
+	$(BIN)/python -m ops.status $(if $(PROJECT),--project $(PROJECT))
+
+up: venv ## a session's start: preflight, then pulumi up: make up LAB=g6
+	$(BIN)/python -m ops.session up --stack $(LAB) $(if $(PROJECT),--project $(PROJECT))
+
+down: venv ## a session's end: pulumi destroy, then status for that project; fails if anything billable remains
+	$(BIN)/python -m ops.session down --stack $(LAB) $(if $(PROJECT),--project $(PROJECT))
 
 cost: venv ## actual cost from the billing export: make cost LAB=g6 SINCE=2026-11-01 BILLING_TABLE=PROJECT_ID.DATASET.TABLE
 	$(BIN)/python -m ops.billing --table $(BILLING_TABLE) --lab $(LAB) --since $(SINCE) $(if $(UNTIL),--until $(UNTIL))

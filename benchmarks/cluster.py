@@ -21,8 +21,9 @@ from typing import Any, Protocol, TypeVar
 
 import yaml
 
+from benchmarks.harness.answers import body_text
 from benchmarks.harness.signals import shielded, sigterm_raises
-from facts.gke_auth import AUTH_PLUGIN, INSTALL_HINT
+from facts.gke_auth import ADC_FLAG, ADC_LOGIN_HINT, AUTH_PLUGIN, GCLOUD_LOGIN_HINT, INSTALL_HINT
 
 RUN_LABEL = "gke-ml-labs/benchmark-run"
 LAB_LABEL = "gke-ml-labs/lab"
@@ -236,7 +237,7 @@ class KubeCluster:
         # call_api does not raise on an error status: the proxy's 503 (no ready endpoints) or 404 (no
         # such service or pod) would otherwise reach the caller as if the service had answered.
         if not 200 <= response.status <= 299:
-            raise ClusterError(f"{method} {path} on {where} answered HTTP {response.status}: {text[:300]}")
+            raise ClusterError(f"{method} {path} on {where} answered HTTP {response.status}: {body_text(text)}")
         return text
 
     def server_version(self) -> dict[str, Any]:
@@ -292,7 +293,7 @@ def check_exec_plugin(plugin: dict[str, Any], timeout_s: float = 60.0) -> None:
         reason = next((line[line.index("ERROR:"):] for line in lines if "ERROR:" in line), lines[0] if lines else "")
         raise ClusterError(
             f"{os.path.basename(command[0])} could not get a token (exit {done.returncode}): {reason[:300]} "
-            "Log in with `gcloud auth login` (check the account with `gcloud auth list`), then run again."
+            f"{ADC_LOGIN_HINT if ADC_FLAG in command else GCLOUD_LOGIN_HINT}, then run again."
         )
 
 

@@ -105,7 +105,10 @@ def _table(sizing: Sizing, points: list[RooflinePoint]) -> str:
 def _load_model(args: argparse.Namespace) -> ModelSpec:
     if args.model_config is not None:
         return ModelSpec.from_config_file(args.model_config)
-    return get_model(args.model)
+    try:
+        return get_model(args.model)
+    except ServingError as e:
+        raise ServingError(f"{e}. For another llama/qwen2/mistral-style model pass its config.json with --model-config") from None
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -103,6 +103,7 @@ class GkeClusterArgs:
     managed_dcgm: bool = False
     monitoring_components: list[str] = field(default_factory=lambda: ["SYSTEM_COMPONENTS"])
     security_group: str | None = None  # Google Groups for RBAC (gke-security-groups@<domain>)
+    gcs_fuse: bool = False  # the Cloud Storage FUSE CSI driver add-on (buckets mounted as volumes)
 
 
 class GkeCluster(pulumi.ComponentResource):
@@ -159,6 +160,11 @@ class GkeCluster(pulumi.ComponentResource):
                 security_group=args.security_group
             )
             if args.security_group
+            else None,
+            addons_config=gcp.container.ClusterAddonsConfigArgs(
+                gcs_fuse_csi_driver_config=gcp.container.ClusterAddonsConfigGcsFuseCsiDriverConfigArgs(enabled=True)
+            )
+            if args.gcs_fuse
             else None,
             # GKE cost allocation: the billing export then splits cluster cost by namespace and label.
             cost_management_config=gcp.container.ClusterCostManagementConfigArgs(enabled=True),

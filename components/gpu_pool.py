@@ -42,6 +42,8 @@ class GpuNodePoolArgs:
     disk_gb: int
     sharing: GpuSharing | None = None
     extra_labels: dict[str, str] = field(default_factory=dict)
+    # GKE image streaming (gcfs_config): images from Artifact Registry stream instead of pulling whole.
+    image_streaming: bool = False
 
 
 @dataclass(frozen=True)
@@ -88,6 +90,7 @@ class GpuNodePool(pulumi.ComponentResource):
             spot=args.spot,
             disk_size_gb=args.disk_gb,
             labels={**args.extra_labels, POOL_LABEL: GPU_POOL_NAME},
+            gcfs_config=gcp.container.NodePoolNodeConfigGcfsConfigArgs(enabled=True) if args.image_streaming else None,
             taints=[
                 gcp.container.NodePoolNodeConfigTaintArgs(key=GPU_TAINT["key"], value=GPU_TAINT["value"], effect="NO_SCHEDULE")
             ],

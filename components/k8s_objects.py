@@ -29,6 +29,7 @@ TYPED: dict[tuple[str, str], type[pulumi.CustomResource]] = {
     ("rbac.authorization.k8s.io/v1", "ClusterRole"): k8s.rbac.v1.ClusterRole,
     ("rbac.authorization.k8s.io/v1", "ClusterRoleBinding"): k8s.rbac.v1.ClusterRoleBinding,
     ("batch/v1", "CronJob"): k8s.batch.v1.CronJob,
+    ("batch/v1", "Job"): k8s.batch.v1.Job,
     ("scheduling.k8s.io/v1", "PriorityClass"): k8s.scheduling.v1.PriorityClass,
 }
 CORE_API_VERSIONS = {api for api, _ in TYPED} | {"v1"}

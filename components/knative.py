@@ -15,7 +15,11 @@ pulumi-kubernetes#3047) rather than ConfigMapPatch:
 - the Kourier gateway Service is created as ClusterIP. Kourier has no config key for its Service
   type (config-kourier has none; its README edits the Service), and a patch applied after the
   manifest would let GCP create a public load balancer for a while first;
-- the activator's and webhook's PodDisruptionBudgets allow one eviction (PDB_PATCH).
+- the activator's and webhook's PodDisruptionBudgets allow one eviction (PDB_PATCH);
+- the activator's terminationGracePeriodSeconds is raised with max-revision-timeout-seconds, as
+  Knative's own config-defaults asks ("If this value is increased, the activator's
+  terminationGracePeriodSeconds should also be increased"; 600 in 1.21.1's activator.yaml): a request
+  held through a GPU cold start is not cut when the activator pod is drained.
 """
 
 from __future__ import annotations
@@ -40,6 +44,7 @@ KOURIER_INGRESS_CLASS = "kourier.ingress.networking.knative.dev"
 # restarts on another node, requests to a revision scaled to zero wait or fail, which a lab accepts.
 DISRUPTION_BUDGETS = ("activator-pdb", "webhook-pdb")
 PDB_PATCH = {"maxUnavailable": 1}
+ACTIVATOR = "activator"
 
 
 @dataclass(frozen=True)
@@ -96,6 +101,12 @@ def patch_object(obj: dict[str, Any], settings: dict[str, dict[str, str]]) -> di
         patched = copy.deepcopy(obj)
         patched["spec"] = {**(obj.get("spec") or {}), "type": "ClusterIP"}
         return patched
+    if kind == "Deployment" and namespace == SERVING_NAMESPACE and name == ACTIVATOR:
+        patched = copy.deepcopy(obj)
+        pod = patched.setdefault("spec", {}).setdefault("template", {}).setdefault("spec", {})
+        longest = int(settings["config-defaults"]["max-revision-timeout-seconds"])
+        pod["terminationGracePeriodSeconds"] = max(int(pod.get("terminationGracePeriodSeconds") or 0), longest)
+        return patched
     if kind == "PodDisruptionBudget" and namespace == SERVING_NAMESPACE and name in DISRUPTION_BUDGETS:
         patched = copy.deepcopy(obj)
         # A PDB takes minAvailable or maxUnavailable, never both.
@@ -110,6 +121,7 @@ def manifest_transform(settings: dict[str, dict[str, str]]):
         "kubernetes:core/v1:ConfigMap": "ConfigMap",
         "kubernetes:core/v1:Service": "Service",
         "kubernetes:policy/v1:PodDisruptionBudget": "PodDisruptionBudget",
+        "kubernetes:apps/v1:Deployment": "Deployment",
     }
 
     def transform(args: pulumi.ResourceTransformArgs) -> pulumi.ResourceTransformResult | None:

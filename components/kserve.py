@@ -35,6 +35,8 @@ TRITON_RUNTIME = "kserve-tritonserver"
 TRITON_MODEL_FORMAT = {"name": "triton", "version": "2"}
 # Below the runtime's 1 CPU / 2Gi request, so the replicas of a time-shared L4 fit one g2-standard-4
 # (about 3.4 allocatable CPUs once GKE's node agents have theirs); the GPU does the inference.
+# On the GPU the limit also holds the CUDA context and Triton's pinned host pool, which
+# triton_start.sh caps at 64 MiB (Triton's default is 256 MiB).
 TRITON_RESOURCES = {"requests": {"cpu": "500m", "memory": "1Gi"}, "limits": {"cpu": "1", "memory": "2Gi"}}
 TRITON_START = (Path(__file__).resolve().parent / "scripts" / "triton_start.sh").read_text()
 # Knative's own keys, read by its controller from the revision template (KServe copies the

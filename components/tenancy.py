@@ -41,8 +41,8 @@ TENANT_RULES = [
         "verbs": ["get", "list", "watch", "create", "update", "patch", "delete"],
     },
     {
-        "apiGroups": ["jobset.x-k8s.io", "kubeflow.org"],
-        "resources": ["jobsets", "pytorchjobs"],
+        "apiGroups": ["jobset.x-k8s.io", "kubeflow.org", "trainer.kubeflow.org"],
+        "resources": ["jobsets", "pytorchjobs", "trainjobs"],
         "verbs": ["get", "list", "watch", "create", "update", "patch", "delete"],
     },
     {"apiGroups": ["kueue.x-k8s.io"], "resources": ["localqueues", "workloads"], "verbs": ["get", "list", "watch"]},

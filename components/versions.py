@@ -40,7 +40,14 @@ DCGM_EXPORTER = Chart(
 GPU_OPERATOR = Chart("gpu-operator", "https://helm.ngc.nvidia.com/nvidia", "v26.7.0", upstream="gpu-operator/v26.7.0")
 KUEUE = Chart("kueue", "oci://registry.k8s.io/kueue/charts", "0.19.2", upstream="kueue/v0.19.2")
 JOBSET = Chart("jobset", "oci://registry.k8s.io/jobset/charts", "0.12.0", upstream="jobset/v0.12.0")
-# Kubeflow Training Operator v1 (PyTorchJob): the last v1 release, installed with its own kustomize overlay.
+# Kubeflow Trainer v2 (TrainJob, ClusterTrainingRuntime; the default `training_operator.api`): the chart
+# installs the CRDs, the controller, JobSet 0.12.0 (its dependency, unless JobSet is installed already) and,
+# through a post-install hook Job, the built-in runtimes we enable (torch-distributed).
+KUBEFLOW_TRAINER = Chart(
+    "kubeflow-trainer", "oci://ghcr.io/kubeflow/charts", "2.3.0", upstream="kubeflow-trainer/v2.3.0"
+)
+# Kubeflow Training Operator v1 (PyTorchJob, `training_operator.api: v1`): maintenance-only; the last v1
+# release, installed with its own kustomize overlay.
 TRAINING_OPERATOR_VERSION = "v1.9.4"
 TRAINING_OPERATOR_KUSTOMIZE = (
     f"github.com/kubeflow/trainer.git/manifests/overlays/standalone?ref={TRAINING_OPERATOR_VERSION}"
@@ -53,13 +60,14 @@ GKE_COS_DRIVER_INSTALLER = {
     "DEFAULT": "nvidia-driver-installer/cos/daemonset-preloaded.yaml",
     "LATEST": "nvidia-driver-installer/cos/daemonset-preloaded-latest.yaml",
 }
-# The image the g4 PyTorchJob and the g8 checkpointing job run (PyTorch with CUDA 12.4 for the L4).
+# The image the g4 job (TrainJob or PyTorchJob) and the g8 checkpointing job run (PyTorch with CUDA 12.4 for
+# the L4; it replaces the torch-distributed runtime's own CUDA 13 image, which GKE's DEFAULT driver cannot run).
 PYTORCH_IMAGE = "docker.io/pytorch/pytorch:2.5.1-cuda12.4-cudnn9-runtime"
 
 # --- Serving and pipelines of labs g5-g7 (brief E) ---
 # KServe v0.20.0's own quick-install scripts (hack/setup/quick-install/kserve-knative-mode-*) were
-# tested with Knative Serving 1.21.1 and cert-manager v1.17.0: we pin that combination rather than
-# the newest tags (Knative 1.23.0, cert-manager 1.21.1), so a first `pulumi up` runs what KServe tested.
+# tested with Knative Serving 1.21.1 and cert-manager v1.17.0: we pin that Knative rather than the newest
+# tag (1.23.0), so a first `pulumi up` runs what KServe tested; cert-manager below is newer (supported).
 KSERVE_CRD = Chart("kserve-crd", "oci://ghcr.io/kserve/charts", "v0.20.0", upstream="kserve/v0.20.0/charts/kserve-crd")
 KSERVE_RESOURCES = Chart(
     "kserve-resources", "oci://ghcr.io/kserve/charts", "v0.20.0", upstream="kserve/v0.20.0/charts/kserve-resources"
@@ -75,10 +83,12 @@ KSERVE_RUNTIMES = Chart(
 # (values.yaml kserve.servingruntime.tritonserver), the one KServe tested; CUDA 12.1, so the L4 (Ada)
 # and GKE's LATEST driver serve it. Several GB: the first pull on a new node takes minutes.
 TRITON_IMAGE = "nvcr.io/nvidia/tritonserver:23.05-py3"
-# upstream/ holds the v1.21.1 chart defaults only; the values we set (crds.enabled and the
-# nodeSelectors) exist unchanged in v1.17.0 too (crds.enabled since v1.15), so the check against
-# v1.21.1 holds for the pinned chart.
-CERT_MANAGER = Chart("cert-manager", "https://charts.jetstack.io", "v1.17.0", upstream="cert-manager/v1.21.1")
+# cert-manager v1.21.1: v1.17.0 (the one KServe v0.20.0's scripts install) is out of support, which
+# covers the last two minors only. KServe needs no more of it than the cert-manager.io/v1 Issuer
+# (selfsigned-issuer) and Certificate (serving-cert) its kserve-resources chart creates for the webhook's
+# serving certificate (v1 is served by every release since v1.0), and the CA injector, which writes that
+# CA into the webhook configurations annotated cert-manager.io/inject-ca-from.
+CERT_MANAGER = Chart("cert-manager", "https://charts.jetstack.io", "v1.21.1", upstream="cert-manager/v1.21.1")
 KNATIVE_SERVING_VERSION = "knative-v1.21.1"
 # serving-core.yaml includes the CRDs (serving-crds.yaml is a subset of it): components.knative applies only it.
 KNATIVE_SERVING_CORE = (
@@ -88,10 +98,23 @@ KNATIVE_SERVING_CORE = (
 KOURIER = (
     f"https://github.com/knative-extensions/net-kourier/releases/download/{KNATIVE_SERVING_VERSION}/kourier.yaml"
 )
-# v0.11.2: inside the range public GKE programs pinned (v0.11.2 to v0.28.0, read 2026-11); every server arg we pass
-# (--model, --dtype, --max-num-seqs, --max-model-len, --gpu-memory-utilization, --quantization,
-# --port) and the module entry point vllm.entrypoints.openai.api_server exist there.
-VLLM_IMAGE = "docker.io/vllm/vllm-openai:v0.11.2"
+# vLLM v0.33.0, the newest release on PyPI (2026-12-01). Every server flag we pass, every /metrics name
+# and label we read and the --quantization values we accept are checked against that release's wheel:
+# tests/data/vllm/v0.33.0/ holds its `vllm serve --help=all` and a /metrics page of its own stat logger.
+VLLM_VERSION = "v0.33.0"
+# From v0.20 the untagged image is built on CUDA 13, which needs an NVIDIA driver of branch 580 or newer;
+# the same release on CUDA 12.9 carries the suffix -cu129 (llm-d/llm-d-kv-cache#584 pins v0.20.2-cu129;
+# ai-dynamo/nixl#2140, 2026-08: latest-cu129 is still published). No registry is reachable from here, so
+# the -cu129 tag of this release is documented, not pulled. Keyed by vllm.cuda in the stack file.
+VLLM_IMAGES = {
+    "13": f"docker.io/vllm/vllm-openai:{VLLM_VERSION}",
+    "12": f"docker.io/vllm/vllm-openai:{VLLM_VERSION}-cu129",
+}
+VLLM_IMAGE = VLLM_IMAGES["13"]
+# The oldest NVIDIA driver branch each image's CUDA runs on: CUDA 13.0 needs 580.65 or newer
+# (rapidsai/deployment#659: GKE's LATEST puts a driver above 580.65 on nodes, 2026-02); CUDA 12 runs on
+# R525 and newer through CUDA's minor-version compatibility.
+VLLM_CUDA_MIN_DRIVER_BRANCH = {"13": 580, "12": 525}
 ARGO_WORKFLOWS = Chart(
     "argo-workflows", "https://argoproj.github.io/argo-helm", "1.0.18", upstream="argo-workflows/1.0.18"
 )
@@ -99,6 +122,8 @@ ARGO_WORKFLOWS = Chart(
 PIPELINE_PYTHON_IMAGE = "docker.io/library/python:3.12.8-slim"
 PIPELINE_SKLEARN = "scikit-learn==1.5.2"
 PIPELINE_GCS = "google-cloud-storage==2.19.0"
+# The one-time copy of a model's weights from Hugging Face into its bucket (vllm.weights: gcs).
+WEIGHTS_HF_HUB = "huggingface_hub==0.36.0"
 
 # --- Cost safety (brief F) ---
 # The idle guard and the cost exporter are Python scripts mounted from ConfigMaps into this image

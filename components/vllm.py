@@ -6,12 +6,12 @@ The object bodies are pure functions of the args, so tests check exactly what is
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 import pulumi
 
-from components import k8s_objects, versions
+from components import k8s_objects, model_weights, versions
 from components.gpu_pool import GpuPlacement
 from components.namespaces import namespace
 from components.naming import StackId, k8s_labels
@@ -32,8 +32,10 @@ CACHE = Scratch("cache", "/cache", "40Gi")
 # PyTorch shares tensors between processes through /dev/shm (64 MiB by default).
 SHM = Scratch("dshm", "/dev/shm", "2Gi", medium="Memory")
 HF_CACHE = f"{CACHE.path}/huggingface"
-# Serve from the server module rather than the image's ENTRYPOINT, which changed across releases.
-COMMAND = ["python3", "-m", "vllm.entrypoints.openai.api_server"]
+# vLLM's own CLI, named rather than left to the image's ENTRYPOINT, which changed across releases.
+# (`python -m vllm.entrypoints.openai.api_server` is deprecated in v0.33.0; `vllm serve` builds the parser
+# recorded in tests/data/vllm/v0.33.0/serve-help.txt.)
+COMMAND = ["vllm", "serve"]
 PROBE_PERIOD_S = 10
 # The Service must not hold `pulumi up` until an endpoint exists: the provider gives up after 10 min.
 SKIP_AWAIT = {"pulumi.com/skipAwait": "true"}
@@ -56,11 +58,30 @@ class VllmServerArgs:
     max_num_seqs: int  # --max-num-seqs
     startup_timeout_min: int  # image pull + model download allowance before liveness checks
     quantization: str | None = None  # --quantization; None: the checkpoint's own
-    enable_prefix_caching: bool | None = None  # --[no-]enable-prefix-caching; None: vLLM's default (on)
+    enable_prefix_caching: bool | None = None  # --enable-/--disable-prefix-caching; None: vLLM's default (on)
     hf_token: pulumi.Output[str] | None = None
     # The release serving the ServiceMonitor CRD (kube-prometheus-stack); None: no ServiceMonitor.
     prometheus: pulumi.Resource | None = None
     scrape_interval_s: int = 15
+    # Where the image and the weights come from: Docker Hub (one of versions.VLLM_IMAGES, or its Artifact
+    # Registry cache, for image streaming), and Hugging Face or a bucket mounted through the GCS FUSE CSI driver.
+    image: str = versions.VLLM_IMAGE
+    weights: WeightsBucket | None = None
+    after: list[pulumi.Resource] = field(default_factory=list)  # e.g. the image cache's read access
+
+
+@dataclass(frozen=True)
+class WeightsBucket:
+    """Serve the weights from the stack's bucket (components.model_weights), filled before the server starts."""
+
+    project: str
+    region: str
+    billing_labels: dict[str, str]
+    system_node_selector: dict[str, str]  # where the one-time copy runs
+    cluster: pulumi.Resource | None = None  # makes the Workload Identity pool exist
+
+    def bucket(self, stack_id: StackId) -> str:
+        return model_weights.bucket_name(stack_id, self.project)
 
 
 def rollout_await(v: VllmServerArgs) -> dict[str, str]:
@@ -68,9 +89,12 @@ def rollout_await(v: VllmServerArgs) -> dict[str, str]:
 
 
 def server_args(v: VllmServerArgs) -> list[str]:
-    """Exactly the configured server flags, nothing implicit."""
+    """Exactly the configured server flags, nothing implicit. Weights from a bucket are served from
+    their folder there, under the model's own name (what clients ask for)."""
+    model = [f"--model={v.model}"] if v.weights is None else [
+        f"--model={model_weights.model_dir(v.model)}", f"--served-model-name={v.model}"]  # fmt: skip
     args = [
-        f"--model={v.model}",
+        *model,
         f"--dtype={v.dtype}",
         f"--max-num-seqs={v.max_num_seqs}",
         f"--max-model-len={v.max_model_len}",
@@ -79,8 +103,8 @@ def server_args(v: VllmServerArgs) -> list[str]:
     if v.quantization is not None:
         args.append(f"--quantization={v.quantization}")
     if v.enable_prefix_caching is not None:
-        # vLLM's boolean flags are argparse BooleanOptionalAction: the flag or its --no- form.
-        args.append("--enable-prefix-caching" if v.enable_prefix_caching else "--no-enable-prefix-caching")
+        # vLLM v0.33.0 names the pair --enable-prefix-caching | --disable-prefix-caching (its serve --help).
+        args.append("--enable-prefix-caching" if v.enable_prefix_caching else "--disable-prefix-caching")
     return [*args, f"--port={PORT}"]
 
 
@@ -97,7 +121,7 @@ def pod_spec(v: VllmServerArgs, with_token: bool) -> dict[str, Any]:
             {"name": "HF_TOKEN", "valueFrom": {"secretKeyRef": {"name": HF_SECRET, "key": HF_SECRET_KEY}}}
         )
     health = {"httpGet": {"path": "/health", "port": PORT}, "periodSeconds": PROBE_PERIOD_S}
-    spec = {
+    spec: dict[str, Any] = {
         # A Service named vllm would inject VLLM_PORT=tcp://..., which vLLM reads as its own
         # setting and crashes on.
         "enableServiceLinks": False,
@@ -107,7 +131,7 @@ def pod_spec(v: VllmServerArgs, with_token: bool) -> dict[str, Any]:
         "containers": [
             {
                 "name": NAME,
-                "image": versions.VLLM_IMAGE,
+                "image": v.image,
                 "command": COMMAND,
                 "args": server_args(v),
                 "ports": [{"name": "http", "containerPort": PORT}],
@@ -125,7 +149,16 @@ def pod_spec(v: VllmServerArgs, with_token: bool) -> dict[str, Any]:
             }
         ],
     }
+    if v.weights is not None:
+        spec["serviceAccountName"] = model_weights.READER_SA
+        spec["volumes"] = [model_weights.fuse_volume(v.weights.bucket(v.stack_id), read_only=True)]
+        spec["containers"][0]["volumeMounts"] = [model_weights.mount(read_only=True)]
     return restricted(spec, scratch=(TMP, CACHE, SHM), home=CACHE.path)
+
+
+def _annotations(v: VllmServerArgs) -> dict[str, Any]:
+    """GKE injects the GCS FUSE sidecar only into pods that ask for it."""
+    return {"annotations": dict(model_weights.SIDECAR_ANNOTATION)} if v.weights is not None else {}
 
 
 def deployment(v: VllmServerArgs, with_token: bool) -> dict[str, Any]:
@@ -144,7 +177,7 @@ def deployment(v: VllmServerArgs, with_token: bool) -> dict[str, Any]:
             # One GPU at most in the default quota: the old pod must free it before the new one starts.
             "strategy": {"type": "Recreate"},
             "selector": {"matchLabels": _selector()},
-            "template": {"metadata": {"labels": labels}, "spec": pod_spec(v, with_token)},
+            "template": {"metadata": {"labels": labels, **_annotations(v)}, "spec": pod_spec(v, with_token)},
         },
     }
 
@@ -207,8 +240,26 @@ class VllmServer(pulumi.ComponentResource):
         if args.hf_token is not None:
             # Only the Secret holds the token; the Deployment refers to it by name.
             self.secret = k8s_objects.create(f"{name}-hf-token", hf_secret(args, args.hf_token), in_ns)
+        weights: list[pulumi.Resource] = []
+        if args.weights is not None:
+            w = args.weights
+            self.weights = model_weights.ModelWeights(
+                f"{name}-weights",
+                model_weights.ModelWeightsArgs(
+                    stack_id=args.stack_id, project=w.project, region=w.region, namespace=args.namespace,
+                    model=args.model, billing_labels=w.billing_labels, system_node_selector=w.system_node_selector,
+                    hf_secret=HF_SECRET if args.hf_token is not None else None, hf_secret_key=HF_SECRET_KEY,
+                    cluster=w.cluster,
+                    after=[self.namespace, *([self.secret] if args.hf_token is not None else [])],
+                ),
+                opts=pulumi.ResourceOptions(parent=self),
+            )  # fmt: skip
+            weights = self.weights.done
         body = deployment(args, with_token=args.hf_token is not None)
-        self.deployment = k8s_objects.create(f"{name}-deployment", body, in_ns)
+        self.deployment = k8s_objects.create(
+            f"{name}-deployment", body,
+            pulumi.ResourceOptions(parent=self, depends_on=[self.namespace, *args.after, *weights]),
+        )  # fmt: skip
         self.service = k8s_objects.create(f"{name}-service", service(args), in_ns)
         if args.prometheus is not None:
             self.service_monitor = k8s_objects.create(

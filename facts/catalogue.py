@@ -336,7 +336,5 @@ def get_model(name: str) -> ModelSpec:
     by_short = {key.split("/")[-1].lower(): spec for key, spec in MODELS.items()}
     if name.lower() in by_short:
         return by_short[name.lower()]
-    raise ServingError(
-        f"unknown model {name!r}; known models: {', '.join(MODELS)}. "
-        "For another llama/qwen2/mistral-style model pass its config.json with --model-config."
-    )
+    # No flag is named here: the commands that read a config.json for other models add their own.
+    raise ServingError(f"unknown model {name!r}; known models: {', '.join(MODELS)}")

@@ -13,3 +13,6 @@ from __future__ import annotations
 AUTH_PLUGIN = "gke-gcloud-auth-plugin"
 ADC_FLAG = "--use_application_default_credentials"
 INSTALL_HINT = "gcloud components install gke-gcloud-auth-plugin"
+# What to run when the plugin has no token: the login its flags read.
+ADC_LOGIN_HINT = "Create Application Default Credentials with `gcloud auth application-default login`"
+GCLOUD_LOGIN_HINT = "Log in with `gcloud auth login` (check the account with `gcloud auth list`)"

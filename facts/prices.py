@@ -1,8 +1,9 @@
 """A dated table of the list prices a lab pays, per region, on-demand and spot.
 
 Only what the labs run is priced: every G2 (L4) machine type and every system machine type the config
-accepts, in every region where the source lists L4 GPUs, plus the GKE cluster fee, balanced persistent
-disk (boot disks) and GCS standard storage. Prices move (spot prices weekly): every entry names its
+accepts, in every region where the source lists L4 GPUs, plus the GKE cluster fee, persistent disks
+(boot disks and PVCs), GCS standard storage, forwarding rules (load balancers) and external IP
+addresses in use: what `ops.status` finds left over. Prices move (spot prices weekly): every entry names its
 source and the date it was read, and `PRICE_DATE` is the oldest of them. A region or machine type
 missing here is an error naming what is missing and what is known, never a guess.
 """
@@ -16,20 +17,39 @@ from facts.machines import G2_L4_COUNT, SYSTEM_MACHINE_TYPES
 HOURS_PER_MONTH = 730  # Google's own conversion for monthly list prices
 
 # Sources (read on the dates given; quoted in each entry below).
+CATALOGUE_DATE = "2026-12-01"  # the machine prices' (spot and on-demand) read date
 CATALOGUE = (
     "skypilot-org/skypilot-catalog catalogs/v8/gcp/vms.csv @006059e (Google Cloud Billing Catalog list "
-    "prices per region, on-demand and spot), read 2026-12-01"
+    f"prices per region, on-demand and spot), read {CATALOGUE_DATE}"
 )
 GKE_PRICING = "cloud.google.com/kubernetes-engine/pricing: $0.10/cluster-hour, one zonal cluster free, read 2026-08-20"
 GCS_PRICING = "cloud.google.com/storage/pricing as transcribed by api-evangelist/gcp-cloud-storage (2026-09-20): $0.000027397/GiB-hour"
 PD_PRICING = "c3x.dev 'GCP persistent disk types cost' (2026) and a Google pricing-calculator estimate (2023): pd-balanced $0.10/GiB-month"
+PD_TYPES_PRICING = (
+    "cloud.google.com/compute/disks-image-pricing, its worked US examples (a 200 GB standard PD $8.00 and a "
+    "200 GB SSD PD $34.00 for a whole month): pd-standard $0.04, pd-ssd $0.17 per GiB-month, read 2026-12-01"
+)
+LB_PRICING = (
+    "cloud.google.com/load-balancing/pricing: forwarding rules $0.025/h each for the first 5, $0.01/h per "
+    "additional rule, read 2026-12-01"
+)
+IP_PRICING = (
+    "cloud.google.com/vpc/network-pricing as quoted by the ChiefGyk3D/Clouds-Against-Humanity wiki (read from "
+    "Google's page 2026-10-16): external IPv4 address in use $0.005/h; a reserved address not in use costs more "
+    "and is not in this table"
+)
+AR_PRICING = (
+    "cloud.google.com/artifact-registry/pricing as transcribed in a public cost note (read 2026-12-01): "
+    "storage $0.10/GB-month, the first 0.5 GB free"
+)
 PRICE_DATE = "2026-08-20"
 
 # The catalogue's rows for what the labs run, one per region (it repeats each region's price for every
 # zone): item, region, on-demand and spot USD per hour. It prices a G2 machine as its VM part (the
 # g2-standard-N rows) plus its GPUs (the L4xN rows: N L4s), so a G2 price below is the sum of two rows.
-# The regions are those with L4 rows: the price table's region list. Zones are never chosen from it:
-# preflight asks the Compute API which zones offer nvidia-l4.
+# The regions are those with L4 rows: the price table's region list. The same catalogue lists each
+# price once per zone; its g2-standard-4 rows give L4_ZONES below, which the config checks offline
+# (preflight still asks the Compute API, which is the final word on a project's zones).
 _CATALOGUE_ROWS = """
 g2-standard-4   asia-east1               0.16997  0.0449
 g2-standard-4   asia-northeast1          0.18851  0.09422
@@ -347,6 +367,18 @@ def _rows() -> dict[tuple[str, str], tuple[float, float]]:
 _ROWS = _rows()
 L4_REGIONS: list[str] = sorted({region for item, region in _ROWS if item == "L4x1"})
 
+# The zones of the catalogue's g2-standard-4 rows (CATALOGUE, AvailabilityZone column), per region.
+_L4_ZONE_LETTERS = """
+asia-east1 abc  asia-northeast1 abc  asia-northeast3 ab  asia-south1 abc  asia-southeast1 abc
+europe-west1 bc  europe-west2 ab  europe-west3 ab  europe-west4 abc  europe-west6 bc  me-central2 ac
+northamerica-northeast1 bc  northamerica-northeast2 ab  us-central1 abc  us-east1 bcd  us-east4 ac
+us-west1 abc  us-west4 ac
+"""
+_pairs = _L4_ZONE_LETTERS.split()
+L4_ZONES: dict[str, list[str]] = {
+    region: [f"{region}-{letter}" for letter in letters] for region, letters in zip(_pairs[::2], _pairs[1::2])
+}
+
 
 def _g2(machine: str, region: str) -> MachinePrice:
     gpus = f"L4x{G2_L4_COUNT[machine]}"
@@ -364,6 +396,14 @@ def _system(machine: str, region: str) -> MachinePrice:
     return MachinePrice(on_demand=on_demand, spot=spot, source=f"{CATALOGUE}: row {machine}, {region}")
 
 
+# Per GiB-month, us-central1 (the only region the sources quote): PD_PRICING, PD_TYPES_PRICING.
+PD_GIB_MONTH = {"pd-balanced": 0.10, "pd-standard": 0.04, "pd-ssd": 0.17}
+PD_REGIONS = ("us-central1",)
+FORWARDING_RULE_PER_HOUR = 0.025  # the first 5 (LB_PRICING)
+FORWARDING_RULE_EXTRA_PER_HOUR = 0.01  # each one after the first 5
+FORWARDING_RULES_AT_FULL_PRICE = 5
+EXTERNAL_IP_IN_USE_PER_HOUR = 0.005  # IP_PRICING
+
 PRICES: dict[str, RegionPrices] = {
     region: RegionPrices(
         machines={
@@ -371,11 +411,15 @@ PRICES: dict[str, RegionPrices] = {
             **{machine: _system(machine, region) for machine in SYSTEM_MACHINE_TYPES},
         },
         # Disk and bucket prices come from sources for us-central1 only.
-        pd_balanced_gib_month=0.10 if region == "us-central1" else None,
+        pd_balanced_gib_month=PD_GIB_MONTH["pd-balanced"] if region in PD_REGIONS else None,
         gcs_standard_gib_month=round(0.000027397 * HOURS_PER_MONTH, 4) if region == "us-central1" else None,
     )
     for region in L4_REGIONS
 }
+
+# Artifact Registry storage (the image cache of `vllm.image_streaming`), any region (AR_PRICING).
+ARTIFACT_REGISTRY_GB_MONTH = 0.10
+ARTIFACT_REGISTRY_FREE_GB = 0.5
 
 GKE_CLUSTER_FEE_PER_HOUR = 0.10
 # The free tier credits one zonal (or Autopilot) cluster per billing account: a lab's zonal cluster
@@ -406,6 +450,33 @@ def machine_price(region: str, machine_type: str) -> MachinePrice:
 def hourly(region: str, machine_type: str, spot: bool) -> float:
     """USD per hour of one machine at list price."""
     return machine_price(region, machine_type).hourly(spot)
+
+
+def disk_gib_month(region: str, disk_type: str) -> float:
+    """USD per GiB-month of a zonal persistent disk at list price."""
+    if region not in PD_REGIONS or disk_type not in PD_GIB_MONTH:
+        raise PricingError(
+            f"no price for {disk_type} disks in {region} (facts/prices.py prices {', '.join(PD_GIB_MONTH)} "
+            f"in {', '.join(PD_REGIONS)})"
+        )
+    return PD_GIB_MONTH[disk_type]
+
+
+def gcs_gib_month(location: str) -> float:
+    """USD per GiB-month of standard storage in a bucket's location (a region; GCS spells it upper-case)."""
+    region = location.lower()
+    price = PRICES[region].gcs_standard_gib_month if region in PRICES else None
+    if price is None:
+        priced = [r for r, p in PRICES.items() if p.gcs_standard_gib_month is not None]
+        raise PricingError(
+            f"no price for standard storage in {location} (facts/prices.py prices it in {', '.join(priced)})"
+        )
+    return price
+
+
+def forwarding_rule_hourly(nth: int) -> float:
+    """USD per hour of a project's nth forwarding rule (1-based): the first five cost more."""
+    return FORWARDING_RULE_PER_HOUR if nth <= FORWARDING_RULES_AT_FULL_PRICE else FORWARDING_RULE_EXTRA_PER_HOUR
 
 
 def exporter_table(region: str) -> dict:

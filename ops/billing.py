@@ -193,7 +193,7 @@ def main(argv: list[str] | None = None, client: GcpClient | None = None) -> int:
     try:
         since, until = window(args.since, args.until)
         check_table(args.table)  # before any call
-        with client or GcpClient() as gcp:
+        with client or GcpClient.from_environment() as gcp:
             rows = query_bigquery(gcp, args.project or args.table.split(".")[0], args.table, args.lab, since, until)
     except (BillingError, GcpError) as e:
         print(f"error: {e}", file=sys.stderr)

@@ -1,9 +1,14 @@
 """A small client for the few Google REST APIs the operator commands call (Service Usage, Compute,
-Cloud Resource Manager, BigQuery), shared by preflight, status and billing.
+Container, Cloud Storage, Cloud Resource Manager, BigQuery), shared by preflight, status and billing.
 
 The test seam is the constructor: `base_urls` (per API) and `token_source` are injectable, so tests
-point it at a local HTTP server that answers like Google. Low-level errors (HTTP status, transport,
-google-auth) are translated here, at one boundary, into the small exception tree below.
+point it at a local HTTP server that answers like Google. `GcpClient.from_environment` is what the
+commands use: per-API endpoint overrides from `GKE_ML_LABS_ENDPOINT_<API>` (the base URL up to and
+including the API version, as gcloud's `CLOUDSDK_API_ENDPOINT_OVERRIDES_<API>` are) for private
+endpoints and tests, and an access token from `GOOGLE_OAUTH_ACCESS_TOKEN` (the variable Google's
+Terraform and Pulumi providers honour) in place of Application Default Credentials. Low-level errors
+(HTTP status, transport, google-auth) are translated here, at one boundary, into the small exception
+tree below.
 """
 
 from __future__ import annotations
@@ -11,16 +16,27 @@ from __future__ import annotations
 from collections.abc import Callable, Iterator
 from typing import Any
 
+import json
+import os
+from collections.abc import Mapping
+from pathlib import Path
+
 import httpx
 
 SCOPES = ["https://www.googleapis.com/auth/cloud-platform"]
 LOGIN_HINT = "run `gcloud auth application-default login`"
+TOKEN_HINT = "set a fresh GOOGLE_OAUTH_ACCESS_TOKEN (`gcloud auth print-access-token`) or unset it"
 DEFAULT_BASE_URLS = {
     "serviceusage": "https://serviceusage.googleapis.com/v1",
     "compute": "https://compute.googleapis.com/compute/v1",
     "cloudresourcemanager": "https://cloudresourcemanager.googleapis.com/v1",
     "bigquery": "https://bigquery.googleapis.com/bigquery/v2",
+    "container": "https://container.googleapis.com/v1",
+    "storage": "https://storage.googleapis.com/storage/v1",
 }
+ENDPOINT_ENV_PREFIX = "GKE_ML_LABS_ENDPOINT_"
+TOKEN_ENV = "GOOGLE_OAUTH_ACCESS_TOKEN"
+KEY_FILE_ENV = "GOOGLE_APPLICATION_CREDENTIALS"
 # Finite timeouts, split per phase: a hung API must not hang preflight.
 TIMEOUT = httpx.Timeout(30.0, connect=10.0)
 
@@ -44,6 +60,29 @@ class CredentialsNotFound(CredentialsError):
             self,
             "credentials not found: this machine has no Application Default Credentials; create them with "
             f"`gcloud auth application-default login` (or set GOOGLE_APPLICATION_CREDENTIALS to a key file) ({detail})",
+        )
+
+
+class TokenRefused(CredentialsError):
+    """HTTP 401 for the token given in GOOGLE_OAUTH_ACCESS_TOKEN: that token, not ADC, is the problem."""
+
+    def __init__(self, detail: str):
+        GcpError.__init__(
+            self,
+            f"credentials expired/invalid: Google refused the access token in {TOKEN_ENV}: {TOKEN_HINT} to use "
+            f"Application Default Credentials ({detail})",
+        )
+
+
+class CredentialsFileInvalid(CredentialsError):
+    """GOOGLE_APPLICATION_CREDENTIALS names a file that exists but is not a credentials file."""
+
+    def __init__(self, path: str, detail: str):
+        GcpError.__init__(
+            self,
+            f"credentials file invalid: {KEY_FILE_ENV}={path} exists but is not a usable credentials file "
+            f"({detail}); point it at a service-account or ADC JSON file, or unset it and run "
+            "`gcloud auth application-default login`",
         )
 
 
@@ -81,12 +120,40 @@ def adc_token() -> str:
         credentials, _ = google.auth.default(scopes=SCOPES)
         credentials.refresh(Request())
     except google.auth.exceptions.DefaultCredentialsError as e:
-        raise CredentialsNotFound(str(e)) from e
+        raise _no_credentials(str(e)) from e
     except google.auth.exceptions.RefreshError as e:
         raise CredentialsError(f"token refresh failed: {e}") from e
     except google.auth.exceptions.TransportError as e:
         raise NetworkError(f"could not reach Google to refresh the token: {e}") from e
     return credentials.token
+
+
+def _no_credentials(detail: str) -> CredentialsError:
+    """google-auth says "no default credentials" both when the key file is missing and when it is
+    malformed; only the first is "not found"."""
+    path = os.environ.get(KEY_FILE_ENV)
+    if not path or not Path(path).is_file():
+        return CredentialsNotFound(detail)
+    try:
+        json.loads(Path(path).read_text())
+    except (OSError, UnicodeDecodeError, ValueError) as e:
+        return CredentialsFileInvalid(path, f"not JSON: {e}")
+    return CredentialsFileInvalid(path, detail)
+
+
+def endpoint_overrides(environ: Mapping[str, str]) -> dict[str, str]:
+    """`GKE_ML_LABS_ENDPOINT_COMPUTE=https://host/compute/v1` and so on: API name -> base URL.
+    A variable naming an API the client does not call is an error, not silently ignored."""
+    overrides = {}
+    for name, value in environ.items():
+        if not name.startswith(ENDPOINT_ENV_PREFIX):
+            continue
+        api = name.removeprefix(ENDPOINT_ENV_PREFIX).lower()
+        if api not in DEFAULT_BASE_URLS:
+            known = ", ".join(ENDPOINT_ENV_PREFIX + a.upper() for a in DEFAULT_BASE_URLS)
+            raise GcpError(f"{name}: no such API endpoint to override; known: {known}")
+        overrides[api] = value.rstrip("/")
+    return overrides
 
 
 class GcpClient:
@@ -100,6 +167,15 @@ class GcpClient:
         self._token: str | None = None
         self.base_urls = {**DEFAULT_BASE_URLS, **(base_urls or {})}
         self._http = httpx.Client(timeout=TIMEOUT, transport=transport)
+        self.token_from_env = False  # a 401 then names GOOGLE_OAUTH_ACCESS_TOKEN, not the ADC login
+
+    @classmethod
+    def from_environment(cls, environ: Mapping[str, str] = os.environ) -> GcpClient:
+        """The client the operator commands use: endpoint overrides and a token from the environment."""
+        token = environ.get(TOKEN_ENV)
+        client = cls(token_source=(lambda: token) if token else adc_token, base_urls=endpoint_overrides(environ))
+        client.token_from_env = bool(token)
+        return client
 
     def close(self) -> None:
         self._http.close()
@@ -128,7 +204,8 @@ class GcpClient:
             raise ApiError(f"{method} {url}: {e}") from e
         if response.is_success:
             return response.json() if response.content else {}
-        raise _translate(response, f"{method} {url}")
+        error = _translate(response, f"{method} {url}")
+        raise TokenRefused(str(error)) if isinstance(error, CredentialsError) and self.token_from_env else error
 
     def get(self, api: str, path: str, **params: Any) -> dict:
         return self.request("GET", api, path, params={k: v for k, v in params.items() if v is not None})

@@ -19,7 +19,9 @@ from collections.abc import Callable
 from pydantic import BaseModel, ConfigDict
 
 from facts.gke_auth import ADC_FLAG, AUTH_PLUGIN, INSTALL_HINT
-from ops.gcp import LOGIN_HINT, ApiDisabled, CredentialsError, GcpClient, GcpError, NetworkError
+from ops.gcp import (
+    LOGIN_HINT, TOKEN_HINT, ApiDisabled, CredentialsError, GcpClient, GcpError, NetworkError, TokenRefused,
+)
 from stacks.stackfile import OFFLINE_PROJECT, load_config
 from stacks import program
 from stacks.config import LabConfig
@@ -61,7 +63,8 @@ def check_credentials(client: GcpClient, cfg: LabConfig) -> CheckResult:
         # One cheap call that needs a valid token: a 401 here means the login is stale.
         project = client.get("cloudresourcemanager", f"projects/{cfg.project}")
     except CredentialsError as e:
-        return CheckResult(name=name, ok=False, detail=str(e), hint=LOGIN_HINT)
+        hint = TOKEN_HINT if isinstance(e, TokenRefused) else LOGIN_HINT
+        return CheckResult(name=name, ok=False, detail=str(e), hint=hint)
     except NetworkError as e:
         return CheckResult(
             name=name, ok=False, detail=f"the network is the problem: {e}",
@@ -214,7 +217,12 @@ def main(argv: list[str] | None = None, client: GcpClient | None = None) -> int:
               f"`pulumi config set gcp:project YOUR_PROJECT -s {args.stack}`")
         return 2
     print(f"preflight for stack {args.stack} (lab {cfg.lab}) in project {cfg.project}, region {cfg.region}")
-    with client or GcpClient() as gcp:
+    try:
+        gcp = client or GcpClient.from_environment()
+    except GcpError as e:  # a misspelt endpoint override
+        print(f"FAIL  environment: {e}")
+        return 2
+    with gcp:
         results = run_checks(gcp, cfg)
     for result in results:
         print(result.line())

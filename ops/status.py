@@ -1,12 +1,17 @@
-"""Is anything of this project still running, and what has it cost so far?
+"""Proof that everything is down: what of gke-ml-labs still exists and bills, and what it has cost so far.
 
-    python -m ops.status [--project P]
+    python -m ops.status [--project P ...] [--stack S ...] [--gpu-only]
 
-For every stack file: whether Pulumi state says it has resources (needs the Pulumi CLI). Then, from
-the Compute API (not from Pulumi state, which a failed destroy can leave wrong): every GPU VM of
-this project (GCE label app=gke-ml-labs, which every node pool sets), since when, and its cost so
-far at list price. Exits 1 while any GPU node of ours is up, so `pulumi destroy && make status`
-proves the lab is down.
+Checks every project named by a stack file (gcp:project, read even from a stack file whose lab config
+is invalid) and every --project, in every zone and region: GKE clusters, VMs, persistent disks,
+static addresses, forwarding rules and buckets labelled app=gke-ml-labs, and HMAC keys of the
+stacks' service accounts (ops.inventory), each with
+where, since when, its list price and its cost so far. Pulumi state is reported beside it, but the
+proof is the cloud's own answer: a failed destroy can leave state wrong.
+
+Exit status: 0 only when every project was checked and nothing billable of ours exists; 1 while
+something billable exists; 2 when the proof is incomplete (a stack file that cannot be read, a
+project or a kind of resource that could not be listed, a Pulumi backend that cannot be read).
 """
 
 from __future__ import annotations
@@ -16,147 +21,199 @@ import json
 import shutil
 import subprocess
 import sys
+from dataclasses import dataclass, field
 from datetime import datetime, timezone
-
-from pydantic import BaseModel, ConfigDict
+from pathlib import Path
 
 from facts import prices
-from ops.gcp import GcpClient, GcpError
-from stacks.stackfile import OFFLINE_PROJECT, load_config, stack_names
+from ops import inventory
+from ops.gcp import ApiDisabled, CredentialsError, GcpClient, GcpError
+from ops.inventory import Billable
 from stacks.loader import ConfigError
+from stacks.stackfile import REPO, stack_config, stack_names
 
-APP_LABEL = ("app", "gke-ml-labs")  # stacks.config.LabConfig.billing_labels
-GPU_MACHINE_PREFIXES = ("g2-", "a2-", "a3-", "a4-")
-
-
-class GpuNode(BaseModel):
-    model_config = ConfigDict(frozen=True, extra="forbid")
-    name: str
-    zone: str
-    machine_type: str
-    gpus: int
-    spot: bool
-    lab: str
-    status: str
-    since: datetime
-    hourly_usd: float | None  # None: not in the price table
-
-    def hours_up(self, now: datetime) -> float:
-        return max((now - self.since).total_seconds(), 0) / 3600
-
-    def cost_so_far(self, now: datetime) -> float | None:
-        return None if self.hourly_usd is None else self.hourly_usd * self.hours_up(now)
+PULUMI_TIMEOUT_S = 60
 
 
-def _tail(url: str) -> str:
-    return url.rsplit("/", 1)[-1]
+@dataclass(frozen=True)
+class PulumiState:
+    """What `pulumi stack ls` says: no CLI (benign), an error (the backend cannot be read), or counts."""
 
+    cli_missing: bool = False
+    error: str | None = None
+    resources: dict[str, int] = field(default_factory=dict)
 
-def gpu_nodes(client: GcpClient, project: str) -> list[GpuNode]:
-    """Our GPU VMs in any zone (instances.aggregatedList filtered by our label), not yet deleted."""
-    nodes = []
-    label_filter = f'labels.{APP_LABEL[0]}="{APP_LABEL[1]}"'
-    for page in client.pages("compute", f"projects/{project}/aggregated/instances", filter=label_filter):
-        for scope, listing in (page.get("items") or {}).items():
-            for vm in listing.get("instances", []):
-                node = _gpu_node(vm, scope)
-                if node is not None:
-                    nodes.append(node)
-    return sorted(nodes, key=lambda n: (n.since, n.name))
-
-
-def _gpu_node(vm: dict, scope: str) -> GpuNode | None:
-    machine = _tail(vm.get("machineType", ""))
-    gpus = sum(int(a.get("acceleratorCount", 0)) for a in vm.get("guestAccelerators") or [])
-    if not gpus and machine.startswith(GPU_MACHINE_PREFIXES):
-        # Accelerator-optimized machine types carry their GPUs without listing guestAccelerators.
-        gpus = 1
-    if not gpus or vm.get("status") in ("TERMINATED", "STOPPED"):
-        return None
-    scheduling = vm.get("scheduling") or {}
-    spot = scheduling.get("provisioningModel") == "SPOT" or bool(scheduling.get("preemptible"))
-    zone = _tail(vm.get("zone", scope))
-    region = zone.rsplit("-", 1)[0]
-    try:
-        hourly = prices.hourly(region, machine, spot)
-    except prices.PricingError:
-        hourly = None
-    return GpuNode(
-        name=vm["name"],
-        zone=zone,
-        machine_type=machine,
-        gpus=gpus,
-        spot=spot,
-        lab=(vm.get("labels") or {}).get("lab", "?"),
-        status=vm.get("status", "?"),
-        since=datetime.fromisoformat(vm["creationTimestamp"]),
-        hourly_usd=hourly,
-    )
-
-
-def pulumi_stacks() -> dict[str, int] | None:
-    """Resource count per stack from Pulumi state, or None without the Pulumi CLI."""
-    if shutil.which("pulumi") is None:
-        return None
-    listing = subprocess.run(["pulumi", "stack", "ls", "--json"], capture_output=True, text=True, check=False)
-    if listing.returncode != 0:
-        return None
-    return {s["name"]: int(s.get("resourceCount") or 0) for s in json.loads(listing.stdout or "[]")}
-
-
-def report(stacks: list[str], state: dict[str, int] | None, nodes: list[GpuNode], now: datetime) -> str:
-    lines = ["stacks:"]
-    for stack in stacks:
-        if state is None:
-            lines.append(f"  {stack}: Pulumi CLI not found: cannot read state")
-        else:
-            count = state.get(stack, 0)
-            lines.append(f"  {stack}: {count} resource(s)" + (" (run `pulumi destroy -s %s`)" % stack if count else ""))
-    if not nodes:
-        lines.append("GPU nodes of gke-ml-labs running now: none")
-        return "\n".join(lines)
-    lines.append(f"GPU nodes of gke-ml-labs running now: {len(nodes)}")
-    total = 0.0
-    for n in nodes:
-        cost = n.cost_so_far(now)
-        total += cost or 0.0
-        price = "not in facts/prices.py" if n.hourly_usd is None else f"${n.hourly_usd:.4f}/h, ${cost:.2f} so far"
-        lines.append(
-            f"  {n.name} ({n.zone}, {n.machine_type}, {n.gpus} GPU, {'spot' if n.spot else 'on-demand'}, lab {n.lab}): "
-            f"{n.status} since {n.since.isoformat()} ({n.hours_up(now):.1f} h), {price}"
-        )
-    lines.append(f"cost of these GPU nodes so far at list price: ${total:.2f}")
-    return "\n".join(lines)
-
-
-def main(argv: list[str] | None = None, client: GcpClient | None = None, now: datetime | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m ops.status", description="What of gke-ml-labs is running now.")
-    parser.add_argument("--project", help="GCP project (default: gcp:project of the stack files)")
-    args = parser.parse_args(argv)
-    stacks = stack_names()
-    projects = {args.project} if args.project else set()
-    if not projects:
+    def lines(self, stacks: list[str]) -> list[str]:
+        if self.cli_missing:
+            return ["Pulumi state: Pulumi CLI not found on PATH, state not read (the cloud check below is the proof)"]
+        if self.error is not None:
+            return [f"Pulumi state: cannot read the backend: {self.error}"]
+        lines = ["Pulumi state:"]
         for stack in stacks:
-            try:
-                cfg = load_config(stack)
-            except ConfigError:
-                continue
-            if cfg.project != OFFLINE_PROJECT:
-                projects.add(cfg.project)
+            count = self.resources.get(stack, 0)
+            hint = f" (run `make down LAB={stack}`)" if count else ""
+            lines.append(f"  {stack}: stack has {count} resource(s){hint}")
+        return lines
+
+
+def pulumi_state(directory: Path = REPO) -> PulumiState:
+    if shutil.which("pulumi") is None:
+        return PulumiState(cli_missing=True)
+    try:
+        done = subprocess.run(
+            ["pulumi", "stack", "ls", "--json"], capture_output=True, text=True, check=False, cwd=directory,
+            timeout=PULUMI_TIMEOUT_S,
+        )
+    except (OSError, subprocess.TimeoutExpired) as e:
+        return PulumiState(error=f"`pulumi stack ls` did not finish: {e}")
+    if done.returncode != 0:
+        said = (done.stderr.strip().splitlines() or [f"exit status {done.returncode}"])[-1]
+        return PulumiState(error=f"`pulumi stack ls` failed (not logged in? run `pulumi login`): {said}")
+    try:
+        listing = json.loads(done.stdout or "[]")
+        return PulumiState(resources={s["name"]: int(s.get("resourceCount") or 0) for s in listing})
+    except (ValueError, KeyError, TypeError) as e:
+        return PulumiState(error=f"`pulumi stack ls --json` printed no stack list: {e}")
+
+
+def stack_projects(stacks: list[str], directory: Path) -> tuple[dict[str, list[str]], list[str]]:
+    """project -> the stack files naming it, and one line per stack file that cannot be read. Only
+    gcp:project is needed, so a stack file whose lab config is invalid still names its project."""
+    projects: dict[str, list[str]] = {}
+    unreadable = []
+    for stack in stacks:
+        try:
+            config, _ = stack_config(stack, directory)
+        except (ConfigError, FileNotFoundError) as e:
+            unreadable.append(str(e))  # one line: a StackFileError names file:line:column
+            continue
+        project = config.get("gcp:project")
+        if project:
+            projects.setdefault(project, []).append(f"Pulumi.{stack}.yaml")
+    return projects, unreadable
+
+
+@dataclass
+class ProjectCheck:
+    project: str
+    found: list[Billable] = field(default_factory=list)
+    checked: list[str] = field(default_factory=list)  # the kinds listed
+    not_checked: list[str] = field(default_factory=list)  # what could not be listed, and why
+
+
+def check_project(client: GcpClient, project: str, gpu_only: bool) -> ProjectCheck:
+    result = ProjectCheck(project)
+
+    def attempt(what: str, api: str, call):
+        try:
+            found = call()
+            result.checked.append(what)
+            return found
+        except ApiDisabled as e:
+            result.not_checked.append(
+                f"{what}: {api} is not enabled, so they could not be listed "
+                f"(`gcloud services enable {api} --project {project}`): {e}"
+            )
+        except CredentialsError:
+            raise
+        except inventory.Incomplete as e:
+            result.not_checked.append(f"{what}: {e}")
+            return e.found
+        except GcpError as e:
+            result.not_checked.append(f"{what}: {e}")
+        return []
+
+    nodes = attempt("VMs", "compute.googleapis.com", lambda: inventory.vms(client, project))
+    if gpu_only:
+        result.found = [n for n in nodes if n.gpus]
+        return result
+    counted = nodes if "VMs" in result.checked else None  # no node counts when the VMs could not be listed
+    result.found += attempt("clusters", inventory.CLUSTER_API, lambda: inventory.clusters(client, project, counted))
+    result.found += nodes
+    for what, (api, lister) in inventory.LISTERS.items():
+        if what != "VMs":
+            result.found += attempt(what, api, lambda lister=lister: lister(client, project))
+    return result
+
+
+def report(check: ProjectCheck, named_by: list[str], now: datetime, gpu_only: bool) -> list[str]:
+    scope = "GPU VMs" if gpu_only else "clusters, VMs, disks, addresses, forwarding rules, buckets, HMAC keys"
+    lines = [f"project {check.project} (named by {', '.join(named_by)}; {scope}, every zone and region):"]
+    for line in check.not_checked:
+        lines.append(f"  NOT CHECKED {line}")
+    for b in check.found:
+        lines.append(f"  {b.line(now)}")
+    if not check.found:
+        if check.checked and check.not_checked:
+            lines.append(f"  none of ours among the {', '.join(check.checked)}")
+        elif check.checked:
+            lines.append("  none of ours")
+        return lines
+    priced = [b.cost_so_far(now) for b in check.found if b.hourly_usd is not None]
+    unpriced = len(check.found) - len(priced)
+    per_hour = sum(b.hourly_usd for b in check.found if b.hourly_usd is not None)
+    lines.append(
+        f"  {len(check.found)} billable ({inventory.count_by_kind(check.found)}): ${per_hour:.4f}/h now and "
+        f"${sum(priced):.2f} so far at list price (facts/prices.py, prices of {prices.PRICE_DATE} or later)"
+        + (f"; {unpriced} of them with no list price there, not in these figures" if unpriced else "")
+    )
+    return lines
+
+
+def main(argv: list[str] | None = None, client: GcpClient | None = None, now: datetime | None = None,
+         directory: Path = REPO) -> int:  # fmt: skip
+    parser = argparse.ArgumentParser(prog="python -m ops.status", description=__doc__.split("\n\n")[0])
+    parser.add_argument("--project", action="append", default=[], help="a GCP project to check (repeatable)")
+    parser.add_argument("--stack", action="append", default=[],
+                        help="check the project of this stack file only (repeatable; default: every stack file)")  # fmt: skip
+    parser.add_argument("--gpu-only", action="store_true", help="only GPU VMs (the narrower, faster check)")
+    args = parser.parse_args(argv)
+    stacks = args.stack or stack_names(directory)
+    named, unreadable = stack_projects(stacks, directory)
+    projects = {p: [] for p in args.project} | named
+    for p in args.project:
+        projects[p] = [*projects[p], "--project"]
+    state = pulumi_state(directory)
+    print("\n".join(state.lines(stacks)))
+    for line in unreadable:
+        print(f"stack file {line}")
     if not projects:
-        print("no project: pass --project or set gcp:project in a stack file")
+        print("no project to check: pass --project (make status PROJECT=...) or set gcp:project in a stack file")
         return 2
     now = now or datetime.now(timezone.utc)
-    nodes = []
-    with client or GcpClient() as gcp:
-        for project in sorted(projects):
-            try:
-                nodes += gpu_nodes(gcp, project)
-            except GcpError as e:
-                print(f"cannot list instances of {project}: {e}")
-                return 2
-    print(report(stacks, pulumi_stacks(), nodes, now))
-    return 1 if nodes else 0
+    checks: list[ProjectCheck] = []
+    try:
+        with client or GcpClient.from_environment() as gcp:
+            for project in sorted(projects):
+                try:
+                    checks.append(check_project(gcp, project, args.gpu_only))
+                except CredentialsError as e:
+                    checks.append(ProjectCheck(project, not_checked=[f"anything: {e}"]))
+                    break  # the same credentials would fail for every other project
+    except GcpError as e:  # a bad endpoint override, before any call
+        print(f"cannot check any project: {e}")
+        return 2
+    for check in checks:
+        print("\n" + "\n".join(report(check, projects[check.project], now, args.gpu_only)))
+    unchecked = sorted(set(projects) - {c.project for c in checks})
+    for project in unchecked:
+        print(f"project {project}: NOT CHECKED (credentials failed above)")
+    return _verdict(checks, unreadable + ([f"Pulumi state: {state.error}"] if state.error else []), unchecked)
+
+
+def _verdict(checks: list[ProjectCheck], unread: list[str], unchecked: list[str]) -> int:
+    found = [b for c in checks for b in c.found]
+    incomplete = unread or unchecked or any(c.not_checked for c in checks)
+    if found:
+        labs = sorted({b.lab for b in found} - {"?"})
+        print(f"\nNOT DOWN: {len(found)} billable thing(s) of gke-ml-labs remain; "
+              + "".join(f"`make down LAB={lab}`, " for lab in labs) + "or delete them as their lines say")  # fmt: skip
+        return 1
+    if incomplete:
+        print("\nNOT PROVEN: nothing of ours found in what could be checked, but the check is incomplete (see above)")
+        return 2
+    print(f"\nDOWN: nothing billable of gke-ml-labs in {', '.join(c.project for c in checks)}")
+    return 0
 
 
 if __name__ == "__main__":

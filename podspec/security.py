@@ -235,6 +235,14 @@ WAIVERS: tuple[Waiver, ...] = (
         "for whole 100 ms periods and show up as client lag and TTFT",
     ),
     Waiver(
+        ("*/TrainJob/g4-*",),
+        ("service-account-token",),
+        ("CKV_K8S_38",),
+        "Kubeflow Trainer v2.3.0's runtimePatches cannot set automountServiceAccountToken (PodSpecPatch has "
+        "no such field): the pods run as the run's own ServiceAccount, whose automountServiceAccountToken "
+        "is false, so no token is mounted all the same",
+    ),
+    Waiver(
         ("*/Pod/g2-*",),
         ("cpu-limit",),
         ("CKV_K8S_11",),

@@ -21,7 +21,7 @@ from components.kueue import JOBSET_NAMESPACE, Kueue, KueueArgs
 from components.kueue import NAMESPACE as KUEUE_NAMESPACE
 from components.observability import GRAFANA, PROMETHEUS, Observability, ObservabilityArgs, dashboard_ids
 from components.tenancy import PRIORITY_CLASSES, Tenancy, TenancyArgs, Tenant
-from components.training_operator import OPERATOR_NAMESPACE, TrainingOperator, TrainingOperatorArgs
+from components.training_operator import OPERATOR_NAMESPACE, TORCH_RUNTIME, TrainingOperator, TrainingOperatorArgs
 from stacks.config import LabConfig
 from stacks.context import PlatformContext, stack_id
 
@@ -136,16 +136,19 @@ def queue_summary(cfg: LabConfig) -> dict[str, Any]:
 
 
 def job_summary(cfg: LabConfig) -> dict[str, Any]:
-    """What the g4 benchmark needs to submit and judge its PyTorchJob."""
+    """What the g4 benchmark needs to submit and judge its TrainJob or PyTorchJob."""
     t = cfg.training_operator
+    v2 = t.api == "trainer-v2"
     return {
+        "api": t.api,
         "namespace": t.namespace,
         "workers": t.workers,
         "world_size": t.workers,
         "gpus_per_worker": t.gpus_per_worker,
         "clean_pod_policy": t.clean_pod_policy,
+        "runtime": TORCH_RUNTIME if v2 else None,
         "image": versions.PYTORCH_IMAGE,
-        "operator_version": versions.TRAINING_OPERATOR_VERSION,
+        "operator_version": versions.KUBEFLOW_TRAINER.version if v2 else versions.TRAINING_OPERATOR_VERSION,
     }
 
 
@@ -223,13 +226,19 @@ def compose(ctx: PlatformContext) -> None:
         out.benchmark["kueue"] = queue_summary(cfg)
 
     if cfg.training_operator.enabled:
+        t = cfg.training_operator
+        kueue_jobset = ctx.ready["kueue"].jobset if "kueue" in ctx.ready else None
         TrainingOperator(
             "training-operator",
-            TrainingOperatorArgs(stack_id=ctx.stack_id, namespace=cfg.training_operator.namespace),
+            TrainingOperatorArgs(stack_id=ctx.stack_id, namespace=t.namespace, api=t.api, jobset=kueue_jobset),
             opts=ctx.k8s_opts(),
         )
-        out.namespaces.extend([OPERATOR_NAMESPACE, cfg.training_operator.namespace])
-        out.versions["training-operator"] = versions.TRAINING_OPERATOR_VERSION
+        out.namespaces.extend([OPERATOR_NAMESPACE[t.api], t.namespace])
+        if t.api == "trainer-v2":
+            # The chart's JobSet dependency is 0.12.0, the version Kueue's JobSet release pins too.
+            out.versions.update({"kubeflow-trainer": versions.KUBEFLOW_TRAINER.version, "jobset": versions.JOBSET.version})
+        else:
+            out.versions["training-operator"] = versions.TRAINING_OPERATOR_VERSION
         out.benchmark["training"] = job_summary(cfg)
 
     if cfg.checkpoints.enabled:

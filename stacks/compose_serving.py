@@ -9,6 +9,8 @@ import pulumi
 
 from components import argo, kserve, versions, vllm
 from components.gpu_pool import GpuPlacement
+from components.image_cache import ImageCache, ImageCacheArgs, cached_image
+from components.naming import resource_name
 from components.knative import KnativeArgs, KnativeServing
 from stacks.config import LabConfig
 from stacks.context import PlatformContext, stack_id
@@ -16,7 +18,27 @@ from stacks.context import PlatformContext, stack_id
 
 def apis(cfg: LabConfig) -> list[str]:
     """Google APIs these features need besides the base ones."""
-    return ["storage.googleapis.com"] if cfg.argo.enabled else []
+    v = cfg.vllm
+    needed = ["storage.googleapis.com"] if cfg.argo.enabled or (v.enabled and v.weights == "gcs") else []
+    if v.enabled and v.image_streaming:
+        # Image streaming reads images through the Container File System API, from Artifact Registry.
+        needed += ["artifactregistry.googleapis.com", "containerfilesystem.googleapis.com"]
+    return needed
+
+
+def cluster_overrides(cfg: LabConfig) -> dict[str, Any]:
+    """GkeClusterArgs fields these features decide: the GCS FUSE CSI add-on for weights from a bucket."""
+    return {"gcs_fuse": True} if cfg.vllm.enabled and cfg.vllm.weights == "gcs" else {}
+
+
+def gpu_pool_overrides(cfg: LabConfig) -> dict[str, Any]:
+    """GpuNodePoolArgs fields these features decide: image streaming on the GPU pool."""
+    return {"image_streaming": True} if cfg.vllm.enabled and cfg.vllm.image_streaming else {}
+
+
+def image_cache_args(cfg: LabConfig, node_email: pulumi.Input[str]) -> ImageCacheArgs:
+    return ImageCacheArgs(project=cfg.project, region=cfg.region, repository_id=resource_name(stack_id(cfg), "dockerhub"),
+                          labels=cfg.billing_labels, reader_email=node_email)  # fmt: skip
 
 
 def inference_service_args(cfg: LabConfig) -> kserve.InferenceServiceArgs:
@@ -107,8 +129,20 @@ def vllm_args(
     placement: GpuPlacement,
     hf_token: pulumi.Output[str] | None = None,
     prometheus: pulumi.Resource | None = None,
+    *,
+    image: str | None = None,
+    after: list[pulumi.Resource] | None = None,
+    system_node_selector: dict[str, str] | None = None,
+    cluster: pulumi.Resource | None = None,
 ) -> vllm.VllmServerArgs:
+    """The server as configured; `image` is the vLLM image's reference (its Artifact Registry cache with
+    image streaming; default: the pinned image of `vllm.cuda`), `after` what it waits for,
+    `system_node_selector` where the weights' copy runs."""
     v = cfg.vllm
+    weights = None
+    if v.weights == "gcs":
+        weights = vllm.WeightsBucket(project=cfg.project, region=cfg.region, billing_labels=cfg.billing_labels,
+                                     system_node_selector=system_node_selector or {}, cluster=cluster)  # fmt: skip
     return vllm.VllmServerArgs(
         stack_id=stack_id(cfg),
         placement=placement,
@@ -124,6 +158,9 @@ def vllm_args(
         hf_token=hf_token,
         prometheus=prometheus,
         scrape_interval_s=cfg.observability.scrape_interval_s,
+        image=image or versions.VLLM_IMAGES[v.cuda],
+        weights=weights,
+        after=list(after or []),
     )
 
 
@@ -138,7 +175,9 @@ def vllm_benchmark(cfg: LabConfig) -> dict[str, Any]:
         "max_model_len": v.max_model_len,
         "gpu_memory_utilization": v.gpu_memory_utilization,
         "quantization": v.quantization,
-        "image": versions.VLLM_IMAGE,
+        "image": versions.VLLM_IMAGES[v.cuda],
+        "image_streaming": v.image_streaming,
+        "weights": v.weights,
         "sweep": {"max_num_seqs": v.sweep_max_num_seqs, "concurrency": v.sweep_concurrency},
     }
 
@@ -171,11 +210,17 @@ def compose(ctx: PlatformContext) -> None:
     serving = _kserve(ctx) if cfg.kserve.enabled else None
     if cfg.vllm.enabled:
         prometheus = ctx.ready.get("prometheus")  # set by the platform group when observability is on
-        server = vllm_args(cfg, ctx.gpu.placement, ctx.secrets.hf_token, prometheus)
+        image, after = versions.VLLM_IMAGES[cfg.vllm.cuda], []
+        if cfg.vllm.image_streaming:
+            cache_args = image_cache_args(cfg, ctx.cluster.node_service_account.email)
+            cache = ImageCache("vllm-image-cache", cache_args, opts=pulumi.ResourceOptions(depends_on=[ctx.apis]))
+            image, after = cached_image(cache_args, image), [cache.reader]
+        server = vllm_args(cfg, ctx.gpu.placement, ctx.secrets.hf_token, prometheus, image=image, after=after,
+                           system_node_selector=ctx.cluster.system_node_selector, cluster=ctx.cluster.cluster)  # fmt: skip
         vllm.VllmServer("vllm", server, opts=ctx.k8s_opts())
         out.namespaces.append(cfg.vllm.namespace)
         out.endpoints["vllm"] = vllm.endpoint(server)
-        out.versions["vllm"] = versions.VLLM_IMAGE.rsplit(":", 1)[1]
+        out.versions["vllm"] = server.image.rsplit(":", 1)[1]
         out.benchmark.update(vllm_benchmark(cfg))
     if cfg.argo.enabled and serving is not None:  # the config check guarantees KServe with Argo
         pipeline = argo_args(cfg, ctx.cluster.cluster, serving)

@@ -15,6 +15,7 @@ from typing import Literal
 from pydantic import BaseModel, ConfigDict, Field, ValidationInfo, field_validator, model_validator
 
 from facts.machines import G2_L4_COUNT, SYSTEM_MACHINE_TYPES
+from facts.prices import L4_ZONES
 from stacks import cost_features, platform_features, serving_features
 
 LabName = Literal["dev", "g1", "g2", "g3", "g4", "g5", "g6", "g7", "g8"]
@@ -130,6 +131,15 @@ class LabConfig(Frozen):
         for z in [self.zone] + (self.gpu_zones or []):
             if z is not None and (not z.startswith(zone_ok) or len(z) != len(zone_ok) + 1):
                 problems.append(f"zone {z!r} is not in region {self.region} (expected {zone_ok}a, {zone_ok}b, ...)")
+        # A region the catalogue does not list is left to preflight (and has no prices either, which
+        # the estimate and the cost exporter report); in one it lists, a zone without L4 is refused.
+        l4_zones = L4_ZONES.get(self.region)
+        for z in self.gpu_node_zones if l4_zones else []:
+            if z.startswith(zone_ok) and z not in l4_zones:
+                problems.append(
+                    f"GPU zone {z!r} does not offer L4 GPUs (the catalogue in facts/prices.py lists those of "
+                    f"{self.region}: {', '.join(l4_zones)}): set zone or gpu_zones"
+                )
         carried = G2_L4_COUNT.get(self.gpu_machine_type)
         if self.gpu_count is not None and carried is not None and self.gpu_count != carried:
             problems.append(
@@ -158,7 +168,9 @@ class LabConfig(Frozen):
             tenancy=self.tenancy,
             pool=pool,
         )
-        problems += serving_features.check(kserve=self.kserve, vllm=self.vllm, argo=self.argo, pool=pool)
+        problems += serving_features.check(
+            kserve=self.kserve, vllm=self.vllm, argo=self.argo, pool=pool, driver=self.node_driver
+        )
         problems += cost_features.check(
             cost_exporter=self.cost_exporter,
             observability_enabled=self.observability.enabled,
@@ -186,6 +198,12 @@ class LabConfig(Frozen):
     def max_gpus(self) -> int:
         """Physical GPUs the pool can ever hold: what the L4 quota must cover."""
         return self.gpu_max_nodes * self.gpus_per_node
+
+    @property
+    def node_driver(self) -> platform_features.NodeDriver:
+        if self.gpu_driver_version == "INSTALLATION_DISABLED":
+            return platform_features.NodeDriver("gpu_sharing.nvidia_driver", self.gpu_sharing.nvidia_driver)
+        return platform_features.NodeDriver("gpu_driver_version", self.gpu_driver_version)
 
     @property
     def pool_capacity(self) -> platform_features.PoolCapacity:

@@ -12,6 +12,7 @@ from pydantic import BaseModel, ConfigDict
 
 from components.cluster import SYSTEM_DISK_GB
 from facts import prices
+from facts.catalogue import MODELS
 from stacks.config import LabConfig
 
 
@@ -35,7 +36,7 @@ class CostEstimate(BaseModel):
     lab: str
     stack: str
     region: str
-    price_date: str
+    price_date: str  # the date the machine prices (every line but the cluster fee) were read
     base: list[CostLine]  # always running while the stack exists
     gpu_node: CostLine  # one GPU node (machine + boot disk)
     gpu_min_nodes: int
@@ -74,7 +75,7 @@ def estimate(cfg: LabConfig) -> CostEstimate:
     system_node = system.hourly(cfg.system_spot) + _disk_per_hour(pd, SYSTEM_DISK_GB)
     notes = [
         "GKE cluster fee: $0.00 while this is the billing account's only zonal cluster (free tier); "
-        f"otherwise ${prices.GKE_CLUSTER_FEE_PER_HOUR:.2f}/h more.",
+        f"otherwise ${prices.GKE_CLUSTER_FEE_PER_HOUR:.2f}/h more (read {prices.PRICE_DATE}).",
         f"System pool autoscales from {cfg.system_min_nodes} to {cfg.system_max_nodes} node(s); "
         f"the figures assume its minimum; each further node adds ${system_node:.3f}/h.",
     ]
@@ -82,26 +83,31 @@ def estimate(cfg: LabConfig) -> CostEstimate:
         notes.append(f"Boot disks are not priced for {cfg.region} in facts/prices.py: not included.")
     if region.gcs_standard_gib_month is not None:
         notes.append(f"Lab buckets: ${region.gcs_standard_gib_month:.3f}/GiB-month for what they hold.")
+    gpu_node = gpu.hourly(cfg.gpu_spot) + _disk_per_hour(pd, cfg.gpu_disk_gb)
     if cfg.gpu_min_nodes:
-        notes.append(f"gpu_min_nodes is {cfg.gpu_min_nodes}: the GPU pool never reaches zero.")
+        notes.append(f"gpu_min_nodes is {cfg.gpu_min_nodes}: the GPU pool never reaches zero, a warm pool at "
+                     f"${cfg.gpu_min_nodes * gpu_node * prices.HOURS_PER_MONTH:,.0f}/month (the g6 cold-start "
+                     "report sets it against the minutes it saves).")  # fmt: skip
+    base = [
+        CostLine(item="GKE zonal cluster", count=1, unit_per_hour=0.0, note="free tier"),
+        CostLine(
+            item=f"system node {cfg.system_machine_type} ({_model(cfg.system_spot)})",
+            count=cfg.system_min_nodes,
+            unit_per_hour=system_node,
+            note=f"incl. {SYSTEM_DISK_GB} GB boot disk",
+        ),
+    ]
+    base += _cold_start_settings(cfg, region, notes)
     return CostEstimate(
         lab=cfg.lab,
         stack=cfg.stack,
         region=cfg.region,
-        price_date=prices.PRICE_DATE,
-        base=[
-            CostLine(item="GKE zonal cluster", count=1, unit_per_hour=0.0, note="free tier"),
-            CostLine(
-                item=f"system node {cfg.system_machine_type} ({_model(cfg.system_spot)})",
-                count=cfg.system_min_nodes,
-                unit_per_hour=system_node,
-                note=f"incl. {SYSTEM_DISK_GB} GB boot disk",
-            ),
-        ],
+        price_date=prices.CATALOGUE_DATE,
+        base=base,
         gpu_node=CostLine(
             item=f"GPU node {cfg.gpu_machine_type} {cfg.gpus_per_node}x L4 ({_model(cfg.gpu_spot)})",
             count=1,
-            unit_per_hour=gpu.hourly(cfg.gpu_spot) + _disk_per_hour(pd, cfg.gpu_disk_gb),
+            unit_per_hour=gpu_node,
             note=f"incl. {cfg.gpu_disk_gb} GB boot disk",
         ),
         gpu_min_nodes=cfg.gpu_min_nodes,
@@ -110,10 +116,35 @@ def estimate(cfg: LabConfig) -> CostEstimate:
     )
 
 
+def _cold_start_settings(cfg: LabConfig, region: prices.RegionPrices, notes: list[str]) -> list[CostLine]:
+    """What `vllm.image_streaming` and `vllm.weights: gcs` add: storage of the cached image and of the
+    weights (the warm pool is gpu_min_nodes, priced with the pool)."""
+    v = cfg.vllm
+    if not v.enabled:
+        return []
+    if v.image_streaming:
+        notes.append(f"Image cache (Artifact Registry remote repository of Docker Hub): "
+                     f"${prices.ARTIFACT_REGISTRY_GB_MONTH:.2f}/GB-month beyond the first "
+                     f"{prices.ARTIFACT_REGISTRY_FREE_GB:g} GB for the images it caches (the vLLM image: its size is "
+                     "the g6 cold-start report's 'image GB pulled'); image streaming itself is not priced "
+                     "separately in facts/prices.py's sources.")  # fmt: skip
+    if v.weights != "gcs":
+        return []
+    spec = MODELS.get(v.model)
+    if spec is None or region.gcs_standard_gib_month is None:
+        notes.append(f"Weights bucket: not priced ({'model not in the catalogue' if spec is None else cfg.region}).")
+        return []
+    # The checkpoint as stored: bf16/fp16 weights, two bytes each (the catalogue's parameter count).
+    gib = spec.parameter_count * 2 / 2**30
+    return [CostLine(item=f"weights bucket ({v.model}, {gib:.1f} GiB)", count=1,
+                     unit_per_hour=round(gib * region.gcs_standard_gib_month / prices.HOURS_PER_MONTH, 6),
+                     note=f"GCS standard, ${gib * region.gcs_standard_gib_month:.2f}/month")]  # fmt: skip
+
+
 def markdown(est: CostEstimate) -> str:
     """The estimate as a Markdown section (title, table, notes)."""
     lines = [
-        f"### Cost estimate (list prices of {est.price_date}, {est.region}, USD)",
+        f"### Cost estimate (list prices read {est.price_date}, {est.region}, USD)",
         "",
         "| | per hour |",
         "|---|---:|",

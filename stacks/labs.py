@@ -49,8 +49,9 @@ LABS: dict[str, Lab] = {
         ),
         Lab(
             "g4",
-            "Kubeflow Training Operator v1 (PyTorchJob)",
-            "rendezvous of two workers; cleanPodPolicy on completion (one node: a demo, not distributed training)",
+            "Kubeflow Trainer v2 (TrainJob, torch-distributed runtime)",
+            "rendezvous of two nodes; pods kept on completion, removed with the TrainJob (one node: a demo, not "
+            "distributed training)",
             {"training_operator": {"enabled": True}, "gpu_sharing": {"enabled": True, "replicas": 2}},
         ),
         Lab(
@@ -65,7 +66,8 @@ LABS: dict[str, Lab] = {
             "vLLM on the L4",
             "TTFT against throughput over max-num-seqs x concurrency, against the bandwidth roofline; the KV cache"
             " as the limit on batch size (PagedAttention); what quantization buys and costs; the request rate it holds"
-            " within SLOs; what prefix caching saves",
+            " within SLOs; what prefix caching saves; the cold start from zero phase by phase, and what image"
+            " streaming, weights in a bucket and a warm pool buy",
             {
                 "observability": {"enabled": True},
                 "cost_exporter": {"enabled": True},

@@ -5,7 +5,10 @@ from __future__ import annotations
 
 import difflib
 import json
+import re
+from collections.abc import Iterable
 from dataclasses import dataclass
+from functools import cache
 from typing import Any
 
 import pulumi
@@ -87,6 +90,31 @@ def describe(error: ValidationError) -> list[str]:
     return problems
 
 
+@cache
+def gcp_provider_keys() -> frozenset[str]:
+    """The `gcp:*` keys the pinned Pulumi GCP provider reads: its config module's properties, read
+    under camelCase names (access_token -> gcp:accessToken)."""
+    import pulumi_gcp.config
+
+    props = [n for n, v in vars(pulumi_gcp.config._ExportableConfig).items() if isinstance(v, property)]
+    return frozenset(re.sub(r"_([a-z0-9])", lambda m: m.group(1).upper(), p) for p in props)
+
+
+def unknown_gcp_keys(keys: Iterable[str]) -> list[str]:
+    """A misspelt gcp:* key is silently ignored by the provider (gcp:regoin leaves the default region)."""
+    problems = []
+    for key in keys:
+        name = key.removeprefix("gcp:")
+        if key.startswith("gcp:") and name not in gcp_provider_keys():
+            near = difflib.get_close_matches(name, sorted(gcp_provider_keys()), n=1)
+            hint = f"did you mean gcp:{near[0]}? " if near else ""
+            problems.append(
+                f"{key}: not a key of the Pulumi GCP provider, which would ignore it; {hint}"
+                "the labs read gcp:project and gcp:region"
+            )
+    return problems
+
+
 def parse(raw: dict[str, Any], *, stack: str, project: str | None, region: str | None) -> LabConfig:
     """Validate decoded config keys; pure, so tests and the offline plan share it."""
     stack_file = f"Pulumi.{stack}.yaml"
@@ -112,6 +140,9 @@ def parse(raw: dict[str, Any], *, stack: str, project: str | None, region: str |
 def load() -> tuple[LabConfig, Secrets]:
     """The edge: read this stack's config (and secrets) from the Pulumi engine."""
     stack = pulumi.get_stack()
+    problems = unknown_gcp_keys({**runtime_config.get_config_env(), **runtime_config.CONFIG.get()})
+    if problems:
+        raise ConfigError(f"Pulumi.{stack}.yaml", problems)
     gcp = pulumi.Config("gcp")
     cfg = parse(raw_project_config(), stack=stack, project=gcp.get("project"), region=gcp.get("region"))
     own = pulumi.Config(PROJECT)

@@ -23,7 +23,7 @@ MAX_SHARED_CLIENTS = 48
 # Namespaces the platform itself uses; a tenant or lab namespace must not take one of them.
 RESERVED_NAMESPACES = frozenset(
     {"default", "kube-system", "kube-public", "kube-node-lease", "monitoring", "gpu-operator", "kueue-system",
-     "jobset-system", "kubeflow"}
+     "jobset-system", "kubeflow", "kubeflow-system"}
 )
 
 
@@ -92,13 +92,17 @@ class Kueue(_Feature):
 
 
 class TrainingOperator(_Feature):
-    """Kubeflow Training Operator v1 and a namespace ready for the g4 PyTorchJob."""
+    """Kubeflow Trainer v2 (TrainJob) or the Training Operator v1 (PyTorchJob), and a namespace ready for
+    the g4 job."""
 
+    api: Literal["trainer-v2", "v1"] = Field(
+        "trainer-v2", description="trainer-v2: Kubeflow Trainer (TrainJob on JobSet); v1: Training Operator (PyTorchJob)"
+    )
     namespace: str = Field("training", pattern=DNS_LABEL)
-    workers: int = Field(2, ge=2, le=16, description="pods of the PyTorchJob (master + workers), i.e. world size")
+    workers: int = Field(2, ge=2, le=16, description="pods of the job (nodes of the TrainJob), i.e. world size")
     gpus_per_worker: int = Field(1, ge=1, description="nvidia.com/gpu each pod requests")
     clean_pod_policy: Literal["None", "Running", "All"] = Field(
-        "None", description="PyTorchJob runPolicy.cleanPodPolicy: which pods are deleted when the job ends"
+        "None", description="api v1 only: PyTorchJob runPolicy.cleanPodPolicy, which pods are deleted when the job ends"
     )
 
 
@@ -164,6 +168,15 @@ class PoolCapacity:
         )
 
 
+@dataclass(frozen=True)
+class NodeDriver:
+    """The driver GPU nodes get and the key that chooses it: GKE's install (gpu_driver_version), or with
+    that off (NVIDIA GPU Operator mode) Google's COS installer (gpu_sharing.nvidia_driver)."""
+
+    key: str
+    version: Literal["DEFAULT", "LATEST"]
+
+
 def _sharing_problems(sharing: GpuSharing, driver_version: str) -> list[str]:
     nvidia = sharing.enabled and sharing.mode == "nvidia"
     problems = []
@@ -220,13 +233,21 @@ def _kueue_problems(q: Kueue, pool: PoolCapacity) -> list[str]:
 
 
 def _training_problems(t: TrainingOperator, pool: PoolCapacity) -> list[str]:
-    demand = t.workers * t.gpus_per_worker
-    if not t.enabled or demand <= pool.total:
+    if not t.enabled:
         return []
-    return [
-        f"{PREFIX}:training_operator: {t.workers} workers x {t.gpus_per_worker} GPU(s) = {demand}, but "
-        f"{pool.describe()}: the PyTorchJob could never start all its pods"
-    ]
+    problems = []
+    if t.api == "trainer-v2" and t.clean_pod_policy != "None":
+        problems.append(
+            f"{PREFIX}:training_operator.clean_pod_policy {t.clean_pod_policy!r} applies to api v1 only: a TrainJob has "
+            "no cleanPodPolicy (its pods stay until the TrainJob is deleted): remove it, or set training_operator.api: v1"
+        )
+    demand = t.workers * t.gpus_per_worker
+    if demand > pool.total:
+        problems.append(
+            f"{PREFIX}:training_operator: {t.workers} workers x {t.gpus_per_worker} GPU(s) = {demand}, but "
+            f"{pool.describe()}: the job could never start all its pods"
+        )
+    return problems
 
 
 def _tenancy_problems(t: Tenancy, labs_use: list[str], pool: PoolCapacity) -> list[str]:

@@ -67,6 +67,7 @@ def build(cfg: LabConfig, secrets: Secrets) -> dict[str, Any]:
             system_max_nodes=cfg.system_max_nodes,
             system_spot=cfg.system_spot,
             **compose_platform.cluster_overrides(cfg),
+            **compose_serving.cluster_overrides(cfg),
         ),
         opts=after_apis,
     )
@@ -84,6 +85,7 @@ def build(cfg: LabConfig, secrets: Secrets) -> dict[str, Any]:
             driver_version=cfg.gpu_driver_version,
             disk_gb=cfg.gpu_disk_gb,
             **compose_platform.gpu_pool_overrides(cfg),
+            **compose_serving.gpu_pool_overrides(cfg),
         ),
         opts=after_apis,
     )

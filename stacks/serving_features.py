@@ -10,12 +10,15 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
+from components.versions import VLLM_CUDA_MIN_DRIVER_BRANCH, VLLM_VERSION
 from facts.catalogue import MODELS
-from stacks.platform_features import DNS_LABEL, PREFIX, PoolCapacity
+from facts.gke_drivers import DRIVER_BRANCH
+from stacks.platform_features import DNS_LABEL, PREFIX, NodeDriver, PoolCapacity
 
 # Quantization methods the pinned vLLM accepts (`--quantization`) that also run on an L4 (Ada,
 # sm_89): names from vLLM's QuantizationMethods; others there target TPUs, CPUs or other vendors.
-Quantization = Literal["awq", "awq_marlin", "gptq", "gptq_marlin", "fp8", "bitsandbytes", "compressed-tensors"]
+# v0.33.0 no longer lists bitsandbytes (tests/data/vllm/v0.33.0/quantization-methods.txt).
+Quantization = Literal["awq", "awq_marlin", "gptq", "gptq_marlin", "fp8", "compressed-tensors"]
 # KServe's public example models (the canary sample of KServe v0.20.0 uses these two).
 SKLEARN_IRIS_V1 = "gs://kfserving-examples/models/sklearn/1.0/model"
 SKLEARN_IRIS_V2 = "gs://kfserving-examples/models/sklearn/1.0/model-2"
@@ -122,10 +125,19 @@ class Vllm(_Feature):
     # vLLM's own default on GPUs under 70 GiB is 256.
     max_num_seqs: int = Field(256, ge=1, le=4096, description="--max-num-seqs (the g6 sweep changes it)")
     quantization: Quantization | None = Field(None, description="--quantization; None: the checkpoint's own")
+    cuda: Literal["13", "12"] = Field(
+        "13", description="the image's CUDA: 13 (the release's own tag, driver 580+) or 12 (its -cu129 tag)"
+    )
     enable_prefix_caching: bool | None = Field(
-        None, description="--enable-prefix-caching / --no-enable-prefix-caching; None: vLLM's default (on in its V1 "
+        None, description="--enable-prefix-caching / --disable-prefix-caching; None: vLLM's default (on in its V1 "
         "engine); the g6 prefix experiment switches it")
     startup_timeout_min: int = Field(30, ge=5, le=120, description="image pull + model download allowance")
+    # What shortens a cold start (measured by `python -m benchmarks g6 --experiment cold-start`).
+    image_streaming: bool = Field(False, description="the GPU pool streams the vLLM image from an Artifact "
+                                  "Registry cache of Docker Hub (gcfs_config), instead of pulling it whole")  # fmt: skip
+    weights: Literal["huggingface", "gcs"] = Field("huggingface", description="where vLLM reads the weights: "
+                                                   "downloaded from Hugging Face, or a Cloud Storage bucket "
+                                                   "(GCS FUSE) filled once by a copy Job")  # fmt: skip
     sweep_max_num_seqs: list[int] = Field(default_factory=lambda: [16, 32, 64, 128, 256])
     sweep_concurrency: list[int] = Field(default_factory=lambda: [1, 2, 4, 8, 16, 32, 64, 128])
 
@@ -239,7 +251,19 @@ def _argo_problems(argo: Argo, kserve: KServe) -> list[str]:
     return []
 
 
-def check(*, kserve: KServe, vllm: Vllm, argo: Argo, pool: PoolCapacity) -> list[str]:
+def _driver_problems(vllm: Vllm, driver: NodeDriver) -> list[str]:
+    """The vLLM image must run on the driver the GPU nodes get."""
+    need, has = VLLM_CUDA_MIN_DRIVER_BRANCH[vllm.cuda], DRIVER_BRANCH[driver.version]
+    if not vllm.enabled or has >= need:
+        return []
+    return [
+        f"{PREFIX}:vllm.cuda {vllm.cuda!r} runs vLLM {VLLM_VERSION} on CUDA {vllm.cuda}, which needs NVIDIA driver "
+        f"{need}+, but {PREFIX}:{driver.key} {driver.version} installs R{has}: set {driver.key}: LATEST, "
+        "or vllm.cuda: '12' (the release's -cu129 image)"
+    ]
+
+
+def check(*, kserve: KServe, vllm: Vllm, argo: Argo, pool: PoolCapacity, driver: NodeDriver) -> list[str]:
     """Cross-field rules of these features; each problem names its keys and what is allowed."""
-    problems = _kserve_problems(kserve) + _vllm_problems(vllm)
+    problems = _kserve_problems(kserve) + _vllm_problems(vllm) + _driver_problems(vllm, driver)
     return problems + _gpu_problems(kserve, vllm, pool) + _argo_problems(argo, kserve)

@@ -10,7 +10,7 @@ from pathlib import Path
 import yaml
 
 from stacks.config import LabConfig
-from stacks.loader import PROJECT, decode, parse
+from stacks.loader import PROJECT, ConfigError, decode, parse, unknown_gcp_keys
 
 REPO = Path(__file__).resolve().parents[1]
 OFFLINE_PROJECT = "offline-plan-project"
@@ -23,12 +23,43 @@ def stack_names(directory: Path = REPO) -> list[str]:
     return sorted(p.name[len("Pulumi.") : -len(".yaml")] for p in directory.glob("Pulumi.*.yaml"))
 
 
+class StackFileError(ConfigError):
+    """The stack file itself cannot be read (YAML syntax, wrong shape): one line, with file:line:column."""
+
+    def __init__(self, where: str, problem: str):
+        self.stack_file, self.problems = where.split(":", 1)[0], [f"{where}: {problem}"]
+        Exception.__init__(self, f"{where}: {problem}")
+
+
+def _read(path: Path) -> dict:
+    try:
+        document = yaml.safe_load(path.read_text())
+    except yaml.MarkedYAMLError as e:
+        mark = e.problem_mark or e.context_mark
+        where = f"{path.name}:{mark.line + 1}:{mark.column + 1}" if mark else path.name
+        opened = e.context_mark if e.context and e.context_mark is not mark else None
+        context = f" ({e.context} from line {opened.line + 1}, column {opened.column + 1})" if opened else ""
+        raise StackFileError(where, f"not valid YAML: {e.problem or e.context}{context}") from None
+    except yaml.YAMLError as e:
+        raise StackFileError(path.name, f"not valid YAML: {e}") from None
+    if document is None:
+        return {}
+    if not isinstance(document, dict) or not isinstance(document.get("config") or {}, dict):
+        raise StackFileError(
+            path.name, "expected a mapping with a `config:` mapping of keys (as `pulumi config set` writes)"
+        )
+    return document
+
+
 def stack_config(stack: str, directory: Path = REPO) -> tuple[dict[str, str], list[str]]:
     """A stack file's config as the CLI would hand it to the program: JSON text per key."""
     path = directory / f"Pulumi.{stack}.yaml"
     if not path.exists():
         raise FileNotFoundError(f"no stack file {path.name}; stacks here: {', '.join(stack_names(directory))}")
-    document = yaml.safe_load(path.read_text()) or {}
+    document = _read(path)
+    problems = unknown_gcp_keys(document.get("config") or {})
+    if problems:
+        raise StackFileError(path.name, "; ".join(problems))
     config, secret_keys = {}, []
     for key, value in (document.get("config") or {}).items():
         if isinstance(value, dict) and set(value) == {"secure"}:

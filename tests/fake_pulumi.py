@@ -81,3 +81,26 @@ def release_path(state: Path, n: int) -> Path:
 def pulumi_calls(state: Path) -> list[list[str]]:
     log = Path(str(state) + ".log")
     return [json.loads(line) for line in log.read_text().splitlines()] if log.exists() else []
+
+
+def pulumi_answering(tmp_path: Path, monkeypatch, answers: dict[str, tuple[str, str, int]]) -> Path:
+    """A `pulumi` on PATH answering each command (its first words, e.g. "stack ls" or "destroy") with
+    (stdout, stderr, exit status) as the real CLI would; an unknown command fails loudly. Returns the log
+    of the argv it was called with, one JSON list a line."""
+    bin_dir = tmp_path / "pulumi-bin"
+    bin_dir.mkdir()
+    log = tmp_path / "pulumi-calls.log"
+    script = bin_dir / "pulumi"
+    script.write_text(
+        f"#!{sys.executable}\n"
+        "import json, sys\n"
+        f"answers = {answers!r}\n"
+        f"open({str(log)!r}, 'a').write(json.dumps(sys.argv[1:]) + '\\n')\n"
+        "for command, (out, err, code) in answers.items():\n"
+        "    if sys.argv[1:1 + len(command.split())] == command.split():\n"
+        "        sys.stdout.write(out); sys.stderr.write(err); sys.exit(code)\n"
+        "sys.exit(f'fake pulumi: no answer for {sys.argv[1:]}')\n"
+    )
+    script.chmod(script.stat().st_mode | stat.S_IEXEC)
+    monkeypatch.setenv("PATH", f"{bin_dir}{os.pathsep}{os.environ['PATH']}")
+    return log

@@ -46,7 +46,8 @@ G2_L4 = {
 # training operator, JobSet (its recorder is named "jobset" in main.go) and Argo's workflow controller.
 EVENT_SOURCES = {
     **{("Pod", r): "default-scheduler" for r in ("Scheduled", "FailedScheduling", "Preempted")},
-    **{("Pod", r): "cluster-autoscaler" for r in ("TriggeredScaleUp", "NotTriggerScaleUp", "ScaleDown")},
+    **{("Pod", r): "cluster-autoscaler" for r in ("TriggeredScaleUp", "NotTriggerScaleUp", "FailedScaleUp",
+                                                                   "ScaleDown")},
     **{("Pod", r): "kubelet" for r in ("Pulling", "Pulled", "Created", "Started", "Killing", "BackOff", "Unhealthy",
                                        "FailedMount", "Failed", "Evicted")},
     **{("Job", r): "job-controller" for r in ("SuccessfulCreate", "SuccessfulDelete", "Completed", "Suspended",

@@ -43,6 +43,8 @@ class FakeCluster:
         self.on_log: Callable[[str, str, str | None], str] = lambda *a: ""
         self.pod_gets: list[tuple[str, str, int, str]] = []
         self.on_pod_get: Callable[[str, str, int, str], str] = lambda *a: ""
+        self.posts: list[tuple[str, str, int, str, dict[str, Any]]] = []
+        self.on_service_post: Callable[[str, str, int, str, dict[str, Any]], str] = lambda *a: "{}"
 
     def create(self, obj: dict[str, Any]) -> dict[str, Any]:
         self.created.append(obj)
@@ -65,6 +67,10 @@ class FakeCluster:
 
     def service_get(self, namespace, service, port, path, params):
         return json.dumps({"status": "success", "data": {"resultType": "vector", "result": []}})
+
+    def service_post(self, namespace, service, port, path, body, timeout_s):
+        self.posts.append((namespace, service, port, path, body))
+        return self.on_service_post(namespace, service, port, path, body)
 
     def pod_get(self, namespace, pod, port, path):
         self.pod_gets.append((namespace, pod, port, path))

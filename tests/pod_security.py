@@ -172,6 +172,30 @@ def _argo_pods(spec: dict[str, Any]) -> Iterator[tuple[str, dict[str, Any]]]:
         yield template["name"], pod
 
 
+def _default_pull_policy(image: str) -> str:
+    """What the API server sets when a container names none: Always for :latest or no tag."""
+    tag = image.rsplit("/", 1)[-1].partition(":")[2]
+    return "Always" if tag in ("", "latest") else "IfNotPresent"
+
+
+def _trainjob_pods(spec: dict[str, Any]) -> Iterator[tuple[str, dict[str, Any]]]:
+    """A TrainJob's trainer pods as the controller builds them: each runtimePatches pod spec, its
+    container given what `trainer` sets on the runtime's node container (image, command, env,
+    resources per node), the rest (pull policy) as the API server defaults it."""
+    trainer = spec.get("trainer") or {}
+    for patch in spec.get("runtimePatches") or []:
+        jobset = ((patch.get("trainingRuntimeSpec") or {}).get("template") or {}).get("spec") or {}
+        for job in jobset.get("replicatedJobs") or []:
+            pod = dict(job["template"]["spec"]["template"]["spec"])
+            image = trainer.get("image") or ""
+            pod["containers"] = [
+                {**c, "image": image, "imagePullPolicy": _default_pull_policy(image),
+                 "resources": trainer.get("resourcesPerNode") or {}}
+                for c in pod.get("containers") or []
+            ]
+            yield job["name"], pod
+
+
 def _walk(value: Any, part: str) -> Iterator[tuple[str, dict[str, Any]]]:
     if isinstance(value, list):
         for item in value:
@@ -193,6 +217,8 @@ def pod_specs(obj: dict[str, Any]) -> list[tuple[str, dict[str, Any]]]:
     kind, spec = obj.get("kind"), obj.get("spec") or {}
     if kind in ("Workflow", "WorkflowTemplate"):
         found = list(_argo_pods(spec))
+    elif kind == "TrainJob":
+        found = list(_trainjob_pods(spec))
     elif kind == "Pod":
         found = [("", spec)]
     else:

@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import copy
 import difflib
+import json
 import functools
 import re
 from collections.abc import Iterable, Iterator
@@ -367,6 +368,17 @@ def assert_helm_values_exist(values: dict, chart_dir: str, commented_keys: Itera
         raise AssertionError(
             f"values not in {chart_dir}/values.yaml (Helm would ignore them silently):\n" + "\n".join(lines)
         )
+
+
+def validate_helm_values(values: dict, chart_dir: str) -> None:
+    """Validate `values` merged over the chart's defaults against the chart's values.schema.json, as
+    `helm install` does (a wrong type there fails the release before anything is applied)."""
+    with upstream.path(f"{chart_dir}/values.schema.json").open() as stream:
+        schema = json.load(stream)
+    merged = _merged(_load_yaml(f"{chart_dir}/values.yaml") or {}, values)
+    errors = sorted(jsonschema.validators.validator_for(schema)(schema).iter_errors(merged), key=lambda e: list(e.path))
+    if errors:
+        raise AssertionError(f"values against {chart_dir}/values.schema.json: " + "; ".join(_explain(e) for e in errors))
 
 
 def chart_defaults(chart_dir: str) -> dict:

@@ -30,9 +30,11 @@ from components.gpu_pool import GpuNodePool, GpuNodePoolArgs, GpuPlacement, GpuS
 from components.gpu_sharing import GpuOperator, GpuOperatorArgs
 from components.helm_release import HelmRelease, HelmReleaseArgs
 from components.idle_guard import IdleGuard, IdleGuardArgs
+from components.image_cache import ImageCache, ImageCacheArgs
 from components.knative import KnativeArgs, KnativeServing
 from components.kserve import InferenceServiceArgs, KServe, KServeArgs
 from components.kueue import Kueue, KueueArgs
+from components.model_weights import ModelWeights, ModelWeightsArgs
 from components.naming import StackId
 from components.network import Network, NetworkArgs
 from components.observability import Observability, ObservabilityArgs
@@ -142,6 +144,15 @@ CASES: dict[type, Callable[[], pulumi.ComponentResource]] = {
     ),
     IdleGuard: lambda: IdleGuard("guard", IdleGuardArgs(stack_id=OWNER, ttl_minutes=33, schedule="*/7 * * * *")),
     CostExporter: lambda: CostExporter("costs", CostExporterArgs(stack_id=OWNER, region="asia-south1", refresh_seconds=45)),
+    ImageCache: lambda: ImageCache(
+        "cache", ImageCacheArgs(project=PROJECT, region="asia-south1", repository_id="gml-x-hub", labels=LABELS,
+                                reader_email="nodes@proj-alone.iam.gserviceaccount.com")
+    ),
+    ModelWeights: lambda: ModelWeights(
+        "weights",
+        ModelWeightsArgs(stack_id=OWNER, project=PROJECT, region="asia-south1", namespace="llm", model="org/model",
+                         billing_labels=LABELS, system_node_selector={POOL_LABEL: "system"}),
+    ),
 }
 
 
@@ -249,8 +260,8 @@ def test_vllm_prefix_caching_is_the_flag_or_its_no_form_and_unset_leaves_vllms_d
     base = VllmServerArgs(stack_id=OWNER, placement=PLACEMENT, namespace="llm", model="org/model", dtype="float16",
                           max_model_len=2048, gpu_memory_utilization=0.8, max_num_seqs=32, startup_timeout_min=12)  # fmt: skip
     flags = {v: [a for a in server_args(replace(base, enable_prefix_caching=v)) if "prefix" in a] for v in (None, True, False)}
-    # vLLM 0.11.2 declares it with argparse.BooleanOptionalAction (vllm/engine/arg_utils.py).
-    assert flags == {None: [], True: ["--enable-prefix-caching"], False: ["--no-enable-prefix-caching"]}
+    # vLLM v0.33.0's serve --help: --enable-prefix-caching, --disable-prefix-caching.
+    assert flags == {None: [], True: ["--enable-prefix-caching"], False: ["--disable-prefix-caching"]}
 
 
 def test_kserve_alone_deploys_the_triton_canary_on_the_gpu_pool():
@@ -322,3 +333,19 @@ def test_observability_and_gpu_operator_alone_scrape_as_often_as_asked():
     slicing = yaml.safe_load(values["devicePlugin"]["config"]["data"]["any"])
     assert slicing["sharing"]["timeSlicing"]["resources"] == [{"name": "nvidia.com/gpu", "replicas": 6}]
     assert values["dcgmExporter"]["serviceMonitor"]["enabled"] is False, "no Prometheus was given"
+
+
+def test_image_cache_alone_proxies_docker_hub_where_its_args_say_and_lets_the_nodes_read():
+    run, _ = built_alone(ImageCache)
+    repo = run.one("gcp:artifactregistry/repository:Repository").inputs
+    assert (repo["location"], repo["repositoryId"], repo["mode"]) == ("asia-south1", "gml-x-hub", "REMOTE_REPOSITORY")
+    reader = run.one("gcp:artifactregistry/repositoryIamMember:RepositoryIamMember").inputs
+    assert reader["member"] == "serviceAccount:nodes@proj-alone.iam.gserviceaccount.com"
+
+
+def test_model_weights_alone_copy_the_model_of_its_args_on_the_system_pool():
+    run, _ = built_alone(ModelWeights)
+    (job,) = _objects(run, "Job")
+    pod = job["spec"]["template"]["spec"]
+    assert pod["nodeSelector"] == {POOL_LABEL: "system"} and "repo_id='org/model'" in pod["containers"][0]["command"][2]
+    assert run.one("gcp:storage/bucket:Bucket").inputs["location"] == "asia-south1"

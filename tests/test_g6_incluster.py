@@ -32,6 +32,10 @@ from podspec.security import waived
 MODEL = "Qwen/Qwen2.5-0.5B-Instruct"
 RECORDED = json.loads((Path(__file__).parent / "data" / "g6" / "loadgen-pod.json").read_text())
 GPU_TAINT = "nvidia.com/gpu"
+# vLLM 0.11.2's start-up lines for an AWQ checkpoint, as its logger formats them (the messages of the files
+# in brackets, at those lines of the 0.11.2 wheel): composed from the source, not recorded from a pod.
+VLLM_LOG = (Path(__file__).parent / "data" / "g6" / "vllm-awq-startup.log").read_text()
+VLLM_SELECTOR = {"app.kubernetes.io/name": "vllm"}
 SYSTEM = {"gke-ml-labs/pool": "system"}  # the g6 stack's system_pool.node_selector
 
 
@@ -204,6 +208,14 @@ class Kubelet:
     def list(self, api_version, kind, namespace=None, label_selector=None):
         if kind == "Node":
             return [self.node]
+        if kind == "Service":  # vLLM's, as components/vllm.py selects its pods
+            return [{"metadata": {"name": "vllm", "namespace": namespace}, "spec": {"selector": VLLM_SELECTOR}}]
+        if label_selector == "app.kubernetes.io/name=vllm":
+            # The pod of the last rollout, and its predecessor on its way out.
+            return [_vllm_pod("vllm-7d9c-old", "2026-12-01T08:02:11Z", terminating=True),
+                    _vllm_pod("vllm-7d9c-x2kq", "2026-12-01T09:13:40Z")]  # fmt: skip
+        if kind == "Event":
+            return []  # the run's look at what its vLLM pod waited for: nothing came up
         assert kind == "Pod" and label_selector.startswith("batch.kubernetes.io/job-name=")
         return [self._pod(label_selector.split("=", 1)[1])]
 
@@ -231,6 +243,9 @@ class Kubelet:
                     time.sleep(0.005)  # as `tail -f` polls a file that has no new line yet
 
     def pod_log(self, namespace, name, container=None):
+        if name.startswith("vllm-"):
+            assert name == "vllm-7d9c-x2kq", "the terminating pod's log was read"
+            return VLLM_LOG
         job = name.rsplit("-", 1)[0]
         self.procs[job].wait(timeout=60)
         return self._log(job).read_text()
@@ -263,6 +278,13 @@ class Kubelet:
 
     def server_version(self):
         return {"gitVersion": "v1.35.7-gke.1219000"}
+
+
+def _vllm_pod(name: str, created: str, terminating: bool = False) -> dict[str, Any]:
+    meta = {"name": name, "namespace": "llm", "labels": VLLM_SELECTOR, "creationTimestamp": created}
+    if terminating:
+        meta["deletionTimestamp"] = "2026-12-01T09:15:41Z"
+    return {"metadata": meta, "status": {"phase": "Running"}}
 
 
 def _spec(url: str, **kw) -> LoadSpec:
@@ -339,6 +361,14 @@ def test_the_server_is_read_through_the_api_servers_service_proxy(tmp_path):
     assert server.base_url == "http://vllm.llm.svc.cluster.local:8000"
     with pytest.raises(HarnessError, match="GET /metrics on service llm/vllm:8000 answered HTTP 503"):
         server.get("/metrics")
+
+
+def test_the_servers_log_is_its_newest_running_pods_and_a_missing_service_says_so(tmp_path):
+    ep = Endpoint(namespace="llm", service="vllm", port=8000, path="/v1", protocol="openai")
+    assert proxy_server(Kubelet(tmp_path), ep).log() == VLLM_LOG
+    other = proxy_server(Kubelet(tmp_path), ep.model_copy(update={"service": "tgi"}))
+    with pytest.raises(HarnessError, match="Service llm/tgi not found"):
+        other.log()
 
 
 def test_core_file_is_what_the_config_map_carries(tmp_path):
@@ -454,7 +484,8 @@ def test_the_quant_experiment_runs_its_points_as_jobs_and_scores_quality_through
     jobs = [o for o in in_cluster.created if o["kind"] == "Job"]
     assert [Plan.from_json(next(e["value"] for e in _pod(j)["containers"][0]["env"] if e["name"] == PLAN_ENV)).model
             for j in jobs] == [MODEL]  # fmt: skip
-    # The quality requests went from here through the service proxy; the simulator has no
-    # log-probabilities, which is what the variant's quality says.
+    # The quality requests went from here through the service proxy and were scored; the kernel is what
+    # the log of the running vLLM pod (found through its Service's selector) names.
     assert ("POST", "vllm", "/v1/completions") in in_cluster.proxied
-    assert variant.quality is None and "no prompt log-probabilities" in variant.quality_note
+    assert variant.quality is not None and variant.quality.prompts == 2 and variant.quality.positions > 0
+    assert variant.kernel == "awq_marlin"  # the double's pod log is an AWQ server's: read, not inferred from the variant

@@ -1,10 +1,9 @@
-"""The quant experiment's quality scorer against recorded vLLM completions responses (tests/data/vllm/).
+"""The quant experiment's quality pipeline: vLLM's log-probability shapes, KL over top-k lists worked by
+hand, and the whole pipeline over HTTP against loopback servers whose distributions the test chooses.
 
-Expected figures are worked out by hand from the recorded log-probabilities, which are quoted here:
-prompt "Hi, I love my cat" on facebook/opt-125m, positions 0..6 = </s>, "Hi", ",", " I", " love",
-" my", " cat" with log-probabilities (none), -9.352765083312988, -1.4278249740600586,
--0.976689338684082, -5.6148481369018555, -4.214991569519043, -4.99854040145874 and ranks 369, 1, 1,
-22, 9, 3.
+Recorded body (tests/data/vllm/README.md): prompt "Hi, I love my cat" on facebook/opt-125m with
+`prompt_logprobs: 2`; position 1 lists token 30086 ("Hi", -9.352765083312988, rank 369), then 100
+("I", -1.4278708696365356) and 133 ("The", -2.4365129470825195).
 """
 
 from __future__ import annotations
@@ -15,124 +14,205 @@ import math
 from pathlib import Path
 
 import pytest
+from pydantic import ValidationError
 
+from benchmarks.g6 import main
+from benchmarks.g6.experiments.divergence import Position, kl_listed, prompt_score, score
+from benchmarks.g6.experiments.kernels import kernel_from_log
+from benchmarks.g6.experiments.prompts import PROMPTS, select
 from benchmarks.g6.experiments.quality import (
-    Continuation,
+    SAMPLING,
+    TOP_K,
     QualityClient,
     QualityError,
-    Reference,
-    compare,
+    parse_sample,
+    parse_scores,
     reference,
     score_variant,
-    scored_positions,
 )
+from benchmarks.g6.experiments.quant import QuantParams
 from benchmarks.harness.server import http_server
 from loopback import answering
 
 DATA = Path(__file__).parent / "data" / "vllm"
 ECHO = json.loads((DATA / "opt125m-echo-logprobs.json").read_text())
 PROMPT_LOGPROBS = json.loads((DATA / "opt125m-prompt-logprobs.json").read_text())
-TEXTS = ["Hi", ",", " I", " love", " my", " cat"]
-LOGPROBS = [-9.352765083312988, -1.4278249740600586, -0.976689338684082, -5.6148481369018555,
-            -4.214991569519043, -4.99854040145874]  # fmt: skip
-TOP1 = [False, True, True, False, False, False]  # ranks 369, 1, 1, 22, 9, 3
+ln = math.log
 
 
-@pytest.mark.parametrize("body", [ECHO, PROMPT_LOGPROBS], ids=["echo+logprobs", "prompt_logprobs"])
-def test_both_recorded_forms_give_every_prompt_position(body):
-    positions = scored_positions(body)
-    assert positions[0] is None  # the first token has no context
-    assert [t.text for t in positions[1:]] == TEXTS
-    assert [t.logprob for t in positions[1:]] == LOGPROBS
-    assert [t.top1 for t in positions[1:]] == TOP1
+def test_the_recorded_prompt_logprobs_give_each_positions_token_and_its_list():
+    sent = [2, 30086, 6, 38, 657, 127, 4758]  # </s> Hi , I love my cat: the ids the recorded body lists
+    positions = parse_scores(PROMPT_LOGPROBS, sent, start=1)
+    assert [p.token for p in positions] == sent[1:]
+    assert positions[0].top == {30086: -9.352765083312988, 100: -1.4278708696365356, 133: -2.4365129470825195}
+    with pytest.raises(QualityError, match="no entry for token 9 at position 1"):
+        parse_scores(PROMPT_LOGPROBS, [2, 9, 6, 38, 657, 127, 4758], start=1)
+    with pytest.raises(QualityError, match="7 positions for the 3 token ids sent"):
+        parse_scores(PROMPT_LOGPROBS, [2, 30086, 6], start=1)
 
 
-def _reference(skip: int) -> Reference:
-    """The recorded text as a baseline continuation after its first `skip` positions."""
-    positions = scored_positions(ECHO)[skip:]
-    prompt = "".join(TEXTS[: skip - 1])
-    return Reference(
-        model="facebook/opt-125m",
-        continuations=[Continuation(prompt=prompt, text="".join(TEXTS[skip - 1:]), prompt_tokens=skip)],
-        scores=[[t for t in positions if t is not None]],
-    )
-
-
-def test_a_variant_scoring_the_same_text_the_same_way_changes_nothing():
-    ref = _reference(skip=1)
-    score = compare(ref, ref.scores, [ref.continuations[0].text])
-    assert score.mean_logprob_delta == 0.0 and score.perplexity_ratio == 1.0
-    assert score.baseline_tokens == 6 and score.aligned_share == 1.0
-    assert score.top1_agreement == pytest.approx(2 / 6)  # "," and " I" were the model's first choice
-    assert score.identical_share == 1.0
-
-
-def test_a_variant_that_splits_a_token_is_compared_on_the_same_text():
-    """A variant (another tokenizer, or a merge at a boundary) splits " cat" into " c" + "at" with
-    log-probabilities -3.0 and -1.5: the same text, 4.5 nats less surprising than -4.9985."""
+def test_a_generation_keyed_by_text_is_refused_with_the_flag_it_needs():
+    """The recorded echo body lists top log-probabilities keyed by decoded text, which collide across ids."""
+    with pytest.raises(QualityError, match="no logprobs or no prompt_token_ids"):
+        parse_sample("Hi", ECHO)
+    # Its ten output positions, as the same request without `echo` lists them, with the prompt's ids added.
     body = copy.deepcopy(ECHO)
     lp = body["choices"][0]["logprobs"]
-    cut = lp["tokens"].index(" cat")
-    lp["tokens"][cut:cut + 1] = [" c", "at"]
-    lp["token_logprobs"][cut:cut + 1] = [-3.0, -1.5]
-    lp["top_logprobs"][cut:cut + 1] = [{" c": -3.0, " dog": -0.5}, {"at": -1.5}]
-    lp["text_offset"][cut + 1:cut + 1] = [lp["text_offset"][cut] + 2]
-    body["usage"]["prompt_tokens"] += 1
-    ref = _reference(skip=5)  # baseline continuation " my cat": two tokens
-    variant = [t for t in scored_positions(body)[5:] if t is not None]
-    assert [t.text for t in variant] == [" my", " c", "at"]
-    score = compare(ref, [variant], [" my dog"])
-    baseline_ll = -4.214991569519043 - 4.99854040145874
-    variant_ll = -4.214991569519043 - 3.0 - 1.5
-    assert score.mean_logprob_delta == pytest.approx((variant_ll - baseline_ll) / 2)
-    assert score.perplexity_ratio == pytest.approx(math.exp(-(variant_ll - baseline_ll) / 2))
-    # Only " my" sits at the same offset with the same text in both: one aligned position of two.
-    assert score.aligned_share == 0.5 and score.top1_agreement == 0.0
-    assert score.identical_share == 0.0
+    for key in ("tokens", "token_logprobs", "top_logprobs", "text_offset"):
+        lp[key] = lp[key][7:]
+    body["choices"][0]["prompt_token_ids"] = [2, 30086, 6, 38, 657, 127, 4758]
+    with pytest.raises(QualityError, match="keyed '-', not token_id:<id>.*return_tokens_as_token_ids"):
+        parse_sample("Hi, I love my cat", body)
 
 
-def test_missing_log_probabilities_are_refused_with_the_reason():
-    bare = copy.deepcopy(PROMPT_LOGPROBS)
-    bare["choices"][0]["prompt_logprobs"] = None
-    with pytest.raises(QualityError, match="no prompt log-probabilities.*echo"):
-        scored_positions(bare)
-    holed = copy.deepcopy(ECHO)
-    holed["choices"][0]["logprobs"]["token_logprobs"][3] = None
-    with pytest.raises(QualityError, match="position 3"):
-        scored_positions(holed)
-    with pytest.raises(QualityError, match="not a completions response"):
-        scored_positions({"error": {"message": "boom"}})
+def test_kl_over_the_listed_tokens_and_the_rest_worked_by_hand():
+    # Both list tokens 1..3 and leave 0.1 unlisted: 0.5 ln(0.5/0.45) + 0.3 ln(0.3/0.35) + 0.1 ln(0.1/0.1) + 0.1 ln 1
+    # = 0.5 x 0.1053605 - 0.3 x 0.1541507 = 0.0064350.
+    assert kl_listed({1: ln(0.5), 2: ln(0.3), 3: ln(0.1)}, {1: ln(0.45), 2: ln(0.35), 3: ln(0.1)}) == pytest.approx(0.0064350, abs=1e-7)
+    # Only token 1 in both lists: the rest is 0.4 for p and 0.6 for q.
+    # 0.6 ln(0.6/0.4) + 0.4 ln(0.4/0.6) = 0.2 x 0.4054651 = 0.0810930.
+    assert kl_listed({1: ln(0.6), 2: ln(0.3)}, {4: ln(0.5), 1: ln(0.4)}) == pytest.approx(0.0810930, abs=1e-7)
+    same = {1: ln(0.7), 2: ln(0.2)}
+    assert kl_listed(same, same) == 0.0
+    # q lists everything it gives mass to and puts none where p has 0.3: a large, finite figure.
+    assert 5 < kl_listed({1: ln(0.7)}, {1: 0.0}) < 10
 
 
-def test_the_client_generates_then_scores_from_what_the_server_answers():
-    """Over HTTP (a loopback server replaying recorded bodies): the baseline writes its continuation, then
-    scores prompt + continuation, skipping as many positions as the generation said the prompt had."""
-    sent = []
+# -- the pipeline against loopback servers ---------------------------------------------------------
+# Prompt "p<i>" is one token, id 100 + i; every continuation is token 1 eight times. The baseline lists
+# P at every position, in generation and in scoring (its floor is 0). The variant lists QA on even
+# prompts and QB on odd ones:
+P = {1: ln(0.5), 2: ln(0.3), 3: ln(0.1)}  # and for odd prompts PB
+PB = {1: ln(0.6), 2: ln(0.3)}
+QA = {1: ln(0.45), 2: ln(0.35), 3: ln(0.1)}  # KL(P || QA) = 0.0064350, same top-1, delta ln(0.45/0.5) = -0.1053605
+QB = {4: ln(0.5), 1: ln(0.4)}  # KL(PB || QB) = 0.0810930, top-1 4 against 1, delta ln(0.4/0.6) = -0.4054651
+TOKENS = 8
+
+
+def _lists(prompt_id: int, variant: bool) -> dict[int, float]:
+    even = (prompt_id - 100) % 2 == 0
+    if variant:
+        return QA if even else QB
+    return P if even else PB
+
+
+def _server(variant: bool, sent: list[dict]):
+    """A vLLM-shaped /v1/completions: generations with token-id keyed top logprobs, scoring by prompt_logprobs."""
 
     def answer(method: str, path: str, request: bytes) -> tuple[int, str, str]:
         body = json.loads(request)
         sent.append(body)
-        if body.get("echo"):
-            return 200, "application/json", json.dumps(ECHO)
-        return 200, "application/json", json.dumps(
-            {**PROMPT_LOGPROBS, "usage": {**PROMPT_LOGPROBS["usage"], "prompt_tokens": 5},
-             "choices": [{**PROMPT_LOGPROBS["choices"][0], "text": " my cat"}]}
-        )  # fmt: skip
+        if isinstance(body["prompt"], str):  # a generation
+            pid = 100 + int(body["prompt"][1:])
+            top = _lists(pid, variant)
+            logprobs = {"text_offset": list(range(0, 4 * TOKENS, 4)), "token_logprobs": [top[1]] * TOKENS,
+                        "tokens": ["token_id:1"] * TOKENS,
+                        "top_logprobs": [{f"token_id:{t}": v for t, v in top.items()}] * TOKENS}  # fmt: skip
+            choice = {"index": 0, "text": " cat" * TOKENS, "logprobs": logprobs, "finish_reason": "length",
+                      "stop_reason": None, "token_ids": [1] * TOKENS, "prompt_token_ids": [pid]}  # fmt: skip
+            usage = {"prompt_tokens": 1, "total_tokens": 1 + TOKENS, "completion_tokens": TOKENS}
+        else:  # scoring: prompt_logprobs over the ids sent, each with the prompt's own token first
+            ids = body["prompt"]
+            top = _lists(ids[0], variant)
+            entries = [None] + [{str(t): {"logprob": top[t], "rank": 1 + sorted(top.values(), reverse=True).index(top[t]),
+                                          "decoded_token": " cat"} for t in [t, *top]} for t in ids[1:]]  # fmt: skip
+            choice = {"index": 0, "text": ".", "logprobs": None, "finish_reason": "length", "stop_reason": None,
+                      "prompt_logprobs": entries}  # fmt: skip
+            usage = {"prompt_tokens": len(ids), "total_tokens": len(ids) + 1, "completion_tokens": 1}
+        response = {"id": "cmpl-1", "object": "text_completion", "created": 1764600000, "model": "m",
+                    "choices": [choice], "usage": usage}  # fmt: skip
+        return 200, "application/json", json.dumps(response)
 
-    with answering(answer) as url:
-        client = QualityClient(http_server(url), "facebook/opt-125m")
-        ref = reference(client, ["Hi, I love"], max_tokens=2)
-        score = score_variant(client, ref, max_tokens=2)
-    assert ref.continuations[0].text == " my cat" and ref.continuations[0].prompt_tokens == 5
-    assert [t.text for t in ref.scores[0]] == [" my", " cat"]
-    assert sent[0] == {"model": "facebook/opt-125m", "temperature": 0.0, "prompt": "Hi, I love", "max_tokens": 2}
-    assert sent[1]["prompt"] == "Hi, I love my cat" and sent[1]["echo"] is True and sent[1]["logprobs"] == 1
-    assert sent[1]["prompt_logprobs"] == 1 and sent[1]["temperature"] == 0.0
-    assert score.mean_logprob_delta == 0.0 and score.identical_share == 1.0
+    return answer
+
+
+def test_the_pipeline_recovers_the_kl_chosen_by_the_test_within_its_interval():
+    prompts = [f"p{i}" for i in range(24)]
+    base_sent: list[dict] = []
+    variant_sent: list[dict] = []
+    with answering(_server(False, base_sent)) as base_url, answering(_server(True, variant_sent)) as variant_url:
+        base = QualityClient(http_server(base_url), "m", concurrency=4)
+        ref = reference(base, prompts, max_tokens=TOKENS, seed=7)
+        floor = score_variant(base, ref, seed=7, floor=None)
+        variant = score_variant(QualityClient(http_server(variant_url), "m", concurrency=4), ref, seed=7, floor=floor)
+    # Every prompt has 8 positions, half of each kind: the mean is the mean of the two figures.
+    assert variant.prompts == 24 and variant.positions == 24 * TOKENS
+    expected_kl = (0.0064350 + 0.0810930) / 2  # 0.0437640
+    assert variant.kl.value == pytest.approx(expected_kl, abs=1e-6)
+    assert variant.kl.ci95[0] < expected_kl < variant.kl.ci95[1]
+    assert 0.0064350 <= variant.kl.ci95[0] and variant.kl.ci95[1] <= 0.0810930  # resampled means of the two
+    assert variant.top1_agreement.value == 0.5
+    assert variant.logprob_delta.value == pytest.approx((-0.1053605 - 0.4054651) / 2, abs=1e-6)
+    # The baseline against itself lists the same numbers: a floor of exactly zero, and the variant above it.
+    assert floor.kl.value == 0.0 and floor.top1_agreement.value == 1.0 and floor.floor is None
+    assert variant.floor is not None and variant.floor.kl_resolved and variant.floor.top1_resolved
+    assert variant.floor.top1_drop.value == 0.5
+    # What was asked: samples at temperature 1, seeded per prompt, every knob explicit; scoring by token id.
+    generations = sorted(base_sent[:24], key=lambda b: int(b["prompt"][1:]))
+    assert [b["seed"] for b in generations] == list(range(7, 31))
+    assert all(b.items() >= {**SAMPLING, "logprobs": TOP_K, "return_tokens_as_token_ids": True,
+                             "return_token_ids": True, "max_tokens": TOKENS}.items() for b in generations)  # fmt: skip
+    assert sorted(b["prompt"][0] for b in variant_sent) == list(range(100, 124))
+    assert all(b["prompt"][1:] == [1] * TOKENS and b["prompt_logprobs"] == TOP_K and b["max_tokens"] == 1
+               for b in variant_sent)  # fmt: skip
+
+
+def test_a_difference_inside_the_noise_is_not_resolved():
+    """The floor and the variant differ by the same small amount at every position on half the prompts and
+    not at all on the others: the excess is real there, but the paired interval reaches zero."""
+    pos = [Position(token=1, top=P)]
+    shifted = [Position(token=1, top=QA)]
+    floor = score([prompt_score(pos, pos) for _ in range(4)], seed=0)
+    uneven = score([prompt_score(pos, shifted)] + [prompt_score(pos, pos)] * 3, seed=0, floor=floor)
+    assert uneven.floor is not None and uneven.floor.kl_excess.ci95[0] == 0.0 and not uneven.floor.kl_resolved
 
 
 def test_a_server_error_names_the_model_and_status():
-    with answering(lambda method, path, body: (400, "application/json", '{"error": {"message": "echo is not supported"}}')) as url:
+    with answering(lambda method, path, body: (400, "application/json", json.dumps(
+            {"error": {"message": "Requested sample logprobs of 20, which is greater than max allowed: 5"}}))) as url:  # fmt: skip
         client = QualityClient(http_server(url), "m")
-        with pytest.raises(QualityError, match="m: completions request failed: POST .* answered HTTP 400: .*echo is not"):
-            client.generate("p", 4)
+        with pytest.raises(QualityError, match="m: completions request failed: POST .* answered HTTP 400: .*max allowed: 5"):
+            reference(client, ["p0"], max_tokens=4, seed=0)
+
+
+def test_more_prompts_than_the_set_holds_is_one_line_naming_the_count(capsys):
+    assert len(PROMPTS) >= 64 and len(set(PROMPTS)) == len(PROMPTS)
+    assert select(64, seed=0) == select(64, seed=0) and len(select(len(PROMPTS), seed=3)) == len(PROMPTS)
+    with pytest.raises(SystemExit) as exc:
+        main(["--sim", "--experiment", "quant", "--quality-prompts", str(len(PROMPTS) + 1)])
+    err = capsys.readouterr().err
+    assert exc.value.code == 2 and err.count("\n") == 1
+    assert f"--quality-prompts: the project's prompt set has {len(PROMPTS)} prompts, got {len(PROMPTS) + 1}" in err
+    with pytest.raises(ValidationError):
+        QuantParams(variants=["bf16"], quality_prompts=len(PROMPTS) + 1)
+    assert QuantParams(variants=["bf16"]).quality_prompts == 64 and QuantParams(variants=["bf16"]).quality_tokens == 128
+
+
+# -- the kernel each variant ran, from vLLM's start-up log -------------------------------------------
+AWQ_LOG = (Path(__file__).parent / "data" / "g6" / "vllm-awq-startup.log").read_text()
+CONFIG_LINE = ("(EngineCore_DP0 pid=143) INFO 12-01 09:14:18 [core.py:93] Initializing a V1 LLM engine (v0.11.2) with "
+               "config: model='Qwen/Qwen2.5-1.5B-Instruct', dtype=torch.bfloat16, max_seq_len=4096, "
+               "quantization={}, enforce_eager=False, kv_cache_dtype=auto")  # fmt: skip
+
+
+@pytest.mark.parametrize(
+    "log, kernel",
+    [
+        (AWQ_LOG, "awq_marlin"),
+        # GPTQ in 0.11.2: the method, then the mixed-precision kernel it chose (gptq_marlin.py:228 and :359).
+        ("(APIServer pid=1) INFO 12-01 10:02:41 [gptq_marlin.py:228] The model is convertible to gptq_marlin during "
+         "runtime. Using gptq_marlin kernel.\n(EngineCore_DP0 pid=140) INFO 12-01 10:03:05 [gptq_marlin.py:359] Using "
+         "MarlinLinearKernel for GPTQMarlinLinearMethod\n", "gptq_marlin, MarlinLinearKernel (GPTQMarlinLinearMethod)"),
+        # 0.33.0's wording (model_executor/kernels/linear/__init__.py).
+        ("(EngineCore pid=88) INFO 12-01 10:03:05 [__init__.py:945] Using ConchLinearKernel for mixed-precision linear\n",
+         "ConchLinearKernel (mixed-precision linear)"),
+        # fp8 on Ada in 0.11.2 names no kernel; the engine's configuration still says the method.
+        (CONFIG_LINE.format("fp8") + "\n", "not named in the log (quantization=fp8)"),
+        (CONFIG_LINE.format("None") + "\n", "unquantized (no quantization method)"),
+        ("INFO 12-01 10:00:00 [api_server.py:1977] vLLM API server version 0.11.2\n",
+         "not in the server's log (no kernel line, no engine configuration line)"),
+    ],
+    ids=["awq", "gptq-0.11.2", "0.33.0", "fp8", "bf16", "no-lines"],
+)  # fmt: skip
+def test_the_kernel_is_what_vllms_start_up_log_names(log, kernel):
+    assert kernel_from_log(log) == kernel

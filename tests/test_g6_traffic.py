@@ -204,7 +204,8 @@ def test_the_saturation_report_names_the_rate_and_plots_the_knee(saturation_run)
 
 
 def test_saturation_against_the_simulator_judges_the_slo_in_gpu_time(tmp_path):
-    """--slo-ttft-ms 500 on the GPU's clock: the rate that passed kept its TTFT p99 x speedup within 500 ms."""
+    """--slo-ttft-ms 500 on the GPU's clock: a rate that passed kept its TTFT p99 (GPU time: the simulator's x20)
+    within 500 ms."""
     rc = main(["--sim", "--experiment", "saturation", "--model", "Qwen/Qwen2.5-0.5B-Instruct", "--slo-ttft-ms", "500",
                "--start-rate", "2", "--max-points", "5", "--point-seconds", "2", "--requests", "32", "--input-len", "128", "--output-len", "32",
                "--out", str(tmp_path), *FAST])  # fmt: skip
@@ -214,7 +215,7 @@ def test_saturation_against_the_simulator_judges_the_slo_in_gpu_time(tmp_path):
     for p in result.points:
         assert p.point.rate == pytest.approx(p.rate * 20)  # sent at 20x: the simulator's clock
         if p.passed:
-            assert p.point.ttft_ms.p99 * 20 <= 500
+            assert p.point.ttft_ms.p99 <= 500 and p.point.ttft_ms.p99 > 20 * 1  # GPU time: at least 20x a 1 ms TTFT
         elif p.kept_up:
             assert any("TTFT p99" in miss for miss in p.misses)
 
@@ -253,9 +254,9 @@ def test_the_simulated_prefix_cache_shares_whole_blocks_once_and_counts_as_vllm_
     assert s.free_blocks == total and set(s.evictable) >= {1, 2, 3, 4}
 
 
-def test_prefix_counters_are_read_from_vllm_0_11_2_exposition():
-    """The counters as prometheus_client exposes vLLM 0.11.2's vllm:prefix_cache_* Counters (a _total sample
-    and a _created one), over a point: the window's increase."""
+def test_prefix_counters_are_read_from_vllm_0_33_0_exposition():
+    """The counters as vLLM v0.33.0's /metrics serves them (tests/data/vllm/v0.33.0/metrics.txt: a _total
+    sample and a _created one), over a point: the window's increase."""
     from benchmarks.metrics.scrape import Scrape, metrics_from_scrapes
 
     def text(queries: float, hits: float) -> str:

@@ -324,7 +324,9 @@ def test_an_auth_plugin_without_an_account_is_one_line_and_nothing_else(plugin_w
     assert "\n" not in message
     assert message.startswith("gke-gcloud-auth-plugin could not get a token (exit 1): ERROR: (gcloud.config.config-helper) "
                               "You do not currently have an active account selected.")
-    assert "`gcloud auth login`" in message
+    # The stack's kubeconfig runs the plugin on Application Default Credentials: that login is the fix.
+    assert message.endswith("Create Application Default Credentials with `gcloud auth application-default login`, "
+                            "then run again.")
     assert capfd.readouterr() == ("", ""), "no library logging, no plugin output on the terminal"
 
 

@@ -12,6 +12,7 @@ from collections.abc import Awaitable, Callable, Iterator
 from contextlib import contextmanager
 
 import httpx
+import numpy as np
 import pytest
 
 from benchmarks.g6.targets import ServerSettings, SimTarget
@@ -117,18 +118,26 @@ def _usage(tokens: int) -> bytes:
     return b'data: {"choices":[],"usage":{"completion_tokens":%d}}\n\n' % tokens
 
 
-async def _stream(w: Writer, tokens: int, ttft_s: float, itl_s: float, stamps: list[float] | None = None) -> bool:
+async def _stream(w: Writer, tokens: int, ttft_s: float, itl_s: float,
+                  stamps: list[tuple[float, float]] | None = None) -> bool:  # fmt: skip
     loop = asyncio.get_running_loop()
     w.write(_HEAD)
     await asyncio.sleep(ttft_s)
     for i in range(tokens):
-        if stamps is not None:
-            stamps.append(loop.time())  # before the write: the client may read it before a later stamp
+        before = loop.time()
+        # The transport sends at once (its buffer is empty); on loopback the client's kernel receives
+        # the data inside that send, so the receive time lies between the two stamps however long this
+        # thread waits for a core in between.
         w.write(_chunked(b"data: " + _CHUNK + b"\n\n"))
+        if stamps is not None:
+            stamps.append((before, loop.time()))
         if i < tokens - 1:
             await asyncio.sleep(itl_s)
     # The last chunk carries a chunk extension and trailers: legal HTTP/1.1 the client must walk past.
     w.write(_chunked(_usage(tokens) + b"data: [DONE]\n\n") + b"0;ext=1\r\nX-Trailer: y\r\n\r\n")
+    if stamps:
+        # The closing chunk follows the last token at once: one read may take both, and carries its time.
+        stamps[-1] = (stamps[-1][0], loop.time())
     await w.drain()
     return True
 
@@ -141,7 +150,7 @@ def _handlers() -> tuple[dict[str, Handler], dict[str, list]]:
         return await _stream(w, 4, 0.02, 0.002)
 
     async def known(w, body):  # TTFT 50 ms, then 5 tokens 10 ms apart: stamps kept by prompt for the test
-        stamps: list[float] = []
+        stamps: list[tuple[float, float]] = []
         truth["known"].append((tuple(body["prompt"]), stamps))
         return await _stream(w, 5, 0.05, 0.01, stamps)
 
@@ -261,9 +270,10 @@ def _run(path: str, **kw):
 
 
 def test_hand_computed_ttft_itl_and_e2e_from_a_server_with_known_timings():
-    """TTFT 50 ms, then 5 tokens 10 ms apart: TTFT 50, ITL 10, TPOT 10, E2E 50 + 4 x 10 = 90 ms. The
-    server's sleeps overshoot (up to ~1 ms each on a busy machine), so each figure is also held to the
-    server's own stamps of the same requests, which the client may exceed only by loopback's microseconds."""
+    """TTFT 50 ms, then 5 tokens 10 ms apart: TTFT 50, ITL 10, TPOT 10, E2E 50 + 4 x 10 = 90 ms at least
+    (a sleep never ends early). How far above, a loaded machine decides (the server's sleeps overshoot,
+    its thread waits for a core): so the figures are held from above to the server's own stamps just
+    before and after it wrote each token, not to a timing tolerance."""
     with local_server() as (base, truth):
         spec = _spec(f"{base}/known", concurrency=2, requests=8, warmup=0, output_len=5)
         run = run_load(spec)
@@ -271,21 +281,24 @@ def test_hand_computed_ttft_itl_and_e2e_from_a_server_with_known_timings():
     assert stats.completed == 8 and stats.output_tokens == 40
     # Two workers share the closed loop: every request once, two in flight at any time.
     assert sorted(r.i for r in run.records) == list(range(8)) and stats.client.workers == 2
-    assert 50.0 <= stats.ttft_ms.p50 <= 57.0
-    assert 10.0 <= stats.itl_ms.p50 <= 12.0 and len([g for r in run.records for g in r.chunk_times[1:]]) == 32
-    assert 10.0 <= stats.tpot_ms.p50 <= 12.0
-    assert 90.0 <= stats.e2e_ms.p50 <= 100.0
-    # The server's stamps (taken just before each write), paired with the client's records by prompt:
-    # never a token read before it was written (10 us: the records' whole microseconds and the two
-    # clocks' readings), and gaps within 2 ms of the server's (its thread shares two busy cores and may
-    # be preempted between stamp and write; a token timed one read off would be 10 ms out).
+    # By hand, from below (a gap may lose the microseconds one write takes).
+    assert stats.ttft_ms.p50 >= 50.0 and stats.e2e_ms.p50 >= 90.0
+    assert stats.itl_ms.p50 >= 9.9 and stats.tpot_ms.p50 >= 9.9
+    assert len([g for r in run.records for g in r.chunk_times[1:]]) == 32
+    # The server's stamps around each write, paired with the client's records by prompt: every token's
+    # time (the kernel's receive time) lies between them, within 10 us (the records' whole microseconds
+    # and the two clocks' readings); a token timed one read off would fall 10 ms outside.
     prompts = [tuple(json.loads(body)["prompt"]) for body in core.build_bodies(spec.plan())]
     server = dict(truth["known"])
+    lows, highs = [], []
     for r in run.records:
         srv = server[prompts[r.i]]
-        assert all(a - b >= -1e-5 for a, b in zip(r.chunk_times, srv))
-        gaps = [y - x for x, y in zip(r.chunk_times, r.chunk_times[1:])]
-        assert gaps == pytest.approx([y - x for x, y in zip(srv, srv[1:])], abs=2e-3)
+        assert len(r.chunk_times) == len(srv)
+        assert all(before - 1e-5 <= t <= after + 1e-5 for t, (before, after) in zip(r.chunk_times, srv))
+        lows += [b1 - a0 for (_, a0), (b1, _) in zip(srv, srv[1:])]
+        highs += [a1 - b0 for (b0, _), (_, a1) in zip(srv, srv[1:])]
+    # So the ITL median lies between the medians of what each gap could have been.
+    assert 1000 * np.percentile(lows, 50) - 0.02 <= stats.itl_ms.p50 <= 1000 * np.percentile(highs, 50) + 0.02
 
 
 def test_requests_stopping_at_eos_are_counted_with_the_tokens_the_server_produced():
@@ -307,8 +320,9 @@ def test_requests_stopping_at_eos_are_counted_with_the_tokens_the_server_produce
     assert stats.realised.input_tokens.mean == pytest.approx(sum(len(prompts[r.i]) + 5 for r in run.records) / 24)
     # Dividing by the cap or by the token count instead of the gaps would put TPOT at 5-9 ms.
     assert 10.0 <= stats.tpot_ms.p50 <= 12.0 and 10.0 <= stats.tpot_ms.mean <= 12.5
-    # Throughput counts the tokens produced: the window's tokens over its length, never the caps.
-    window_s = max(r.end for r in run.records) - min(r.scheduled for r in run.records)
+    # Throughput counts the tokens produced: the window's tokens (first answer to last end) over its length,
+    # never the caps.
+    window_s = max(r.end for r in run.records) - min(r.first_token for r in run.records)
     assert stats.output_tokens_per_s == pytest.approx(sum(stopped) / window_s, rel=1e-6)
     assert stats.eos
 
@@ -460,10 +474,15 @@ def test_summary_of_hand_timed_records():
     assert stats.tpot_ms.mean == pytest.approx((25.5 + 11) / 2)
     assert stats.e2e_ms.mean == pytest.approx((151 + 211) / 2)
     assert (stats.completed, stats.failed, stats.failures, stats.output_tokens) == (2, 1, {"http_500": 1}, 5)
-    # Window: first scheduled send 10.000 to last end 10.261; 2 completions and 5 tokens in it.
-    assert stats.window.seconds == pytest.approx(0.261)
-    assert stats.requests_per_s == pytest.approx(2 / 0.261)
-    assert stats.output_tokens_per_s == pytest.approx(5 / 0.261)
+    # Window: from the first answer (the failure's, 10.070; a's first token is 10.100) to the last end,
+    # 10.261: 0.191 s holding both completions and all 5 tokens.
+    assert stats.window.seconds == pytest.approx(0.191)
+    assert stats.requests_per_s == pytest.approx(2 / 0.191)
+    assert stats.output_tokens_per_s == pytest.approx(5 / 0.191)
+    # In flight within it: a 10.070-10.151, b 10.070-10.261, the failure 10.070-10.070: 0.272 s over 0.191.
+    assert stats.in_flight_mean == pytest.approx(0.272 / 0.191)
+    # Decoding: a 10.100-10.151 and b 10.250-10.261, 0.062 s over 0.191.
+    assert stats.mean_decoding == pytest.approx(0.062 / 0.191)
 
 
 # -- the output format: what a pod's log carries back ---------------------------------------------

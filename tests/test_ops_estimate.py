@@ -105,7 +105,9 @@ def test_spot_region_and_min_nodes_change_the_estimate():
 def test_estimate_section_from_config_and_from_outputs():
     cfg = lab()
     from_cfg = est.estimate_section(cfg)
-    assert f"**${est.estimate(cfg).per_hour_gpu_up:.3f}**" in from_cfg and "2026-08-20" in from_cfg
+    # Dated by when the machine prices were read (the catalogue, 2026-12-01); the fee note keeps its own date.
+    assert f"**${est.estimate(cfg).per_hour_gpu_up:.3f}**" in from_cfg and "list prices read 2026-12-01" in from_cfg
+    assert "$0.10/h more (read 2026-08-20)" in from_cfg
     saved = {"lab": "g6", "cost_estimate": est.estimate(cfg).model_dump()}
     assert est.estimate_section(saved) == from_cfg
     # A region without prices: the stack still deploys, and the report says nothing rather than guess.

@@ -264,3 +264,34 @@ def test_main_exit_codes_and_output(cfg, capsys, working_plugin):
 def test_unknown_stack_fails_clearly(capsys):
     assert preflight.main(["--stack", "nope", "--project", PROJECT], client=GcpClient(token_source=lambda: "x")) == 2
     assert "no stack file Pulumi.nope.yaml" in capsys.readouterr().out
+
+
+def test_a_malformed_credentials_file_says_so_not_not_found(tmp_path, monkeypatch):
+    key = tmp_path / "key.json"
+    key.write_text('{"type": "service_account", "project_id": "lab-project",')  # cut short, as a bad copy is
+    monkeypatch.setenv("GOOGLE_APPLICATION_CREDENTIALS", str(key))
+    with pytest.raises(CredentialsError) as e:
+        adc_token()
+    message = str(e.value)
+    assert message.startswith(f"credentials file invalid: GOOGLE_APPLICATION_CREDENTIALS={key} exists but is not a "
+                              "usable credentials file (not JSON: ")
+    assert "not found" not in message and "\n" not in message
+
+
+def test_a_misspelt_endpoint_override_is_refused_in_one_line(monkeypatch, capsys):
+    monkeypatch.setenv("GKE_ML_LABS_ENDPOINT_COMPUTER", "http://127.0.0.1:1/compute/v1")
+    assert preflight.main(["--stack", "dev", "--project", PROJECT]) == 2
+    (line,) = capsys.readouterr().out.splitlines()[-1:]
+    assert line.startswith("FAIL  environment: GKE_ML_LABS_ENDPOINT_COMPUTER: no such API endpoint to override; "
+                           "known: GKE_ML_LABS_ENDPOINT_SERVICEUSAGE, GKE_ML_LABS_ENDPOINT_COMPUTE,")
+
+
+def test_a_refused_token_from_the_environment_names_that_variable(cfg, monkeypatch):
+    with FakeGoogle(healthy(cfg)) as google:
+        for name, value in google.environment(EXPIRED_TOKEN).items():
+            monkeypatch.setenv(name, value)
+        with GcpClient.from_environment() as client:
+            (result,) = preflight.run_checks(client, cfg)
+    assert result.detail.startswith("credentials expired/invalid: Google refused the access token in "
+                                    "GOOGLE_OAUTH_ACCESS_TOKEN: set a fresh GOOGLE_OAUTH_ACCESS_TOKEN")
+    assert result.hint.startswith("set a fresh GOOGLE_OAUTH_ACCESS_TOKEN") and "application-default" not in result.hint

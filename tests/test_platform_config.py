@@ -58,6 +58,14 @@ BAD = [
     ("g3", {f"{K}:kueue": {"job_gpus": 1}}, "gke-ml-labs:kueue.job_gpus: unknown key"),
     ("g4", {f"{K}:training_operator": {"workers": 3}}, "3 workers x 1 GPU(s) = 3, but the GPU pool offers at most 2"),
     ("g4", {f"{K}:training_operator": {"clean_pod_policy": "Always"}}, "Input should be 'None', 'Running' or 'All'"),
+    # A TrainJob has no cleanPodPolicy: asking for one on Trainer v2 would be silently ignored.
+    (
+        "g4",
+        {f"{K}:training_operator": {"clean_pod_policy": "All"}},
+        "gke-ml-labs:training_operator.clean_pod_policy 'All' applies to api v1 only: a TrainJob has no "
+        "cleanPodPolicy (its pods stay until the TrainJob is deleted): remove it, or set training_operator.api: v1",
+    ),
+    ("g4", {f"{K}:training_operator": {"api": "v2"}}, "training_operator.api: Input should be 'trainer-v2' or 'v1'"),
     ("g8", {f"{K}:checkpoints": {"delete_after_days": 0}}, "gke-ml-labs:checkpoints.delete_after_days: Input should be greater"),
     ("g1", {f"{K}:observability": {"retention": "2 days"}}, "gke-ml-labs:observability.retention: String should match"),
     ("g1", {f"{K}:tenancy": {"enabled": True}}, "gke-ml-labs:tenancy.tenants is empty"),
@@ -105,6 +113,11 @@ def test_bad_config_fails_with_a_clear_message_and_creates_nothing(stack, overri
     assert text.startswith(f"Pulumi.{stack}.yaml: ") and "nothing was created" in text
     assert message in text
     assert runs and runs[-1].resources == []
+
+
+def test_api_v1_keeps_clean_pod_policy():
+    run = run_stack("g4", overrides={f"{K}:training_operator": {"api": "v1", "clean_pod_policy": "All"}})
+    assert run.outputs["benchmark"]["training"]["clean_pod_policy"] == "All"
 
 
 @pytest.mark.parametrize("stack", ["g1", "g2", "g3", "g4", "g8"])

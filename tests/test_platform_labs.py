@@ -221,12 +221,48 @@ def test_g3_queues_target_the_gpu_pool_and_admit_all_or_nothing():
 # ---------------------------------------------------------------- Training Operator (g4)
 
 
-def test_g4_installs_the_pinned_v1_overlay_and_a_two_worker_job_validates():
+def test_g4_installs_trainer_v2_with_torch_distributed_and_a_two_node_trainjob_validates():
     r = run("g4")
+    trainer = r.one(RELEASE, "training-operator-trainer").inputs
+    assert (trainer["chart"], trainer["version"], trainer["namespace"]) == (
+        "oci://ghcr.io/kubeflow/charts/kubeflow-trainer", "2.3.0", "kubeflow-system")
+    values = trainer["values"]
+    schemas.assert_helm_values_exist(values, "kubeflow-trainer/v2.3.0")
+    assert values["runtimes"]["torchDistributed"]["enabled"] is True
+    # Without Kueue, the chart brings the one JobSet controller, on the system pool like every controller.
+    assert values["jobset"]["install"] is True and values["jobset"]["controller"]["nodeSelector"] == {"gke-ml-labs/pool": "system"}
+    assert values["manager"]["nodeSelector"] == {"gke-ml-labs/pool": "system"}
+    assert values["runtimes"]["installer"]["nodeSelector"] == {"gke-ml-labs/pool": "system"}
+    assert not r.of_type("kubernetes:kustomize/v2:Directory")
+    bench = r.outputs["benchmark"]["training"]
+    assert (bench["api"], bench["runtime"], bench["operator_version"]) == ("trainer-v2", "torch-distributed", "2.3.0")
+    assert r.outputs["versions"]["kubeflow-trainer"] == "2.3.0" and "kubeflow-system" in r.outputs["namespaces"]
+    # The JobSet it installs is the chart's dependency, the same version Kueue's JobSet release pins.
+    chart = yaml.safe_load(upstream.path("kubeflow-trainer/v2.3.0/Chart.yaml").read_text())
+    assert {d["name"]: d["version"] for d in chart["dependencies"]}["jobset"] == r.outputs["versions"]["jobset"]
+    lab_ns = r.one("kubernetes:core/v1:Namespace", "training-operator-lab-ns")
+    assert r.depends_on(lab_ns, r.one(RELEASE, "training-operator-trainer"))
+    assert lab_ns.inputs["metadata"]["labels"]["pod-security.kubernetes.io/enforce"] == "restricted"
+    # The job the g4 benchmark submits, built from these outputs.
+    *_, job = g4.build_workloads(r.outputs, "g4-0000-abcd")
+    schemas.validate_object(job)
+    assert job["kind"] == "TrainJob" and job["spec"]["trainer"]["numNodes"] == bench["world_size"] == 2
+
+
+def test_g4_with_kueue_uses_kueue_s_jobset_and_installs_no_second_one():
+    r = run("g3", '{"gke-ml-labs:training_operator": {"enabled": true}}')
+    trainer = r.one(RELEASE, "training-operator-trainer")
+    assert trainer.inputs["values"]["jobset"] == {"install": False}
+    assert r.depends_on(trainer, r.one(RELEASE, "jobset"))
+
+
+def test_g4_on_api_v1_installs_the_pinned_v1_overlay_and_a_two_worker_job_validates():
+    r = run("g4", '{"gke-ml-labs:training_operator": {"api": "v1", "clean_pod_policy": "None"}}')
     overlay = r.one("kubernetes:kustomize/v2:Directory").inputs["directory"]
     assert overlay == "github.com/kubeflow/trainer.git/manifests/overlays/standalone?ref=v1.9.4"
+    assert not r.of_type(RELEASE)
     bench = r.outputs["benchmark"]["training"]
-    assert bench["namespace"] in r.outputs["namespaces"] and bench["workers"] == 2
+    assert bench["namespace"] in r.outputs["namespaces"] and bench["workers"] == 2 and bench["api"] == "v1"
     assert bench["clean_pod_policy"] == "None" and ":" in bench["image"] and not bench["image"].endswith(":latest")
     # The job the g4 benchmark submits, built from these outputs.
     _, job = g4.build_workloads(r.outputs, "g4-0000-abcd")

@@ -36,9 +36,11 @@ VARIANTS: dict[str, tuple[str, dict[str, Any]]] = {
     "g3": ("g3", {}),
     "g3-tenants": ("g3", {"gke-ml-labs:tenancy": TENANTS}),
     "g4": ("g4", {}),
+    "g4-v1": ("g4", {"gke-ml-labs:training_operator": {"api": "v1"}}),
     "g8": ("g8", {}),
 }
-CHARTS = [versions.KUBE_PROMETHEUS_STACK, versions.DCGM_EXPORTER, versions.GPU_OPERATOR, versions.KUEUE, versions.JOBSET]
+CHARTS = [versions.KUBE_PROMETHEUS_STACK, versions.DCGM_EXPORTER, versions.GPU_OPERATOR, versions.KUEUE, versions.JOBSET,
+          versions.KUBEFLOW_TRAINER]
 # Keys values.yaml documents only in a comment (checked to be there by assert_helm_values_exist).
 COMMENTED = {"dcgm-exporter": ("customMetrics",), "gpu-operator": ("dcgmExporter.config",)}
 # Where a GPU-taint toleration is right: GPU-node DaemonSets (chart name -> dotted value paths). NFD's
@@ -110,7 +112,7 @@ def test_every_object_validates_against_kubernetes_or_its_crd(name):
 @pytest.mark.parametrize("name", VARIANTS)
 def test_every_helm_value_exists_in_the_pinned_chart(name):
     releases = variant(name).of_type(RELEASE)
-    assert releases or name == "g4"  # g4's operator is a kustomize overlay, not a chart
+    assert releases or name == "g4-v1"  # the v1 operator is a kustomize overlay, not a chart
     for release in releases:
         chart = chart_of(release)
         schemas.assert_helm_values_exist(release.inputs["values"], chart.upstream, COMMENTED.get(chart.name, ()))

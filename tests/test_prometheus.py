@@ -19,7 +19,7 @@ from benchmarks.cluster import ClusterError, KubeCluster
 from benchmarks.g6.targets import ServerSettings, SimTarget
 from benchmarks.harness import PrometheusRef
 from benchmarks.loadgen import LoadSpec, run_load, summarize
-from benchmarks.metrics import MetricsError, PrometheusClient, histogram_quantile, metrics_from_scrapes, scalar, vector
+from benchmarks.metrics import MetricsError, PrometheusClient, histogram_bucket, metrics_from_scrapes, scalar, vector
 from benchmarks.metrics.scrape import Scrape
 from promql import binary
 
@@ -84,9 +84,10 @@ def test_promql_reads_the_servers_view_of_a_load_window(sim_and_prometheus):
     assert 0 < m.kv_cache_usage.max < 1
     assert m.preemptions == 0
     assert m.gpu_util.mean > 0 and m.dram_active.mean > 0 and m.fb_used_mib.max > 0
-    # The server's TTFT histogram (bucketed) and the client's own measurement tell the same story.
-    assert m.ttft_p50_ms > 0
-    assert 0.3 < m.ttft_p50_ms / stats.ttft_ms.p50 < 3
+    # The server's TTFT histogram knows the median to a bucket, and the client's median lies in it
+    # (the client's TTFT adds only loopback and its own microseconds to the server's).
+    lower, upper = m.ttft_p50_bucket_ms
+    assert lower <= stats.ttft_ms.p50 and (upper is None or stats.ttft_ms.p50 <= upper * 1.05)
     series = {s.name: s for s in m.series}
     assert len(series["running"].points) >= 3
     assert max(v for _, v in series["running"].points) == 8
@@ -211,13 +212,14 @@ def test_an_error_answer_fails_parsing_with_prometheus_own_words():
         vector(matrix)
 
 
-def test_histogram_quantile_interpolates_like_prometheus():
-    # 10 observations: 2 under 0.1 s, 6 more under 0.2 s, 2 more under +Inf.
+def test_a_histogram_quantile_is_the_bucket_that_holds_it():
+    # 10 observations: 2 under 0.1 s, 6 more under 0.2 s, 2 more under +Inf. The median (rank 5) and
+    # the 20th percentile (rank 2) lie in (0.1, 0.2] and (0, 0.1]; the 99th (rank 9.9) above 0.2 s.
     buckets = {0.1: 2.0, 0.2: 8.0, float("inf"): 10.0}
-    assert histogram_quantile(0.5, buckets) == pytest.approx(0.1 + 0.1 * (5 - 2) / 6)
-    assert histogram_quantile(0.1, buckets) == pytest.approx(0.05)
-    assert histogram_quantile(0.99, buckets) == 0.2  # in the +Inf bucket: its lower bound
-    assert histogram_quantile(0.5, {0.1: 0.0, float("inf"): 0.0}) is None
+    assert histogram_bucket(0.5, buckets) == (0.1, 0.2)
+    assert histogram_bucket(0.2, buckets) == (0.0, 0.1)
+    assert histogram_bucket(0.99, buckets) == (0.2, None)  # the +Inf bucket: no upper bound
+    assert histogram_bucket(0.5, {0.1: 0.0, float("inf"): 0.0}) is None
 
 
 def _text(running: float, waiting: float, preemptions: float, buckets: tuple[float, float, float]) -> str:
@@ -251,7 +253,10 @@ def test_scrapes_give_window_figures_from_counter_deltas_and_inner_gauges():
     assert (m.running.mean, m.running.max, m.waiting.max) == (7.0, 8.0, 4.0)  # idle brackets left out
     assert m.preemptions == 2.0
     # Window buckets: {0.1: 2, 0.2: 8, +Inf: 10}, the hand-worked case above.
-    assert m.ttft_p50_ms == pytest.approx(150.0)
+    assert m.ttft_p50_bucket_ms == pytest.approx((100.0, 200.0))
+    # The window of the middle scrape alone: the scrapes bracketing it are 101 and 103.
+    inner = metrics_from_scrapes(scrapes, start=101.5, end=102.5)
+    assert (inner.running.mean, inner.waiting.max) == (6.0, 0.0) and inner.preemptions == 1.0
     assert m.dram_active.mean == pytest.approx(0.7)  # averaged over GPUs
     assert [p for p in next(s for s in m.series if s.name == "running").points] == [(101.0, 8.0), (102.0, 6.0)]
     with pytest.raises(MetricsError, match="need scrapes at the start and end"):

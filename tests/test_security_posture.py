@@ -32,7 +32,10 @@ LEVELS = ("privileged", "baseline", "restricted")  # least to most strict
 EXTRA_RUNS = {
     "tenancy": ("g3", {f"{K}:tenancy": {"enabled": True, "tenants": [{"name": "team-a", "group": "a@example.com"}]}}),
     "gpu-operator": ("g2", {f"{K}:gpu_sharing": {"mode": "nvidia"}, f"{K}:gpu_driver_version": "INSTALLATION_DISABLED"}),
+    "g4-v1": ("g4", {f"{K}:training_operator": {"api": "v1"}}),
 }
+# The lab whose benchmark a run of EXTRA_RUNS feeds (its kit pods count in its namespaces).
+KIT_LAB = {"g4-v1": "g4"}
 # The DCGM exporter chart's DaemonSet takes the release's name.
 DCGM_WORKLOAD = "monitoring/DaemonSet/dcgm-exporter"
 
@@ -54,7 +57,8 @@ def helm_values(run: MockRun, release: str) -> dict[str, Any] | None:
 
 
 def kit_pods(runs: dict[str, MockRun]) -> list[tuple[str, dict[str, Any]]]:
-    return [p for lab in LABS for obj in workloads(lab, runs[lab].outputs) for p in pod_specs(obj)]
+    fed = [(lab, lab) for lab in LABS] + list(KIT_LAB.items())
+    return [p for run, lab in fed for obj in workloads(lab, runs[run].outputs) for p in pod_specs(obj)]
 
 
 def unwaived(pods: list[tuple[str, dict[str, Any]]]) -> list[str]:
@@ -162,7 +166,8 @@ def with_injected(wid: str, spec: dict[str, Any], run: MockRun) -> dict[str, Any
 def test_namespaces_enforce_the_strictest_level_their_pods_meet(runs):
     for name, run in runs.items():
         namespaces = _namespaces(run, name)
-        kit = [p for obj in workloads(name, run.outputs) for p in pod_specs(obj)] if name in LABS else []
+        lab = KIT_LAB.get(name, name)
+        kit = [p for obj in workloads(lab, run.outputs) for p in pod_specs(obj)] if lab in LABS else []
         pods = [p for obj in objects(run) for p in pod_specs(obj)] + kit
         by_ns: dict[str, list[str]] = {}
         for wid, spec in pods:
@@ -173,8 +178,10 @@ def test_namespaces_enforce_the_strictest_level_their_pods_meet(runs):
                 continue
             strictest_met = min(levels, key=LEVELS.index)
             assert namespaces[ns][f"{PSA}/enforce"] == strictest_met, f"{name}: namespace {ns}, pods {levels}"
-    # Not vacuous: the Training Operator's init container keeps g4's namespace at baseline.
-    assert _namespaces(runs["g4"])["training"][f"{PSA}/enforce"] == "baseline"
+    # Not vacuous: the v1 Training Operator's init container keeps g4's namespace at baseline; a
+    # TrainJob's pods are restricted.
+    assert _namespaces(runs["g4-v1"])["training"][f"{PSA}/enforce"] == "baseline"
+    assert _namespaces(runs["g4"])["training"][f"{PSA}/enforce"] == "restricted"
 
 
 def test_gpu_node_daemonsets_namespaces_allow_what_they_need(runs):

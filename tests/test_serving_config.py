@@ -10,6 +10,7 @@ from stacks.mockrun import run_stack
 from stacks.serving_features import SKLEARN_IRIS_V1, SKLEARN_IRIS_V2, gpu_demand
 
 K = "gke-ml-labs"
+DEPLOYMENT = "kubernetes:apps/v1:Deployment"
 
 
 def lab(**keys) -> LabConfig:
@@ -56,6 +57,21 @@ BAD = [
      "kserve.model_format does not apply to kserve.runtime triton"),
     ("g5", {f"{K}:kserve": {"scale_target": 0}}, "kserve.scale_target: Input should be greater than or equal to 1"),
     ("g7", {f"{K}:kserve": {"enabled": False}}, "argo is enabled but gke-ml-labs:kserve is not"),
+    # The pinned image is CUDA 13 (driver 580+); GKE's DEFAULT driver is R535.
+    (
+        "g6",
+        {f"{K}:gpu_driver_version": "DEFAULT"},
+        "gke-ml-labs:vllm.cuda '13' runs vLLM v0.33.0 on CUDA 13, which needs NVIDIA driver 580+, but "
+        "gke-ml-labs:gpu_driver_version DEFAULT installs R535: set gpu_driver_version: LATEST, or vllm.cuda: '12'",
+    ),
+    # NVIDIA GPU Operator mode: Google's COS installer chooses the driver, under its own key.
+    (
+        "g6",
+        {f"{K}:gpu_driver_version": "INSTALLATION_DISABLED",
+         f"{K}:gpu_sharing": {"enabled": True, "mode": "nvidia", "nvidia_driver": "DEFAULT"}},
+        "but gke-ml-labs:gpu_sharing.nvidia_driver DEFAULT installs R535: set gpu_sharing.nvidia_driver: LATEST",
+    ),
+    ("g6", {f"{K}:vllm": {"cuda": "12.4"}}, "vllm.cuda: Input should be '13' or '12'"),
 ]
 
 
@@ -125,3 +141,11 @@ def test_the_runtime_brings_its_own_model_gpu_and_timeouts_unless_the_stack_file
     assert (mine.name, mine.gpu, mine.progress_deadline_min, mine.storage_uri()) == ("net", False, 45, "gs://b/repo")
     with pytest.raises(ValueError, match="kserve.triton_model does not apply to kserve.runtime sklearn"):
         lab(kserve={"enabled": True, "triton_model": "resnet"})
+
+
+def test_the_cuda_12_image_serves_where_gke_installs_its_default_driver():
+    run = run_stack("g6", overrides={f"{K}:gpu_driver_version": "DEFAULT", f"{K}:vllm": {"cuda": "12"}})
+    (server,) = run.one(DEPLOYMENT, "vllm-deployment").inputs["spec"]["template"]["spec"]["containers"]
+    assert server["image"] == "docker.io/vllm/vllm-openai:v0.33.0-cu129"
+    assert run.outputs["versions"]["vllm"] == "v0.33.0-cu129"
+    assert run.outputs["benchmark"]["image"] == server["image"]

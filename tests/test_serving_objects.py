@@ -160,7 +160,8 @@ def test_triton_start_moves_the_example_to_the_gpu_and_keeps_the_runtime_flags(t
     out = _start_triton(tmp_path, src)
     repo = tmp_path / "repo"
     assert out.splitlines()[-1] == (
-        f"exec: tritonserver --model-store={repo} --grpc-port=9000 --http-port=8080 --allow-http=true"
+        f"exec: tritonserver --model-store={repo} --grpc-port=9000 --http-port=8080 --allow-http=true "
+        "--pinned-memory-pool-byte-size=67108864"  # 64 MiB, not Triton's 256 MiB, inside the 2Gi limit
     )
     config = (repo / "cifar10" / "config.pbtxt").read_text()
     assert "kind: KIND_GPU" in config and "KIND_CPU" not in config
@@ -357,6 +358,7 @@ def test_helm_values_exist_in_the_pinned_charts():
     schemas.assert_helm_values_exist(kserve.resources_values("example.com"), versions.KSERVE_RESOURCES.upstream)
     schemas.assert_helm_values_exist(kserve.runtimes_values(), versions.KSERVE_RUNTIMES.upstream)
     schemas.assert_helm_values_exist(cert_manager.values(), versions.CERT_MANAGER.upstream)
+    schemas.validate_helm_values(cert_manager.values(), versions.CERT_MANAGER.upstream)
     schemas.assert_helm_values_exist(argo.values("bucket-x"), versions.ARGO_WORKFLOWS.upstream)
 
 
@@ -436,6 +438,32 @@ def test_the_transform_rewrites_manifest_children_as_the_engine_hands_them_over(
     assert transform(deployment) is None
 
 
+# The activator Deployment of Knative Serving 1.21.1 (config/core/deployments/activator.yaml), cut to
+# the fields around the one we change.
+ACTIVATOR = {
+    "apiVersion": "apps/v1", "kind": "Deployment",
+    "metadata": {"name": "activator", "namespace": "knative-serving",
+                 "labels": {"app.kubernetes.io/component": "activator", "app.kubernetes.io/name": "knative-serving"}},
+    "spec": {"selector": {"matchLabels": {"app": "activator", "role": "activator"}},
+             "template": {"metadata": {"labels": {"app": "activator", "role": "activator"}},
+                          "spec": {"serviceAccountName": "controller", "terminationGracePeriodSeconds": 600,
+                                   "containers": [{"name": "activator", "image": "gcr.io/knative-releases/activator"}]}}},
+}  # fmt: skip
+
+
+def test_the_activator_drains_as_long_as_the_longest_request_it_may_hold():
+    """Knative's config-defaults: raise the activator's terminationGracePeriodSeconds with
+    max-revision-timeout-seconds, or a drained activator cuts requests held through a cold start."""
+    patched = knative.patch_object(ACTIVATOR, knative.config_maps(KNATIVE))
+    schemas.validate_object(patched)
+    assert patched["spec"]["template"]["spec"]["terminationGracePeriodSeconds"] == 1200  # KNATIVE's timeout
+    assert ACTIVATOR["spec"]["template"]["spec"]["terminationGracePeriodSeconds"] == 600, "not mutated"
+    short = knative.KnativeArgs(domain="lab.example", progress_deadline_min=20, request_timeout_s=300,
+                                scale_to_zero_grace_s=60)  # fmt: skip
+    kept = knative.patch_object(ACTIVATOR, knative.config_maps(short))
+    assert kept["spec"]["template"]["spec"]["terminationGracePeriodSeconds"] == 600, "never below Knative's own"
+
+
 @pytest.mark.parametrize("step", ["train", "register", "deploy"])
 def test_each_step_program_exits_non_zero_when_fail_step_names_it(step):
     # Run as the workflow runs it (python reading the program on stdin), before its packages are needed.
@@ -445,3 +473,15 @@ def test_each_step_program_exits_non_zero_when_fail_step_names_it(step):
     )
     assert done.returncode == 1
     assert f"fail_step={step}: this step fails on purpose" in done.stderr
+
+
+def test_cert_manager_is_pinned_to_the_chart_its_values_are_checked_against():
+    assert versions.CERT_MANAGER.upstream == f"cert-manager/{versions.CERT_MANAGER.version}"
+    # KServe's webhook configurations get their CA from the CA injector (cert-manager.io/inject-ca-from).
+    assert schemas.chart_defaults(versions.CERT_MANAGER.upstream)["cainjector"]["enabled"] is True
+    assert cert_manager.values()["cainjector"].get("enabled", True) is True
+
+
+def test_a_cert_manager_value_of_the_wrong_type_fails_as_helm_would():
+    with pytest.raises(AssertionError, match="values.schema.json"):
+        schemas.validate_helm_values({"crds": {"enabled": "yes"}}, versions.CERT_MANAGER.upstream)

@@ -94,6 +94,37 @@ def test_non_streaming_completion_and_token_id_prompts(base_url):
     assert len(chat["choices"][0]["message"]["content"].split()) == 6
 
 
+def test_logprobs_come_from_one_toy_model_in_vllms_shapes(base_url):
+    """A seeded sample lists, per token, the token itself then the top k keyed token_id:<id>; scoring the same
+    ids through prompt_logprobs lists the same numbers (one model, whichever path asks); the same seed
+    samples the same tokens."""
+    ask = {"model": QWEN_05, "prompt": "one two three", "max_tokens": 12, "seed": 5, "temperature": 1.0,
+           "logprobs": 3, "return_tokens_as_token_ids": True, "return_token_ids": True}  # fmt: skip
+    with httpx.Client(base_url=base_url, timeout=30) as client:
+        first, again = (client.post("/v1/completions", json=ask).json()["choices"][0] for _ in range(2))
+        ids = first["prompt_token_ids"] + first["token_ids"]
+        scored = client.post("/v1/completions", json={"model": QWEN_05, "prompt": ids, "max_tokens": 1,
+                                                     "temperature": 0, "prompt_logprobs": 3}).json()  # fmt: skip
+        too_many = client.post("/v1/completions", json={**ask, "logprobs": 21})
+        streamed = client.post("/v1/completions", json={**ask, "stream": True})
+    assert again["token_ids"] == first["token_ids"] and len(first["prompt_token_ids"]) == 3
+    lp = first["logprobs"]
+    assert lp["tokens"] == [f"token_id:{t}" for t in first["token_ids"]]
+    assert first["text"] == "".join(f" w{t}" for t in first["token_ids"])
+    entries = scored["choices"][0]["prompt_logprobs"]
+    assert entries[0] is None and len(entries) == len(ids) == scored["usage"]["prompt_tokens"]
+    for i, token in enumerate(first["token_ids"]):
+        top = lp["top_logprobs"][i]
+        assert next(iter(top)) == f"token_id:{token}" and len(top) in (3, 4)  # itself, then the top 3
+        entry = entries[3 + i]
+        assert next(iter(entry)) == str(token)
+        assert {f"token_id:{k}": v["logprob"] for k, v in entry.items()} == top
+        assert lp["token_logprobs"][i] == entry[str(token)]["logprob"]
+    assert too_many.status_code == 400
+    assert too_many.json()["error"]["message"] == "Requested sample logprobs of 21, which is greater than max allowed: 20"
+    assert streamed.status_code == 400
+
+
 def test_too_long_prompt_gets_400_in_vllms_error_shape(base_url):
     with httpx.Client(base_url=base_url, timeout=30) as client:
         too_long = client.post("/v1/completions", json={"prompt": [1] * 4096, "max_tokens": 1})
@@ -197,16 +228,19 @@ def test_gpu_series_show_a_busy_bandwidth_bound_gpu_while_decoding():
         await asyncio.sleep(1.2)
         text = (await client.get("/metrics")).text
         for name in ("DCGM_FI_DEV_GPU_UTIL", "DCGM_FI_PROF_SM_ACTIVE", "DCGM_FI_PROF_DRAM_ACTIVE",
-                     "DCGM_FI_DEV_POWER_USAGE", "vllm:num_requests_running"):
+                     "DCGM_FI_PROF_PIPE_TENSOR_ACTIVE", "DCGM_FI_DEV_POWER_USAGE", "vllm:num_requests_running"):
             readings[name] = _metric(text, name)
 
     # About 2.5 ms per token at speedup 2: 1,400 tokens (about 3.5 s) outlast the scrape.
     with running_server(SimConfig(model=QWEN_05, max_model_len=2048, speedup=2)) as url:
         asyncio.run(_stream_all(url, [{"prompt": "x", "max_tokens": 1400, "ignore_eos": True}], during=scrape_mid_run))
     assert readings["vllm:num_requests_running"] == 1, "the scrape came after decoding ended"
-    # One sequence decoding: the GPU is never idle, and memory traffic, not FLOPs, bounds it.
+    # One sequence decoding: the GPU is never idle, and memory traffic, not FLOPs, bounds it. As DCGM
+    # defines them, the SMs hold warps (waiting on memory) whenever a kernel runs, so SM_ACTIVE follows
+    # GPU_UTIL; it is the tensor pipe that idles.
     assert readings["DCGM_FI_DEV_GPU_UTIL"] > 80
-    assert readings["DCGM_FI_PROF_DRAM_ACTIVE"] > 0.5 > readings["DCGM_FI_PROF_SM_ACTIVE"]
+    assert readings["DCGM_FI_PROF_SM_ACTIVE"] > 0.8
+    assert readings["DCGM_FI_PROF_DRAM_ACTIVE"] > 0.5 > readings["DCGM_FI_PROF_PIPE_TENSOR_ACTIVE"]
     assert 0.25 * 72 < readings["DCGM_FI_DEV_POWER_USAGE"] <= 72
 
 

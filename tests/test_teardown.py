@@ -35,6 +35,7 @@ CRD_SOURCES = {
     "argoproj.io": ("argo-workflows",),
     "nvidia.com": ("gpu-operator",),
     "kubeflow.org": ("trainer", "training-operator"),
+    "trainer.kubeflow.org": ("kubeflow-trainer",),
 }
 
 
@@ -160,7 +161,7 @@ def test_a_custom_resource_of_an_unknown_crd_group_fails_the_check():
 LAB_NAMESPACES = [
     ("g3", "batch-jobs", "kubernetes:helm.sh/v3:Release", "kueue"),
     ("g3", "batch-jobs", "kubernetes:helm.sh/v3:Release", "jobset"),
-    ("g4", "training", "kubernetes:kustomize/v2:Directory", "kubeflow/trainer"),
+    ("g4", "training", "kubernetes:helm.sh/v3:Release", "kubeflow-trainer"),
     ("g5", "models", "kubernetes:helm.sh/v3:Release", "kserve-resources"),
     ("g5", "models", "kubernetes:yaml/v2:ConfigFile", "serving-core"),
     ("g5", "models", "kubernetes:yaml/v2:ConfigFile", "kourier"),

@@ -271,15 +271,15 @@ def test_no_file_but_the_ci_script_names_the_folder_beside_the_clone():
 
 def test_every_locked_file_is_one_a_test_reads():
     """The lock holds only what the tests use: CRDs (the schema index reads each one), the defaults
-    of a chart the versions module pins (values.yaml, Chart.yaml, a subchart's values), and files a
-    test names itself."""
+    of a chart the versions module pins (values.yaml, Chart.yaml, values.schema.json, a subchart's
+    values), and files a test names itself."""
     text = "\n".join(_sources().values())
     chart_dirs = {c.upstream for c in vars(versions).values() if isinstance(c, versions.Chart) and c.upstream}
     unused = []
     for local in upstream.locked_paths():
         folder, _, name = local.rpartition("/")
         chart = folder in chart_dirs or folder.rsplit("/charts/", 1)[0] in chart_dirs
-        if "/crds/" in local or (name in ("values.yaml", "Chart.yaml") and chart):
+        if "/crds/" in local or (name in ("values.yaml", "Chart.yaml", "values.schema.json") and chart):
             continue
         if name in text and folder in text:
             continue

@@ -72,9 +72,8 @@ def analyse(
     max_num_seqs: int | None,
     sizing: Sizing | None,
     context_len: int,
-    speedup: float = 1.0,
 ) -> Analysis:
-    """Label one point. `speedup` rescales the roofline to a simulator running faster than real time.
+    """Label one point; its throughput and the roofline's are both in GPU time.
 
     The batch compared with the roofline is the client's mean count of decoding requests: exact
     for the window, where the server's running gauge is only sampled once per scrape.
@@ -83,7 +82,7 @@ def analyse(
     rf = None
     if sizing is not None and batch is not None:
         rf = roofline(sizing, [max(1, round(batch))], context_len)[0]
-    roof = rf.tokens_per_s_total * speedup if rf is not None else None
+    roof = rf.tokens_per_s_total if rf is not None else None
     share = output_tokens_per_s / roof if roof else None
     kv = server.kv_cache_usage if server is not None else None
     preemptions = (server.preemptions or 0) if server is not None else 0

@@ -3,6 +3,8 @@
 Experiments (--experiment): `sweep` (default) max-num-seqs x concurrency, TTFT against throughput;
 `kv` how many sequences of each context length fit in the KV cache, and what paging buys;
 `quant` what quantized variants (--variants) buy in memory and throughput and cost in quality;
+`cold-start` (a stack only) what the first request of a session waits for when the GPU pool is at zero,
+phase by phase, with the settings that shorten it (--settings) and a warm pool's break-even;
 `saturation` the open-loop request rate the server holds within the SLOs (--slo-*), searched for;
 `prefix` requests sharing a system prompt, with vLLM's prefix cache on and off.
 
@@ -26,16 +28,26 @@ from typing import Any, NamedTuple
 import yaml
 from pydantic import ValidationError
 
-from benchmarks.cluster import ClusterError, KubeCluster
+from benchmarks.cluster import RUN_LABEL, ClusterError, KubeCluster
 from benchmarks.g6.analysis import predict, sizing_gap
 from benchmarks.g6.config import LAB, G6Outputs, G6Params
 from benchmarks.g6.errors import G6Error
 from benchmarks.g6.flags import Parser, fraction, lengths, positive, positives, whole, wholes
+from benchmarks.g6.experiments import cold_start
+from benchmarks.g6.experiments.cold_start import (
+    ColdStartOutcome,
+    ColdStartParams,
+    ColdStartRecording,
+    FirstServing,
+    cold_start_result,
+)
+from benchmarks.g6.experiments.cold_start_report import render_cold_start_plots, render_cold_start_report
 from benchmarks.g6.experiments.kv import DEFAULT_CONTEXT_LENS, KvOutcome, KvParams, check_lengths, first_waves, kv_result, run_kv
 from benchmarks.g6.experiments.kv import DEFAULT_GPU_MEMORY_UTILIZATION as KV_GPU_MEMORY_UTILIZATION
 from benchmarks.g6.experiments.kv_report import render_kv_plots, render_kv_report
 from benchmarks.g6.experiments.quant import CHECKPOINTS, DEFAULT_CONCURRENCY, DEFAULT_VARIANTS, QuantOutcome, QuantParams, quant_result, run_quant
 from benchmarks.g6.experiments.quant import planned_specs as quant_specs
+from benchmarks.g6.experiments.prompts import PROMPTS
 from benchmarks.g6.experiments.quant_report import render_quant_plots, render_quant_report
 from benchmarks.g6.experiments.prefix import DEFAULT_CONCURRENCY as PREFIX_CONCURRENCY
 from benchmarks.g6.experiments.prefix import PrefixOutcome, PrefixParams, prefix_result, prefix_spec, run_prefix
@@ -50,10 +62,11 @@ from benchmarks.g6.experiments.saturation import (
 )
 from benchmarks.g6.experiments.saturation_report import render_saturation_plots, render_saturation_report
 from benchmarks.g6.plots import render_plots
-from benchmarks.g6.price import gpu_price
+from benchmarks.g6.price import gpu_price, session_cost
 from benchmarks.g6.report import render_report
 from benchmarks.g6.result import G6Result, GpuPrice
 from benchmarks.g6.incluster import DEFAULT_CPUS, ClusterRunner, manifests, proxy_server
+from benchmarks.labs.phases import ColdStartPhases
 from benchmarks.g6.sweep import Measurement, Outcome, SweepOutcome, Target, load_specs, run_sweep
 from benchmarks.g6.targets import Demand, ServerSettings, SimTarget, StackTarget, UrlTarget
 from benchmarks.harness import (
@@ -81,19 +94,26 @@ from benchmarks.loadgen import LoadgenError, LoadSpec, LocalRunner, Slo, Timeout
 from benchmarks.metrics import MetricsError, PrometheusClient
 from facts.catalogue import GPUS, ServingError
 from stacks.cost_estimate import CostEstimate, estimate_or_none, estimate_section, markdown
+from stacks.loader import ConfigError
 from stacks.output_folder import OutputFolderError, prepare
 from stacks.stackfile import load_config
 
 SIM_SPEEDUP = 4.0  # default time compression of --sim: the README's sweep then runs in about a minute
 # The saturation search is bounded in seconds of arrivals per point, so compression would buy it no time,
 # only load: at x4 its rates asked 4x the requests/s of this machine's CPUs, and two runs here found
-# 15 and 22 req/s where the same simulated L4 in real time held 30.
+# 15 and 22 req/s where the same simulated L4 in real time held 30 to 56, as busy as the machine was.
 SIM_SPEEDUP_OF = {"saturation": 1.0}
 SIM_SCRAPE_S = 0.5
-EXPERIMENTS = ("sweep", "kv", "quant", "saturation", "prefix")
-# Counted requests per point: the sweep's grid, and the quant experiment's two points per variant. A
-# kv probe is one wave of as many requests as its concurrency.
-DEFAULT_REQUESTS = {"sweep": 64, "quant": 32, "saturation": 64, "prefix": 64}
+EXPERIMENTS = ("sweep", "kv", "quant", "cold-start", "saturation", "prefix")
+QUALITY = QuantParams.model_fields
+
+
+def _settings(text: str) -> list[str]:
+    names = [x.strip() for x in text.split(",") if x.strip()]
+    unknown = [n for n in names if n not in cold_start.SETTINGS]
+    if unknown or not names:
+        raise argparse.ArgumentTypeError(f"unknown setting(s) {unknown or text!r}; allowed: {', '.join(cold_start.SETTINGS)}")
+    return names
 
 
 def _variants(text: str) -> list[str]:
@@ -104,19 +124,28 @@ def _variants(text: str) -> list[str]:
     return names
 
 
+def _quality_prompts(text: str) -> int:
+    count = whole(1)(text)
+    if count > len(PROMPTS):
+        raise argparse.ArgumentTypeError(f"the project's prompt set has {len(PROMPTS)} prompts, got {count}")
+    return count
+
+
 def parser() -> argparse.ArgumentParser:
     p = Parser(
         prog="python -m benchmarks g6",
         description=__doc__,
         formatter_class=argparse.RawDescriptionHelpFormatter,
         epilog="offline: python -m benchmarks g6 --sim --model Qwen/Qwen2.5-1.5B-Instruct --max-num-seqs 8,32 "
-        "--concurrency 1,8,32 --requests 64 --out results\n"
+        "--concurrency 1,8,32 --out results\n"
         "        python -m benchmarks g6 --sim --experiment kv --model Qwen/Qwen2.5-1.5B-Instruct --out results\n"
         "        python -m benchmarks g6 --sim --experiment quant --variants bf16,fp8,awq --out results\n"
         "        python -m benchmarks g6 --sim --experiment saturation --slo-ttft-ms 500 --out results\n"
         "        python -m benchmarks g6 --sim --experiment prefix --out results\n"
         "real stack (client in-cluster): python -m benchmarks g6 --stack g6 [--experiment kv|quant|saturation|prefix] "
-        "--out results",
+        "--out results\n"
+        "cold start: python -m benchmarks g6 --stack g6 --experiment cold-start --settings "
+        "as-configured,image-streaming --repeats 3 --out results",
     )
     src = p.add_argument_group("target (one of --sim, --target, --stack, --outputs; --target may override a stack's endpoint)")
     src.add_argument("--sim", action="store_true", help="start the simulated vLLM backend for each max-num-seqs value")
@@ -127,7 +156,8 @@ def parser() -> argparse.ArgumentParser:
     src.add_argument("--outputs", type=Path, help="stack outputs saved as JSON (`pulumi stack output --json --show-secrets`)")
     client = p.add_argument_group("the in-cluster client (with --stack or --outputs and no --target)")
     client.add_argument("--client-manifest", type=Path, metavar="DIR",
-                        help="write the ConfigMap and the Jobs the run would create as YAML into DIR, and stop")  # fmt: skip
+                        help="write the ConfigMap and the Jobs the run would create as YAML into DIR, and stop "
+                        "(cold-start: its plan, what it scales, changes and puts back)")  # fmt: skip
     client.add_argument("--client-cpus", type=whole(1), default=DEFAULT_CPUS,
                         help=f"CPUs the load generator Job requests: one worker process each (default {DEFAULT_CPUS}, "
                         "which leaves the controllers room on the e2-standard-4 system node; no CPU limit)")  # fmt: skip
@@ -146,7 +176,8 @@ def parser() -> argparse.ArgumentParser:
     p.add_argument("--eos", action="store_true",
                    help="requests stop at EOS: no ignore_eos, --output-len only caps them (the simulator stops each "
                    "at a length uniform between 1 and its cap)")  # fmt: skip
-    p.add_argument("--requests", type=whole(1), help="counted requests per point, after the warm-up (sweep 64, quant 32)")
+    p.add_argument("--requests", type=whole(1),
+                   help="counted requests per point, after the warm-up (default: 8 per concurrent request, at least 64)")
     p.add_argument("--warmup", type=whole(0), help="uncounted requests first (default: one per worker / one second)")
     p.add_argument("--duration", type=positive, help="stop sending after this many seconds per point")
     p.add_argument("--seed", type=int, default=0)
@@ -176,8 +207,18 @@ def parser() -> argparse.ArgumentParser:
                      f"(default {','.join(map(str, DEFAULT_CONTEXT_LENS))}, at most max-model-len)")  # fmt: skip
     exp.add_argument("--variants", type=_variants, help=f"quant: comma-separated, the first is the baseline "
                      f"(default {','.join(DEFAULT_VARIANTS)}; allowed: {', '.join(CHECKPOINTS)})")  # fmt: skip
-    exp.add_argument("--quality-prompts", type=whole(1), default=16, help="quant: prompts of the quality score")
-    exp.add_argument("--quality-tokens", type=whole(1), default=64, help="quant: greedy continuation tokens per prompt")
+    exp.add_argument("--quality-prompts", type=_quality_prompts, default=QUALITY["quality_prompts"].default,
+                     help=f"quant: prompts of the quality score (default %(default)s, at most {len(PROMPTS)}: the "
+                     "project's own set)")  # fmt: skip
+    exp.add_argument("--quality-tokens", type=whole(1), default=QUALITY["quality_tokens"].default,
+                     help="quant: most tokens sampled from the baseline per prompt (default %(default)s)")
+    exp.add_argument("--settings", type=_settings, help="cold-start: comma-separated, each put in place with "
+                     f"`pulumi config set` + `pulumi up` and restored after (default as-configured; allowed: "
+                     f"{', '.join(cold_start.SETTINGS)})")  # fmt: skip
+    exp.add_argument("--repeats", type=whole(1),
+                     help="sweep: run every point this many times, interleaved, for the median and spread (default 1); "
+                     "cold-start: cold starts per setting, each from zero (default 3)")
+    exp.add_argument("--recording", type=Path, help="cold-start: measure a saved recording.json again (no cluster)")
     exp.add_argument("--prefix-len", type=whole(16), default=PrefixParams().prefix_len,
                      help="prefix: tokens of the prefix every prompt of a group starts with, before its --input-len")
     exp.add_argument("--prefix-groups", type=whole(1), default=PrefixParams().groups,
@@ -189,12 +230,17 @@ def parser() -> argparse.ArgumentParser:
                      help="saturation: at most this many rates")
     exp.add_argument("--point-seconds", type=positive, default=SaturationParams().point_seconds,
                      help="saturation: seconds of arrivals each rate sends at least (more requests at higher rates)")
-    p.add_argument("--out", type=Path, default=Path("results"), help="results go to OUT/g6[-kv|-quant]-<UTC time>/")
+    p.add_argument("--out", type=Path, default=Path("results"), help="results go to OUT/g6[-kv|-quant|-cold-start|-saturation|-prefix]-<UTC time>/")
     p.add_argument("--quiet", action="store_true", help="no progress display")
     return p
 
 
 def _check_sources(args: argparse.Namespace) -> None:
+    if args.experiment == "cold-start":
+        _check_cold_start(args)
+        return
+    if args.recording is not None:
+        raise G6Error("--recording measures a cold-start run again: add --experiment cold-start")
     if args.sim and (args.target or args.stack or args.outputs):
         raise G6Error("--sim starts its own server: drop --target/--stack/--outputs")
     if not (args.sim or args.target or args.stack or args.outputs):
@@ -215,6 +261,18 @@ def _check_sources(args: argparse.Namespace) -> None:
     if args.experiment != "sweep" and args.max_num_seqs and not args.sim:
         raise G6Error(f"--max-num-seqs with --experiment {args.experiment} sets the simulator's; a stack or server "
                       "runs its own (set vllm.max_num_seqs in the stack to change it)")  # fmt: skip
+
+
+def _check_cold_start(args: argparse.Namespace) -> None:
+    if args.sim or args.target:
+        raise G6Error("--experiment cold-start scales the stack's vLLM and its GPU pool: give --stack STACK or "
+                      "--outputs FILE (no --sim, no --target)")  # fmt: skip
+    if not (args.stack or args.outputs):
+        raise G6Error("--experiment cold-start needs --stack STACK or --outputs FILE (with --recording: the "
+                      "outputs of the stack it was recorded on)")  # fmt: skip
+    if args.settings and set(args.settings) != {"as-configured"} and not args.stack and args.recording is None:
+        raise G6Error("--settings other than as-configured change the stack (`pulumi config set` + `pulumi up`): "
+                      "give --stack STACK")  # fmt: skip
 
 
 def read_stack_outputs(args: argparse.Namespace) -> dict[str, Any] | None:
@@ -254,7 +312,7 @@ def resolve_params(args: argparse.Namespace, outputs: dict[str, Any] | None) -> 
     )
     max_model_len = args.max_model_len or bench.max_model_len
     concurrency = {"sweep": bench.sweep.concurrency or [1, 8, 32], "quant": list(DEFAULT_CONCURRENCY), "kv": [],
-                   "saturation": [], "prefix": [PREFIX_CONCURRENCY]}  # fmt: skip
+                   "cold-start": [1], "saturation": [], "prefix": [PREFIX_CONCURRENCY]}  # fmt: skip
     sweep_grid = experiment == "sweep" and args.stack and bench.sweep.max_num_seqs
     return G6Params(
         experiment=experiment,
@@ -271,10 +329,11 @@ def resolve_params(args: argparse.Namespace, outputs: dict[str, Any] | None) -> 
         input_len=args.input_len,
         output_len=args.output_len,
         eos=args.eos,
-        requests=args.requests or DEFAULT_REQUESTS.get(experiment, 1),
+        requests=args.requests,
         duration_s=args.duration,
         warmup=args.warmup,
         seed=args.seed,
+        repeats=(args.repeats or 1) if experiment == "sweep" else 1,
         timeouts=Timeouts(
             connect_s=args.timeout_connect, first_token_s=args.timeout_first_token, total_s=args.timeout_total
         ),
@@ -326,16 +385,20 @@ def make_target(
 
 
 def stack_gpu_price(outputs: dict[str, Any] | None, params: G6Params) -> GpuPrice | None:
-    """The GPU node's price the stack's cost estimate uses; for the simulator, Pulumi.g6.yaml's."""
+    """The prices the stack's cost estimate uses; for the simulator, Pulumi.g6.yaml's."""
     if outputs is not None:
-        saved = outputs.get("cost_estimate")
-        if not isinstance(saved, dict):
+        saved, pool = outputs.get("cost_estimate"), outputs.get("gpu_pool")
+        if not isinstance(saved, dict) or not isinstance(pool, dict) or "machine_type" not in pool:
             return None
-        return gpu_price(CostEstimate.model_validate(saved), "from the stack's outputs")
+        return gpu_price(CostEstimate.model_validate(saved), pool["machine_type"], bool(pool.get("spot", True)),
+                         "from the stack's outputs")  # fmt: skip
     if params.target_kind != "sim":
         return None
-    est = estimate_or_none(load_config(LAB))
-    return None if est is None else gpu_price(est, "as Pulumi.g6.yaml configures the g6 stack")
+    cfg = load_config(LAB)
+    est = estimate_or_none(cfg)
+    if est is None:
+        return None
+    return gpu_price(est, cfg.gpu_machine_type, cfg.gpu_spot, "as Pulumi.g6.yaml configures the g6 stack")
 
 
 def _vllm_endpoint(outputs: dict[str, Any]) -> Endpoint:
@@ -356,7 +419,9 @@ def planned_specs(params: G6Params, ex: Experiments, base_url: str) -> list[Load
     return [spec for _ in params.max_num_seqs for spec in load_specs(params, base_url)]
 
 
-def client_manifest(outputs: dict[str, Any] | None, params: G6Params, ex: Experiments, cpus: int) -> list[dict[str, Any]]:
+def client_manifest(
+    outputs: dict[str, Any] | None, params: G6Params, ex: Experiments, cpus: int
+) -> list[dict[str, Any]]:
     """The ConfigMap and one Job per point, as the in-cluster runner would create them."""
     if outputs is None or params.client != "in-cluster":
         raise G6Error("--client-manifest shows the in-cluster client: give --stack or --outputs, and no --target")
@@ -367,15 +432,29 @@ def client_manifest(outputs: dict[str, Any] | None, params: G6Params, ex: Experi
 def write_client_manifest(
     folder: Path, outputs: dict[str, Any] | None, params: G6Params, ex: Experiments, cpus: int
 ) -> list[Path]:
-    """client_manifest as YAML files."""
+    """client_manifest as YAML files, in place of those an earlier --client-manifest left in the folder
+    (fewer points now would otherwise leave its extra Jobs beside the new ones)."""
     objects = client_manifest(outputs, params, ex, cpus)
     prepare(folder, "--client-manifest")
+    for old in folder.glob("*.yaml"):
+        if _benchmark_object(old):
+            old.unlink()
     paths = []
     for obj in objects:
         path = folder / f"{obj['kind'].lower()}-{obj['metadata']['name']}.yaml"
         path.write_text(yaml.safe_dump(obj, sort_keys=False))
         paths.append(path)
     return paths
+
+
+def _benchmark_object(path: Path) -> bool:
+    """A file holding one object labelled as a benchmark run's (benchmarks.cluster.RUN_LABEL)."""
+    try:
+        obj = yaml.safe_load(path.read_text())
+    except (OSError, UnicodeDecodeError, yaml.YAMLError):
+        return False
+    labels = (obj.get("metadata") or {}).get("labels") if isinstance(obj, dict) else None
+    return isinstance(labels, dict) and RUN_LABEL in labels
 
 
 class ClientSide(NamedTuple):
@@ -392,6 +471,8 @@ def client_side(params: G6Params, outputs: dict[str, Any] | None, cpus: int, log
     created until the runner is entered."""
     over_http = PrometheusClient.over_http(params.prometheus) if params.prometheus else None
     if params.client == "local" or outputs is None:
+        if over_http is not None:
+            over_http.check()  # a --prometheus URL that does not answer fails the run now, in one line
         return ClientSide(LocalRunner(), None, over_http)
     ep = _vllm_endpoint(outputs)
     cluster = KubeCluster.from_kubeconfig(outputs.get("kubeconfig") or "")
@@ -403,26 +484,29 @@ def client_side(params: G6Params, outputs: dict[str, Any] | None, cpus: int, log
     prometheus = over_http
     if ref is not None and params.prometheus == ref.in_cluster_url():
         prometheus = PrometheusClient.through_service_proxy(cluster, ref)
+    elif prometheus is not None:
+        prometheus.check()
     return ClientSide(runner, proxy_server(cluster, ep), prometheus)
 
 
-def cost_section(outputs: dict[str, Any] | None, params: G6Params, seconds: float) -> str | None:
-    """What the stack costs per hour (Markdown); for a simulated run, what the same sweep would cost
-    on the g6 stack as Pulumi.g6.yaml configures it, with the GPU up for the sweep's real-time length."""
+def cost_section(outputs: dict[str, Any] | None, params: G6Params, seconds: float, price: GpuPrice | None) -> str | None:
+    """What the stack costs per hour and what this session cost (Markdown); for a simulated run, what
+    the same session would cost on the g6 stack as Pulumi.g6.yaml configures it, the GPU up for the
+    run's length in GPU time."""
+    # The cold-start experiment measures the scale-up and the idle tail itself (and prices them in its report).
+    assumed = price is not None and params.experiment != "cold-start"
+    session = "\n" + session_cost(price, seconds * params.speedup) if assumed else ""
     if outputs is not None:
-        return estimate_section(outputs) or None
+        return (estimate_section(outputs) + session) or None
     if params.target_kind != "sim":
         return None
     est = estimate_or_none(load_config(LAB))
     if est is None:
         return None
-    gpu_hours = seconds * params.speedup / 3600
     return markdown(est) + (
-        f"\nThis run took {seconds / 60:.1f} min against the simulator at x{params.speedup:g}; on the real "
-        f"L4 it would keep the GPU node up about {gpu_hours * 60:.0f} min: about "
-        f"${gpu_hours * est.per_hour_gpu_up:.2f} at the rate above (plus the time the pool takes to scale "
-        "up and back to zero).\n"
-    )
+        f"\nThis run took {seconds / 60:.1f} min against the simulator at x{params.speedup:g}: "
+        f"{seconds * params.speedup / 60:.0f} min on the real L4.\n"
+    ) + session
 
 
 def _meta(params: G6Params, argv: list[str], started: datetime, versions: dict[str, str], errors: list[str]) -> RunMeta:
@@ -458,8 +542,45 @@ def experiment_params(args: argparse.Namespace, params: G6Params) -> Experiments
     return Experiments(kv, quant, saturation, PrefixParams(prefix_len=args.prefix_len, groups=args.prefix_groups))
 
 
+def cold_start_params(args: argparse.Namespace) -> ColdStartParams:
+    """The cold-start experiment's settings from the command line; each wait is bounded by --health-timeout."""
+    return ColdStartParams(settings=args.settings or ["as-configured"], repeats=args.repeats or 3,
+                           timeout_s=args.health_timeout)  # fmt: skip
+
+
+def _vllm_where(outputs: dict[str, Any] | None) -> cold_start.Where:
+    assert outputs is not None
+    return cold_start.where(outputs, _vllm_endpoint(outputs).namespace)
+
+
+def write_cold_start_plan(folder: Path, outputs: dict[str, Any] | None, params: G6Params, cs: ColdStartParams) -> Path:
+    """What the cold-start experiment will do and restore, as YAML (--client-manifest), touching nothing."""
+    prepare(folder, "--client-manifest")
+    path = folder / "cold-start-plan.yaml"
+    path.write_text(yaml.safe_dump(cold_start.plan(outputs or {}, _vllm_where(outputs), cs, params.stack), sort_keys=False))
+    return path
+
+
+def _measure_again(args: argparse.Namespace, argv: list[str], started: datetime, params: G6Params,
+                   outputs: dict[str, Any] | None) -> int:  # fmt: skip
+    """A saved cold-start recording measured again: the same phases, report and plot, no cluster."""
+    try:
+        recording = ColdStartRecording.model_validate_json(args.recording.read_text())
+    except (OSError, ValueError) as exc:
+        print(f"g6: cannot read recording {args.recording}: {exc}", file=sys.stderr)
+        return 2
+    ex = experiment_params(args, params)
+    outcome = cold_start.recorded(recording, cold_start_params(args).poll_s)
+    folder, ok = write_results(args, argv, started, params, ex, outputs, outcome, stack_gpu_price(outputs, params))
+    print(folder)
+    return 0 if ok else 1
+
+
 EXIT_CODES = {"Ctrl-C": 130, "SIGTERM": 143}  # 128 + the signal's number, as shells report them
-ERRORS = (G6Error, HarnessError, LoadgenError, MetricsError, ServingError, ClusterError, LabError, OutputFolderError)
+ERRORS = (
+    G6Error, HarnessError, LoadgenError, MetricsError, ServingError, ClusterError, LabError, OutputFolderError,
+    ConfigError,  # Pulumi.g6.yaml, which --sim reads
+)
 
 
 def run(argv: list[str]) -> int:
@@ -482,15 +603,23 @@ def _run(args: argparse.Namespace, argv: list[str], started: datetime) -> int:
         ex = experiment_params(args, params)
         if params.experiment == "kv":
             check_lengths(params, ex.kv)  # before anything starts
+        if args.client_manifest is not None and params.experiment == "cold-start":
+            print(write_cold_start_plan(args.client_manifest, outputs, params, cold_start_params(args)))
+            return 0
         if args.client_manifest is not None:
             for path in write_client_manifest(args.client_manifest, outputs, params, ex, args.client_cpus):
                 print(path)
             return 0
         prepare(args.out, "--out")  # before any work: the results must have somewhere to go
+        if args.recording is not None:
+            return _measure_again(args, argv, started, params, outputs)
         progress = RunProgress(enabled=not args.quiet)
         client = client_side(params, outputs, args.client_cpus, progress.log)
         params, target = make_target(params, demand(params, ex), args.health_timeout, client.server, progress.log)
         price = stack_gpu_price(outputs, params)
+        first = None
+        if isinstance(client.runner, ClusterRunner) and params.experiment != "cold-start":
+            target = first = FirstServing(target, client.runner.cluster, _vllm_where(outputs), progress.log)
     except ERRORS as exc:
         print(f"g6: {exc}", file=sys.stderr)
         return 2
@@ -500,6 +629,8 @@ def _run(args: argparse.Namespace, argv: list[str], started: datetime) -> int:
     how = Measurement(client.runner, client.prometheus, progress, price)
     outcomes = {"kv": KvOutcome, "quant": QuantOutcome, "saturation": SaturationOutcome, "prefix": PrefixOutcome}
     outcome = outcomes.get(params.experiment, SweepOutcome)()
+    if params.experiment == "cold-start":
+        outcome = ColdStartOutcome(params=cold_start_params(args))
     failure = None
     try:
         # Exits run inner first: the runner deletes what it created in the cluster before a stack
@@ -513,6 +644,11 @@ def _run(args: argparse.Namespace, argv: list[str], started: datetime) -> int:
                 run_saturation(params, ex.saturation, target, how, outcome)
             elif isinstance(outcome, PrefixOutcome):
                 run_prefix(params, ex.prefix, target, how, outcome)
+            elif isinstance(outcome, ColdStartOutcome):
+                # A cold start names a stack, never --target: the client side is the cluster's.
+                assert isinstance(client.runner, ClusterRunner) and client.server is not None
+                cold_start.run_cold_start(params, target, client.server, client.runner.cluster, _vllm_where(outputs),
+                                          outcome, progress.log)  # fmt: skip
             else:
                 run_sweep(params, target, partial(predict, params), how, outcome)
     except ERRORS as exc:
@@ -531,7 +667,8 @@ def _run(args: argparse.Namespace, argv: list[str], started: datetime) -> int:
         outcome.errors.append(f"interrupted ({outcome.interrupted}) after {outcome.done()}: the rest was not measured")
     # A second Ctrl-C must not lose what the first one kept.
     with shielded(lambda name: print(f"g6: {name} received; writing the results first", file=sys.stderr)):
-        folder, ok = write_results(args, argv, started, params, ex, outputs, outcome, price)
+        waited = first.waited(started) if first is not None else None
+        folder, ok = write_results(args, argv, started, params, ex, outputs, outcome, price, waited)
     if outcome.interrupted:
         print(f"g6: interrupted after {outcome.done()}; partial results in {folder}", file=sys.stderr)
     if failure:
@@ -546,18 +683,28 @@ def _run(args: argparse.Namespace, argv: list[str], started: datetime) -> int:
 def write_results(
     args: argparse.Namespace, argv: list[str], started: datetime, params: G6Params, ex: Experiments,
     outputs: dict[str, Any] | None, outcome: Outcome, price: GpuPrice | None,
+    waited: ColdStartPhases | None = None,
 ) -> tuple[Path, bool]:  # fmt: skip
     """result.json, report.md and the plots of what `outcome` holds; the folder, and whether every
-    point (variant) completed."""
+    point (variant, cold start) completed. `waited`: the GPU node the run brought up, phase by phase,
+    which opens the report."""
     meta = _meta(params, argv, started, outcome.server_versions, outcome.errors)
-    cost = cost_section(outputs, params, (datetime.now(UTC) - started).total_seconds())
-    if isinstance(outcome, KvOutcome):
-        result = kv_result(meta, params, ex.kv, outcome, price, cost)
+    cost = cost_section(outputs, params, (datetime.now(UTC) - started).total_seconds(), price)
+    if isinstance(outcome, ColdStartOutcome):
+        result = cold_start_result(meta, params, outcome, price, cost)
+        folder = new_run_folder(args.out, f"{LAB}-cold-start", started)
+        # The raw objects, events and logs, so the run can be measured again (--recording).
+        recording = ColdStartRecording(source=outcome.source, records=outcome.records)
+        (folder / "recording.json").write_text(recording.model_dump_json(indent=1))
+        render_cold_start_plots(result, folder)
+        report, ok = render_cold_start_report(result), all(run.failure is None for run in result.runs)
+    elif isinstance(outcome, KvOutcome):
+        result = kv_result(meta, params, ex.kv, outcome, price, cost).model_copy(update={"waited": waited})
         folder = new_run_folder(args.out, f"{LAB}-kv", started)
         render_kv_plots(result, folder)
         report, ok = render_kv_report(result), all(p.point.completed for p in result.probes)
     elif isinstance(outcome, QuantOutcome):
-        result = quant_result(meta, params, ex.quant, outcome, price, cost)
+        result = quant_result(meta, params, ex.quant, outcome, price, cost).model_copy(update={"waited": waited})
         folder = new_run_folder(args.out, f"{LAB}-quant", started)
         render_quant_plots(result, folder)
         report, ok = render_quant_report(result), all(v.error is None for v in result.variants)
@@ -581,6 +728,7 @@ def write_results(
             points=outcome.points,
             cost=cost,
             gpu_price=price,
+            waited=waited,
         )
         folder = new_run_folder(args.out, LAB, started)
         render_plots(result, folder)

@@ -11,6 +11,11 @@ from benchmarks.loadgen import Slo, Timeouts
 from benchmarks.loadgen.lengths import Lengths
 
 LAB = "g6"
+# Counted requests per point when --requests is not given: at least MIN_REQUESTS, and REQUESTS_PER_SLOT
+# per concurrent request, so that a closed-loop point runs many waves and its ramp-up and drain are a
+# small part of its window (it then holds its concurrency for most of it).
+MIN_REQUESTS = 64
+REQUESTS_PER_SLOT = 8
 
 
 class G6Sweep(BaseModel):
@@ -45,7 +50,7 @@ class G6Params(BaseModel):
 
     model_config = ConfigDict(frozen=True, extra="forbid")
 
-    experiment: Literal["sweep", "kv", "quant", "saturation", "prefix"] = "sweep"
+    experiment: Literal["sweep", "kv", "quant", "cold-start", "saturation", "prefix"] = "sweep"
     target_kind: Literal["sim", "url", "stack"]
     target: str = Field(description="base URL, or 'sim' when each point starts its own simulator")
     stack: str | None = None
@@ -59,10 +64,13 @@ class G6Params(BaseModel):
     input_len: Lengths = Lengths(kind="fixed", a=256)
     output_len: Lengths = Lengths(kind="fixed", a=128)
     eos: bool = False  # requests stop at EOS, output_len their cap
-    requests: int = Field(64, ge=1)
+    requests: int | None = Field(None, ge=1, description="counted requests per point; None: requests_at()")
     duration_s: float | None = Field(None, gt=0)
     warmup: int | None = Field(None, ge=0)
     seed: int = 0
+    # The sweep runs its grid this many times over, point after point (interleaved, so a drift in the
+    # server or the machine spreads over every point instead of biasing one).
+    repeats: int = Field(1, ge=1)
     timeouts: Timeouts = Timeouts()
     slo: Slo = Slo()
     slo_itl_ms: float | None = Field(None, gt=0, description="ITL p99 limit for the cheapest point within SLOs")
@@ -90,6 +98,17 @@ class G6Params(BaseModel):
         if self.speedup != 1.0 and self.target_kind != "sim":
             raise G6Error("--speedup applies to --sim only: a real server runs in real time")
         return self
+
+    def requests_at(self, concurrency: int | None) -> int:
+        """Counted requests of a point at `concurrency` (None: open loop): as given, or scaled with it."""
+        if self.requests is not None:
+            return self.requests
+        return max(MIN_REQUESTS, REQUESTS_PER_SLOT * (concurrency or 0))
+
+    @property
+    def time_scale(self) -> str:
+        """The scale every latency and rate of the run is reported on, for table headers and axes."""
+        return f"GPU time: simulated x{self.speedup:g}, converted" if self.speedup != 1.0 else "GPU time"
 
     @property
     def context_len(self) -> int:

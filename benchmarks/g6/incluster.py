@@ -104,8 +104,32 @@ def proxy_server(cluster: Cluster, endpoint: Endpoint) -> Server:
         except ClusterError as exc:
             raise HarnessError(str(exc)) from exc
 
+    def log() -> str:
+        try:
+            return server_log(cluster, endpoint)
+        except ClusterError as exc:
+            raise HarnessError(str(exc)) from exc
+
     where = f"service {ns}/{service}:{port} through the API server"
-    return Server(base_url=endpoint.server_url(), get=get, post=post, where=where)
+    return Server(base_url=endpoint.server_url(), get=get, post=post, where=where, log=log)
+
+
+def server_log(cluster: Cluster, endpoint: Endpoint) -> str:
+    """The log of the newest running pod behind the endpoint's Service (after a rollout the old pod
+    may still be on its way out), found through the Service's own selector."""
+    ns, name = endpoint.namespace, endpoint.service
+    service = next((s for s in cluster.list("v1", "Service", ns) if s["metadata"]["name"] == name), None)
+    selector = ((service or {}).get("spec") or {}).get("selector")
+    if not selector:
+        raise ClusterError(f"Service {ns}/{name} " + ("has no pod selector" if service else "not found"))
+    pods = [
+        p for p in cluster.list("v1", "Pod", ns, ",".join(f"{k}={v}" for k, v in sorted(selector.items())))
+        if (p.get("status") or {}).get("phase") == "Running" and not p["metadata"].get("deletionTimestamp")
+    ]  # fmt: skip
+    if not pods:
+        raise ClusterError(f"no running pod behind Service {ns}/{name}")
+    newest = max(pods, key=lambda p: p["metadata"].get("creationTimestamp") or "")
+    return cluster.pod_log(ns, newest["metadata"]["name"])
 
 
 def _phase(pods: list[dict[str, Any]]) -> str:

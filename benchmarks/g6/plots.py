@@ -41,8 +41,8 @@ def ttft_vs_throughput(result: G6Result, path: Path) -> None:
         for p in pts:
             load = f"c{p.concurrency}" if p.concurrency else f"{p.rate}/s"
             ax.annotate(load, (p.output_tokens_per_s, p.ttft_ms.p50), textcoords="offset points", xytext=(4, -10), fontsize=7)
-    ax.set_xlabel("output tokens/s (whole server)")
-    ax.set_ylabel("TTFT (ms)")
+    ax.set_xlabel(f"output tokens/s (whole server; {result.params.time_scale})")
+    ax.set_ylabel(f"TTFT (ms; {result.params.time_scale})")
     ax.set_yscale("log")
     ax.set_title("Time to first token against throughput")
     ax.grid(True, which="both", alpha=0.3)
@@ -61,11 +61,10 @@ def itl_vs_batch(result: G6Result, path: Path) -> None:
     if result.sizing and batches:
         grid = list(range(1, max(2, math.ceil(max(batches))) + 1))
         rf = roofline(result.sizing[0], grid, result.params.context_len)
-        # Scaled like the measurements when the simulator runs faster than real time.
-        ax.plot(grid, [r.step_time_s * 1000.0 / result.params.speedup for r in rf], color="black",
+        ax.plot(grid, [r.step_time_s * 1000.0 for r in rf], color="black",
                 linestyle=":", label="roofline decode step")  # fmt: skip
     ax.set_xlabel("observed batch (mean requests decoding)")
-    ax.set_ylabel("inter-token latency (ms)")
+    ax.set_ylabel(f"inter-token latency (ms; {result.params.time_scale})")
     ax.set_title("ITL against batch size")
     ax.grid(True, alpha=0.3)
     ax.legend(fontsize=8)
@@ -98,7 +97,7 @@ def gpu_over_time(result: G6Result, path: Path) -> None:
         ax.text((start + end) / 2, 103, _point_label(p), ha="center", va="bottom", fontsize=7, rotation=90)
     if not ax.lines:
         ax.text(0.5, 0.5, "no server metrics in this result", ha="center", va="center", transform=ax.transAxes)
-    ax.set_xlabel("seconds since the run started (shaded: one point each, labelled max-num-seqs / load)")
+    ax.set_xlabel("seconds since the run started, wall clock (shaded: one point each, labelled max-num-seqs / load)")
     ax.set_ylabel("% (of time, of KV blocks)")
     ax.set_ylim(-2, 140)  # room above 100% for the points' names
     ax.set_yticks(range(0, 101, 20))

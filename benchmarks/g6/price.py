@@ -1,11 +1,12 @@
-"""What serving costs: the price of a million output tokens at the GPU node's list price, per point,
-and the cheapest point that meets the SLOs given.
+"""What serving costs: the price of a million output tokens per point, on every basis (the GPU node
+spot and on-demand, the whole cluster hour, GKE Inference Quickstart's convention), the cheapest
+point that meets the SLOs given, and what a session costs.
 
-The price is the one the stack's cost estimate uses (stacks.cost_estimate: the dated table of facts/prices.py,
-spot or on-demand as the stack configures its GPU pool, boot disk included): the node is paid for by
-the hour whatever it serves, so a point's price is that hourly rate over the output tokens an hour
-at the point's throughput. A simulated run is priced as Pulumi.g6.yaml configures the stack, at the
-throughput the real GPU would have (the simulator's divided by its speedup).
+The prices are those of the stack's cost estimate (stacks.cost_estimate: the dated table of
+facts/prices.py, boot disk included): a node is paid for by the hour whatever it serves, so a
+point's price is an hourly rate over the output tokens an hour at the point's throughput. A
+simulated run is priced as Pulumi.g6.yaml configures the stack; its figures are in GPU time already
+(converted where results are made), so nothing here rescales them.
 """
 
 from __future__ import annotations
@@ -13,42 +14,88 @@ from __future__ import annotations
 from collections.abc import Sequence
 
 from benchmarks.g6.config import G6Params
-from benchmarks.g6.result import G6Point, GpuPrice
+from benchmarks.g6.result import G6Point, GpuPrice, TokenPrices
+from benchmarks.loadgen import PointStats
+from facts import prices
 from stacks.cost_estimate import CostEstimate
 
 SECONDS_PER_HOUR = 3600
 TOKENS_PER_PRICE = 1_000_000
+# GKE Inference Quickstart (GKE Recommender API, `Cost`): "$/output token = GPU $/s / (1/output-to-input-
+# cost-ratio * input tokens/s + output tokens/s)", the ratio 4.0 when not given, spot pricing by default.
+GIQ_OUTPUT_TO_INPUT_COST_RATIO = 4.0
+# A session's GPU node is paid for beyond its measurements: from the scale-up (the cluster autoscaler
+# adding a node from zero, driver install, image pull, model load: "minutes, up to ~15" before the GPU
+# is allocatable) to the scale-down (the cluster autoscaler removes a node unneeded for 10 minutes, its
+# default scale-down-unneeded-time). Assumed, not measured: a session's own timeline would say.
+SCALE_UP_S = 15 * 60
+IDLE_TAIL_S = 10 * 60
 
 
-def gpu_price(est: CostEstimate, source: str) -> GpuPrice:
-    """The GPU node's price from the stack's cost estimate (machine and boot disk, spot or on-demand)."""
+def gpu_price(est: CostEstimate, machine_type: str, spot: bool, source: str) -> GpuPrice:
+    """The prices of the stack's cost estimate: its GPU node spot and on-demand (the boot disk as the
+    estimate prices it), and the rest of the cluster; PricingError for a machine not in the table."""
+    machine = prices.machine_price(est.region, machine_type)
+    disk = est.gpu_node.unit_per_hour - machine.hourly(spot)
     return GpuPrice(
-        usd_per_hour=est.gpu_node.unit_per_hour,
-        node=est.gpu_node.item,
+        gpu_node_spot=machine.spot + disk,
+        gpu_node_on_demand=machine.on_demand + disk,
+        rest_of_cluster=est.base_per_hour,
+        configured="spot" if spot else "on-demand",
+        node=est.gpu_node.item.removeprefix("GPU node ").split(" (")[0],
         region=est.region,
         price_date=est.price_date,
         source=source,
     )
 
 
-def usd_per_million_output_tokens(price: GpuPrice | None, output_tokens_per_s: float, speedup: float) -> float | None:
-    """The node's hourly price over the output tokens it would serve in an hour at this throughput."""
-    real_tokens_per_s = output_tokens_per_s / speedup
-    if price is None or real_tokens_per_s <= 0:
+def _per_million(usd_per_hour: float, tokens_per_s: float) -> float:
+    return usd_per_hour / (tokens_per_s * SECONDS_PER_HOUR) * TOKENS_PER_PRICE
+
+
+def prices_per_million(price: GpuPrice | None, stats: PointStats) -> TokenPrices | None:
+    """Each hourly price over the output tokens an hour at the point's throughput (GPU time)."""
+    out = stats.output_tokens_per_s
+    if price is None or out <= 0:
         return None
-    return price.usd_per_hour / (real_tokens_per_s * SECONDS_PER_HOUR) * TOKENS_PER_PRICE
+    # Input tokens per request as the server counted them (chat template included), else as asked.
+    counted = stats.realised.input_tokens if stats.realised is not None else None
+    prompt = counted.mean if counted is not None else stats.input_len.mean
+    giq_tokens = out + stats.requests_per_s * prompt / GIQ_OUTPUT_TO_INPUT_COST_RATIO
+    return TokenPrices(
+        gpu_node_spot=_per_million(price.gpu_node_spot, out),
+        gpu_node_on_demand=_per_million(price.gpu_node_on_demand, out),
+        cluster_spot=_per_million(price.gpu_node_spot + price.rest_of_cluster, out),
+        cluster_on_demand=_per_million(price.gpu_node_on_demand + price.rest_of_cluster, out),
+        giq_convention=_per_million(price.gpu_node_spot, giq_tokens),
+    )
+
+
+def session_cost(price: GpuPrice, measured_gpu_s: float) -> str:
+    """What a session of `measured_gpu_s` seconds of measurements costs with the GPU node's scale-up
+    and idle tail, as Markdown lines."""
+    hours = (SCALE_UP_S + measured_gpu_s + IDLE_TAIL_S) / SECONDS_PER_HOUR
+    gpu_up = price.gpu_node + price.rest_of_cluster
+    return (
+        f"This session: {measured_gpu_s / 60:.1f} min of measurements on the GPU, plus an assumed "
+        f"{SCALE_UP_S // 60} min scale-up from zero (node, driver, image, model load) and the "
+        f"{IDLE_TAIL_S // 60} min idle tail before the cluster autoscaler removes the node: the GPU node up "
+        f"about {hours * 60:.0f} min, **${hours * gpu_up:.2f}** with the rest of the cluster "
+        f"(${hours * price.gpu_node:.2f} of it the GPU node, {price.configured}); the measurements alone "
+        f"${measured_gpu_s / SECONDS_PER_HOUR * gpu_up:.2f}.\n"
+    )
 
 
 def slo_misses(point: G6Point, params: G6Params) -> list[str]:
-    """Each SLO the point's p99 breaks, in words; the latencies as the real GPU would show them."""
+    """Each SLO the point's p99 breaks, in words (GPU time, as every figure of a point)."""
     measured = {"TTFT": point.ttft_ms, "ITL": point.itl_ms, "TPOT": point.tpot_ms, "E2E": point.e2e_ms}
     misses = []
     for name, limit in _limits(params).items():
         summary = measured[name]
         if summary is None:
             misses.append(f"no {name} measured")
-        elif summary.p99 * params.speedup > limit:
-            misses.append(f"{name} p99 {summary.p99 * params.speedup:,.1f} ms > {limit:g} ms")
+        elif summary.p99 > limit:
+            misses.append(f"{name} p99 {summary.p99:,.1f} ms > {limit:g} ms")
     if point.failed:
         misses.append(f"{point.failed} failed requests")
     return misses
@@ -64,36 +111,32 @@ def slo_text(params: G6Params) -> str:
     return ", ".join(given) if given else "none given (--slo-ttft-ms, --slo-itl-ms, --slo-tpot-ms, --slo-e2e-ms)"
 
 
-def _describe(label: str, p: G6Point, speedup: float) -> str:
+def _describe(label: str, p: G6Point, usd: float) -> str:
     return (
-        f"**{label}**: **${p.usd_per_million_output_tokens:.3f} per million output tokens** "
-        f"({p.output_tokens_per_s / speedup:,.0f} output tokens/s on the GPU"
-        + (f", TTFT p99 {p.ttft_ms.p99 * speedup:,.0f} ms" if p.ttft_ms else "")
-        + (f", ITL p99 {p.itl_ms.p99 * speedup:,.1f} ms" if p.itl_ms else "")
-        + ")"
+        f"**{label}**: **${usd:.3f} per million output tokens** on a spot GPU node ({p.output_tokens_per_s:,.0f} output tokens/s"
+        + (f", TTFT p99 {p.ttft_ms.p99:,.0f} ms" if p.ttft_ms else "")
+        + (f", ITL p99 {p.itl_ms.p99:,.1f} ms" if p.itl_ms else "")
+        + ", GPU time)"
     )
 
 
 def cheapest(points: Sequence[tuple[str, G6Point]], params: G6Params) -> str:
-    """One Markdown paragraph: the cheapest labelled point that meets the SLOs, or why none does."""
-    priced = [(label, p) for label, p in points if p.usd_per_million_output_tokens is not None]
+    """One Markdown paragraph: the cheapest labelled point that meets the SLOs, or why none does, at the
+    GPU node's spot price (every basis ranks the points alike but GIQ's, which counts input tokens too)."""
+    priced = [(label, p, tp.gpu_node_spot) for label, p in points if (tp := p.usd_per_million_output_tokens) is not None]
     if not priced:
         return "No point has a price: the run has no GPU price (a server given by URL) or no throughput.\n"
 
-    def price(lp: tuple[str, G6Point]) -> float:
-        return lp[1].usd_per_million_output_tokens or 0.0
+    def by_price(lpu: tuple[str, G6Point, float]) -> float:
+        return lpu[2]
 
     if not _limits(params):
-        return f"SLOs: {slo_text(params)}. The cheapest point is {_describe(*min(priced, key=price), params.speedup)}.\n"
-    meeting = [(label, p) for label, p in priced if not slo_misses(p, params)]
+        return f"SLOs: {slo_text(params)}. The cheapest point is {_describe(*min(priced, key=by_price))}.\n"
+    meeting = [lpu for lpu in priced if not slo_misses(lpu[1], params)]
     if not meeting:
-        label, p = min(priced, key=price)
+        label, p, usd = min(priced, key=by_price)
         return (
             f"SLOs: {slo_text(params)}. No point meets them. The cheapest point overall, {label}, costs "
-            f"${p.usd_per_million_output_tokens:.3f} per million output tokens but misses: "
-            f"{'; '.join(slo_misses(p, params))}.\n"
+            f"${usd:.3f} per million output tokens but misses: {'; '.join(slo_misses(p, params))}.\n"
         )
-    return (
-        f"SLOs: {slo_text(params)}. The cheapest point that meets them is "
-        f"{_describe(*min(meeting, key=price), params.speedup)}.\n"
-    )
+    return f"SLOs: {slo_text(params)}. The cheapest point that meets them is {_describe(*min(meeting, key=by_price))}.\n"

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import statistics
+
 from benchmarks.g6.config import G6Params
 from benchmarks.g6.plots import PLOTS
 from benchmarks.g6.price import cheapest, slo_text
@@ -9,16 +11,64 @@ from benchmarks.g6.result import G6Point, G6Result, GpuPrice
 from benchmarks.g6.shape import asked_text, realised_section
 from benchmarks.harness import RunMeta
 from benchmarks.harness.markdown import num, table
+from benchmarks.labs.phases_report import waited_first
 from benchmarks.loadgen import Summary
+from benchmarks.loadgen.stats import P99_MIN_SAMPLES, Interval
+
+# A closed-loop point holding fewer counted requests in flight than this share of what the server
+# could run at once (its concurrency, capped by max-num-seqs) was measured at a lower load than its label.
+HELD_SHARE = 0.9
+THIN = "†"  # marks a p99 resting on fewer than P99_MIN_SAMPLES samples
+
+
+def _with_interval(value: float, ci: Interval | None, digits: int = 1) -> str:
+    return f"{value:,.{digits}f}" + ("" if ci is None else f" ({ci[0]:,.{digits}f}–{ci[1]:,.{digits}f})")
 
 
 def latency_pair(s: Summary | None) -> str | None:
-    """"p50 / p99" of a latency summary, for a table cell."""
-    return None if s is None else f"{s.p50:.1f} / {s.p99:.1f}"
+    """"p50 (95% interval) / p99 (95% interval)" of a latency summary, for a table cell; a p99 of fewer
+    than P99_MIN_SAMPLES samples marked THIN."""
+    if s is None:
+        return None
+    return f"{_with_interval(s.p50, s.ci95['p50'])} / {_with_interval(s.p99, s.ci95['p99'])}" + (THIN if s.p99_thin else "")
+
+
+def throughput_cell(p: G6Point, digits: int = 1) -> str:
+    """Output tokens/s and its 95% interval, for a table cell."""
+    return _with_interval(p.output_tokens_per_s, p.output_tokens_per_s_ci95, digits)
+
+
+def below_load(p: G6Point) -> bool:
+    """A closed-loop point whose counted requests held under HELD_SHARE of the load the server could run."""
+    if p.concurrency is None:
+        return False
+    return p.in_flight_mean < HELD_SHARE * min(p.concurrency, p.max_num_seqs or p.concurrency)
+
+
+def in_flight_cell(p: G6Point) -> str:
+    return f"{p.in_flight_mean:.1f}" + (" **below load**" if below_load(p) else "")
 
 
 def load_label(p: G6Point) -> str:
     return f"c={p.concurrency}" if p.concurrency is not None else f"{p.rate:g}/s"
+
+
+def bucket_cell(bucket: tuple[float, float | None] | None) -> str | None:
+    """A histogram bucket as the range it is: "(100, 250]", or "> 2,500" for the +Inf bucket."""
+    if bucket is None:
+        return None
+    return f"> {bucket[0]:,.0f}" if bucket[1] is None else f"({bucket[0]:,.0f}, {bucket[1]:,.0f}]"
+
+
+def reading_notes(p: G6Params) -> str:
+    """What every g6 table's figures are: the time scale, the intervals, the marks."""
+    return (
+        f"Times and rates are {p.time_scale}. Brackets are bootstrap 95% intervals (seeded; over requests, "
+        f"a request's chunk gaps resampled together; a rate's over ten slices of its window); {THIN} marks a "
+        f"p99 of fewer than {P99_MIN_SAMPLES} samples, which is close to the maximum. A point **below load** "
+        f"held fewer than {HELD_SHARE:.0%} of min(concurrency, max-num-seqs) counted requests in flight: "
+        "it was measured at a lower load than its label.\n"
+    )
 
 
 def client_text(meta: RunMeta, points: list[G6Point]) -> str:
@@ -60,28 +110,46 @@ def context_lines(m: RunMeta, p: G6Params, points: list[G6Point]) -> list[str]:
     ]
     if p.speedup != 1.0:
         lines.append(
-            f"- **Simulated time runs x{p.speedup:g} faster than the GPU would.** The GPU would show "
-            f"latencies {p.speedup:g}x these and throughputs 1/{p.speedup:g} of them; the roofline is scaled "
-            "the same way, so shares and bound labels are comparable, and prices are for the GPU's "
-            "throughput. The client's own overhead is not scaled: it weighs more here than it would "
-            "against the real GPU."
+            f"- **Every time and rate is GPU time.** The simulator runs x{p.speedup:g} faster than the GPU; its "
+            f"timings were multiplied by {p.speedup:g} (rates divided) once, where the results were made, so "
+            "latencies, throughputs, SLO judgements, the roofline and prices are all on the GPU's scale. The "
+            f"client's own lag is its own and is not scaled: against the real GPU it weighs {p.speedup:g}x less."
         )
     return lines
 
 
 def price_cell(p: G6Point) -> str | None:
-    return num(p.usd_per_million_output_tokens, 3)
+    """The GPU node's spot price per million output tokens, for a table cell."""
+    return None if p.usd_per_million_output_tokens is None else num(p.usd_per_million_output_tokens.gpu_node_spot, 3)
+
+
+def _price_table(points: list[tuple[str, G6Point]]) -> str:
+    rows = [
+        [label, num(tp.gpu_node_spot, 3), num(tp.gpu_node_on_demand, 3), num(tp.cluster_spot, 3),
+         num(tp.cluster_on_demand, 3), num(tp.giq_convention, 3)]
+        for label, p in points if (tp := p.usd_per_million_output_tokens) is not None
+    ]  # fmt: skip
+    return table(
+        ["point", "GPU node spot", "GPU node on-demand", "whole cluster, GPU spot", "whole cluster, GPU on-demand",
+         "GIQ convention (GPU node spot, output + input/4 tokens)"],
+        rows,
+    )
 
 
 def cost_sections(points: list[tuple[str, G6Point]], params: G6Params, price: GpuPrice | None, cost: str | None) -> str:
-    """## What serving costs (the price per point's basis and the cheapest point within the SLOs) and
-    ## Cost (what the stack costs per hour)."""
-    basis = (
-        f"Prices per million output tokens are {price.describe()}, over each point's output tokens/s on the GPU."
-        if price is not None
-        else "No GPU price: the run has no stack and no stack file to price (a server given by URL)."
-    )
-    out = "## What serving costs\n\n" + basis + "\n\n" + cheapest(points, params)
+    """## What serving costs (the prices per point on every basis and the cheapest point within the
+    SLOs) and ## Cost (what the stack costs per hour, and what this session cost)."""
+    if price is None:
+        out = "## What serving costs\n\nNo GPU price: the run has no stack and no stack file to price (a server given by URL).\n"
+    else:
+        out = (
+            f"## What serving costs\n\nUSD per million output tokens at list prices: {price.describe()}; each "
+            f"hourly price over the output tokens an hour at the point's output tokens/s ({params.time_scale}). "
+            "The whole cluster adds what runs beside the GPU node. GKE Inference Quickstart's convention "
+            "divides the GPU node's spot price by output tokens plus a quarter of the input tokens (its "
+            "default output-to-input cost ratio of 4), so it reads lower than ours for the same point.\n\n"
+            + _price_table(points) + "\n" + cheapest(points, params)
+        )
     if cost:
         out += f"\n## Cost\n\n{cost.replace('### ', '')}"
     return out
@@ -103,8 +171,9 @@ def _header(r: G6Result) -> str:
         "",
         "## What was run",
         "",
-        f"- Grid: max-num-seqs {[x for x in p.max_num_seqs]} x {load}",
-        f"- Requests: {p.requests} counted per point after a warm-up of "
+        f"- Grid: max-num-seqs {[x for x in p.max_num_seqs]} x {load}"
+        + (f", every point {p.repeats} times (interleaved)" if p.repeats > 1 else ""),
+        f"- Requests: {p.requests if p.requests is not None else 'max(64, 8 x concurrency)'} counted per point after a warm-up of "
         f"{p.warmup if p.warmup is not None else 'one request per worker (or one second of arrivals)'}, "
         f"{asked_text(p)}, "
         f"`/v1/{'chat/completions' if p.api == 'chat' else 'completions'}` streaming"
@@ -128,49 +197,92 @@ def _sizing(r: G6Result) -> str:
     )
 
 
+def _run_label(r: G6Result, p: G6Point) -> str:
+    return load_label(p) + (f" (run {p.repeat + 1})" if r.params.repeats > 1 else "")
+
+
+def _spread(values: list[float], digits: int = 1) -> str:
+    """Median (min–max) across repeats."""
+    return f"{statistics.median(values):,.{digits}f} ({min(values):,.{digits}f}–{max(values):,.{digits}f})"
+
+
+def _repeats(r: G6Result) -> str:
+    """## Across repeats: each point's median and spread over its runs (--repeats)."""
+    if r.params.repeats == 1:
+        return ""
+    groups: dict[tuple[int | None, str], list[G6Point]] = {}
+    for p in r.points:
+        groups.setdefault((p.max_num_seqs, load_label(p)), []).append(p)
+    rows = [
+        [mns, load, len(ps), _spread([p.output_tokens_per_s for p in ps]), _spread([p.requests_per_s for p in ps], 2),
+         _spread([p.ttft_ms.p50 for p in ps if p.ttft_ms]) if all(p.ttft_ms for p in ps) else None,
+         _spread([p.ttft_ms.p99 for p in ps if p.ttft_ms]) if all(p.ttft_ms for p in ps) else None,
+         _spread([p.itl_ms.p50 for p in ps if p.itl_ms]) if all(p.itl_ms for p in ps) else None,
+         _spread([p.itl_ms.p99 for p in ps if p.itl_ms]) if all(p.itl_ms for p in ps) else None]
+        for (mns, load), ps in groups.items()
+    ]  # fmt: skip
+    return (
+        f"## Across repeats\n\nEvery point ran {r.params.repeats} times, the grid over again on each server "
+        f"(interleaved: a drift of the server or the machine spreads over every point). Median (min–max) "
+        f"across the runs, {r.params.time_scale}:\n\n"
+        + table(["max-num-seqs", "load", "runs", "output tok/s", "req/s", "TTFT p50 ms", "TTFT p99 ms", "ITL p50 ms",
+                 "ITL p99 ms"], rows)  # fmt: skip
+    )
+
+
 def _points(r: G6Result) -> str:
     rows = []
     for p in r.points:
         lag = p.client_lag_ms
         rows.append([
-            p.max_num_seqs, load_label(p), p.completed, p.failed,
+            p.max_num_seqs, _run_label(r, p), in_flight_cell(p), p.completed, p.failed,
             latency_pair(p.ttft_ms), latency_pair(p.itl_ms), latency_pair(p.tpot_ms), latency_pair(p.e2e_ms),
-            num(p.output_tokens_per_s), num(p.requests_per_s, 2),
+            throughput_cell(p), _with_interval(p.requests_per_s, p.requests_per_s_ci95, 2),
             None if p.goodput is None else num(p.goodput.requests_per_s, 2),
             None if lag is None else f"{lag.mean:.2f} / {lag.p99:.2f}" + (" **client-bound**" if p.client_bound else ""),
             price_cell(p),
         ])  # fmt: skip
     client = table(
-        ["max-num-seqs", "load", "ok", "failed", "TTFT p50/p99 ms", "ITL p50/p99 ms", "TPOT p50/p99 ms",
-         "E2E p50/p99 ms", "output tok/s", "req/s", "goodput req/s", "client lag mean/p99 ms", "$ per M output tokens"],
+        ["max-num-seqs", "load", "in flight (mean)", "ok", "failed", "TTFT p50/p99 ms", "ITL p50/p99 ms",
+         "TPOT p50/p99 ms", "E2E p50/p99 ms", "output tok/s", "req/s", "goodput req/s",
+         "client lag mean/p99 ms (client clock)", "$ per M output tokens (GPU node spot)"],
         rows,
     )  # fmt: skip
     rows = []
     for p in r.points:
         s = p.server
         rows.append([
-            p.max_num_seqs, load_label(p), num(p.observed_batch),
+            p.max_num_seqs, _run_label(r, p), num(p.observed_batch),
             None if s is None or s.running is None else f"{s.running.mean:.1f} / {s.running.max:.0f}",
             None if s is None or s.waiting is None else f"{s.waiting.mean:.1f} / {s.waiting.max:.0f}",
             None if s is None or s.kv_cache_usage is None else f"{s.kv_cache_usage.max:.0%}",
             None if s is None else num(s.preemptions, 0),
-            None if s is None else num(s.ttft_p50_ms), None if s is None else num(s.ttft_p99_ms),
+            None if s is None else bucket_cell(s.ttft_p50_bucket_ms), None if s is None else bucket_cell(s.ttft_p99_bucket_ms),
+            None if s is None or s.gpu_util is None else f"{s.gpu_util.mean:.0f}%",
             None if s is None or s.sm_active is None else f"{s.sm_active.mean:.2f}",
             None if s is None or s.dram_active is None else f"{s.dram_active.mean:.2f}",
             p.bound, None if p.roofline_share is None else f"{p.roofline_share:.0%}",
         ])  # fmt: skip
     server = table(
         ["max-num-seqs", "load", "decode batch (client)", "running mean/max", "waiting mean/max", "KV peak", "preemptions",
-         "server TTFT p50 ms", "server TTFT p99 ms", "SM active", "DRAM active", "bound", "of roofline"],
+         "server TTFT p50 bucket ms", "server TTFT p99 bucket ms", "GPU util", "SM active", "DRAM active", "bound",
+         "of roofline"],
         rows,
     )  # fmt: skip
     note = (
-        "\nThe decode batch is the client's time-averaged count of requests between first token and "
-        "end (Little's law on its own timings); the server's running gauge is sampled once per scrape.\n\n"
+        "\nEvery figure of a point is of its counted requests over one window (their first token to their "
+        "last end; the warm-up before it counts for nothing), so output tok/s = req/s x "
+        + (f"{r.params.output_len.describe()} tokens" if r.params.output_len.fixed and not r.params.eos
+           else "the output tokens each request really had (Lengths sent and received)")
+        + ". The decode batch is the client's time-averaged count of requests "
+        "between first token and end (Little's law on its own timings); the server's gauges are sampled "
+        "once per scrape inside the same window. vLLM's TTFT histogram knows a quantile only to its bucket: "
+        "the server TTFT columns are the bucket (lower, upper] that holds it, not an estimate inside it. "
+        "GPU util, SM active and DRAM active are DCGM's fields (on the simulator: its model of them).\n\n"
     )
-    reasons = "\n".join(f"- max-num-seqs {p.max_num_seqs}, {load_label(p)}: **{p.bound}**: {p.bound_reason}" for p in r.points)
+    reasons = "\n".join(f"- max-num-seqs {p.max_num_seqs}, {_run_label(r, p)}: **{p.bound}**: {p.bound_reason}" for p in r.points)
     return (
-        "## Client-side figures per point\n\n" + client
+        "## Client-side figures per point\n\n" + client + "\n" + reading_notes(r.params)
         + "\nTTFT and E2E are measured from each request's *scheduled* send time (no coordinated "
         "omission). ITL is the gap between streamed content chunks; a chunk may carry several tokens, "
         "so TPOT = (E2E - TTFT) / (output tokens - 1) uses the server's token counts. Client lag is "
@@ -215,8 +327,8 @@ def _meaning(r: G6Result) -> str:
 
 def render_report(result: G6Result) -> str:
     plots = "## Plots\n\n" + "\n".join(f"![{name}]({name})" for name in PLOTS) + "\n"
-    labelled = [(f"max-num-seqs {p.max_num_seqs} {load_label(p)}", p) for p in result.points]
-    return "\n".join(
-        [_header(result), _sizing(result), _points(result), realised_section(labelled), _meaning(result),
-         cost_sections(labelled, result.params, result.gpu_price, result.cost), errors_section(result.meta.errors), plots]
-    )  # fmt: skip
+    labelled = [(f"max-num-seqs {p.max_num_seqs} {_run_label(result, p)}", p) for p in result.points]
+    sections = [_header(result), _sizing(result), _points(result), realised_section(labelled), _repeats(result), _meaning(result),
+                cost_sections(labelled, result.params, result.gpu_price, result.cost), errors_section(result.meta.errors),
+                plots]  # fmt: skip
+    return waited_first("\n".join(section for section in sections if section), result.waited)

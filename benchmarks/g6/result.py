@@ -8,6 +8,7 @@ from pydantic import BaseModel, ConfigDict
 
 from benchmarks.g6.config import G6Params
 from benchmarks.harness import RunMeta
+from benchmarks.labs.phases import ColdStartPhases
 from benchmarks.loadgen import PointStats
 from benchmarks.metrics import ServerMetrics
 from benchmarks.serving.sizing import Sizing
@@ -18,21 +19,45 @@ Bound = Literal["kv-cache", "max-num-seqs", "memory-bandwidth", "compute", "unkn
 
 
 class GpuPrice(BaseModel):
-    """One GPU node's list price per hour (machine and boot disk), and where it comes from."""
+    """The list prices per hour a point is priced at: one GPU node (machine and boot disk) spot and
+    on-demand, and the rest of the cluster that runs beside it (system node(s), cluster fee)."""
 
     model_config = ConfigDict(frozen=True, extra="forbid")
 
-    usd_per_hour: float
+    gpu_node_spot: float
+    gpu_node_on_demand: float
+    rest_of_cluster: float
+    configured: Literal["spot", "on-demand"]  # the GPU pool's model as the stack configures it
     node: str
     region: str
-    price_date: str
+    price_date: str  # the date the machine prices were read
     source: str
+
+    @property
+    def gpu_node(self) -> float:
+        """The GPU node's price as the stack configures it."""
+        return self.gpu_node_spot if self.configured == "spot" else self.gpu_node_on_demand
 
     def describe(self) -> str:
         return (
-            f"${self.usd_per_hour:.3f}/h for one {self.node} in {self.region} (list prices of "
-            f"{self.price_date}, {self.source})"
+            f"one {self.node} in {self.region} at ${self.gpu_node_spot:.3f}/h spot or ${self.gpu_node_on_demand:.3f}/h "
+            f"on-demand (the stack runs it {self.configured}), and ${self.rest_of_cluster:.3f}/h for the rest of the "
+            f"cluster beside it (list prices read {self.price_date}, {self.source})"
         )
+
+
+class TokenPrices(BaseModel):
+    """USD per million output tokens of one point, on each basis a reader may pay or compare by."""
+
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+    gpu_node_spot: float
+    gpu_node_on_demand: float
+    cluster_spot: float  # the whole cluster hour: the GPU node spot plus the rest of the cluster
+    cluster_on_demand: float
+    # GKE Inference Quickstart's convention: the GPU node spot over output + input/4 tokens, an input
+    # token costing a quarter of an output one (its default output-to-input cost ratio of 4).
+    giq_convention: float
 
 
 class G6Point(PointStats):
@@ -41,14 +66,15 @@ class G6Point(PointStats):
     model_config = ConfigDict(frozen=True, extra="forbid")
 
     max_num_seqs: int | None
+    repeat: int = 0  # which run of the grid (--repeats), from 0
     server: ServerMetrics | None
     bound: Bound
     bound_reason: str
     observed_batch: float | None
     roofline_tokens_per_s: float | None
     roofline_share: float | None
-    # The GPU node's list price over this point's output tokens (price.py); None without a price.
-    usd_per_million_output_tokens: float | None = None
+    # List prices over this point's output tokens (price.py); None without a price.
+    usd_per_million_output_tokens: TokenPrices | None = None
 
 
 class G6Result(BaseModel):
@@ -62,6 +88,7 @@ class G6Result(BaseModel):
     points: list[G6Point]
     cost: str | None = None  # Markdown cost section (stacks.cost_estimate), stored so the report stays pure
     gpu_price: GpuPrice | None = None
+    waited: ColdStartPhases | None = None  # the GPU node the run had to bring up, phase by phase
 
     def sizing_for(self, max_num_seqs: int | None) -> Sizing | None:
         matches = [s for s in self.sizing if max_num_seqs is None or s.max_num_seqs == max_num_seqs]
@@ -78,3 +105,4 @@ class ExperimentResult(BaseModel):
     params: G6Params
     gpu_price: GpuPrice | None = None
     cost: str | None = None  # Markdown cost section (stacks.cost_estimate), stored so the report stays pure
+    waited: ColdStartPhases | None = None  # the GPU node the run had to bring up, phase by phase

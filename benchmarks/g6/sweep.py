@@ -14,7 +14,7 @@ from typing import Any, NamedTuple, Protocol
 from benchmarks.cluster import ClusterError
 from benchmarks.g6.analysis import analyse
 from benchmarks.g6.config import G6Params
-from benchmarks.g6.price import usd_per_million_output_tokens
+from benchmarks.g6.price import prices_per_million
 from benchmarks.g6.result import G6Point, GpuPrice
 from benchmarks.g6.targets import ServerSettings
 from benchmarks.harness import RunProgress
@@ -53,7 +53,6 @@ def load_spec(params: G6Params, base_url: str, **shape: Any) -> LoadSpec:
         output_len=params.output_len,
         eos=params.eos,
         max_model_len=params.max_model_len,
-        requests=params.requests,
         duration_s=params.duration_s,
         warmup=params.warmup,
         seed=params.seed,
@@ -61,7 +60,8 @@ def load_spec(params: G6Params, base_url: str, **shape: Any) -> LoadSpec:
         slo=params.slo,
         max_client_lag_ms=params.max_client_lag_ms,
     )
-    return LoadSpec(**{**common, **shape})
+    spec = {**common, **shape}
+    return LoadSpec(**{"requests": params.requests_at(spec.get("concurrency")), **spec})
 
 
 def load_specs(params: G6Params, base_url: str) -> list[LoadSpec]:
@@ -104,20 +104,22 @@ def measure_point(
         scraper.start()
     except MetricsError as exc:
         scraper, error = None, str(exc)
-    stats = summarize(how.runner.run(spec, on_progress), spec)
+    # Converted to GPU time here, once: every latency, rate, SLO judgement and price below is the GPU's.
+    stats = summarize(how.runner.run(spec, on_progress), spec, params.speedup)
+    window = stats.window
     metrics = None
     if scraper is not None:
         try:
-            metrics = scraper.stop()
+            # The server's figures over the same window as the client's: the warm-up before it is not the point's.
+            span = (window.start.timestamp(), window.end.timestamp()) if window is not None else (None, None)
+            metrics = scraper.stop(*span).in_time_scale(params.speedup)
         except MetricsError as exc:
             error = str(exc)
-    if how.prom is not None and stats.window is not None:
+    if how.prom is not None and window is not None:
         try:
             metrics = with_gpu_metrics(
                 metrics,
-                how.prom.window_metrics(
-                    stats.window.start.timestamp(), stats.window.end.timestamp(), params.scrape_interval_s
-                ),
+                how.prom.window_metrics(window.start.timestamp(), window.end.timestamp(), params.scrape_interval_s),
             )
         except (MetricsError, ClusterError) as exc:  # ClusterError: the API server's proxy to the stack's Prometheus
             error = str(exc)
@@ -136,9 +138,8 @@ def measure_point(
         max_num_seqs=context.max_num_seqs,
         sizing=context.sizing,
         context_len=round(spec.prefix_len + spec.input_len.mean + spec.output_len.mean / 2),
-        speedup=params.speedup,
     )
-    price = usd_per_million_output_tokens(how.price, stats.output_tokens_per_s, params.speedup)
+    price = prices_per_million(how.price, stats)
     point = G6Point.model_validate(
         {**dict(stats), "max_num_seqs": context.max_num_seqs, "server": metrics, **dict(analysis),
          "usd_per_million_output_tokens": price}
@@ -194,15 +195,17 @@ def run_sweep(
 ) -> None:  # fmt: skip
     """Every point of the grid into `outcome`, with the errors met on the way and what the server said it
     was. The caller holds `target.session()` and the runner's context around it."""
-    outcome.planned = len(params.max_num_seqs) * len(params.concurrency or params.rate)
+    outcome.planned = len(params.max_num_seqs) * len(params.concurrency or params.rate) * params.repeats
     with interruptible(outcome):
         for mns in params.max_num_seqs:
             settings = ServerSettings() if mns is None else ServerSettings(max_num_seqs=mns)
             with target.serving(settings) as server:
                 outcome.server_versions = outcome.server_versions or server_versions(server)
-                for spec in load_specs(params, server.base_url):
-                    load = f"c={spec.concurrency}" if spec.concurrency else f"rate={spec.rate}/s"
-                    label = f"max-num-seqs={mns if mns is not None else '?'} {load}"
-                    point, errors = measure_point(params, spec, server, label, PointContext(mns, sizing(mns)), how)
-                    outcome.points.append(point)
-                    outcome.errors += errors
+                for repeat in range(params.repeats):
+                    for spec in load_specs(params, server.base_url):
+                        load = f"c={spec.concurrency}" if spec.concurrency else f"rate={spec.rate}/s"
+                        label = f"max-num-seqs={mns if mns is not None else '?'} {load}"
+                        label += f" (repeat {repeat + 1})" if params.repeats > 1 else ""
+                        point, errors = measure_point(params, spec, server, label, PointContext(mns, sizing(mns)), how)
+                        outcome.points.append(point.model_copy(update={"repeat": repeat}))
+                        outcome.errors += errors

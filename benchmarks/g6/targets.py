@@ -45,7 +45,8 @@ _REPO = Path(__file__).resolve().parents[2]
 class ServerSettings(BaseModel):
     """Server settings a run puts in place before a point. Only the fields given are changed; a field
     given as None is unset (the server's default: for `quantization`, the checkpoint's own method).
-    Each field is the `vllm` stack config field and the `vllm serve` flag of the same name."""
+    Each server field (model .. max_model_len, enable_prefix_caching) is the `vllm` stack config field and
+    the `vllm serve` flag of the same name."""
 
     model_config = ConfigDict(frozen=True, extra="forbid")
 
@@ -55,10 +56,15 @@ class ServerSettings(BaseModel):
     gpu_memory_utilization: float | None = Field(None, gt=0, le=1)
     max_model_len: int | None = Field(None, ge=1)
     enable_prefix_caching: bool | None = None
+    # The cold-start experiment's settings: where the image and the weights come from, and the GPU
+    # pool's minimum (a top-level stack key, not a server flag; a stack target only).
+    image_streaming: bool | None = None
+    weights: Literal["huggingface", "gcs"] | None = None
+    gpu_min_nodes: int | None = Field(None, ge=0)
 
     def changes(self) -> dict[str, str | None]:
-        """Field name -> value as the CLI takes it (None: unset), for the fields this setting gives."""
-        return {name: _cli(getattr(self, name)) for name in sorted(self.model_fields_set)}
+        """Stack config key -> value as the CLI takes it (None: unset), for the fields this setting gives."""
+        return {_key(name): _text(getattr(self, name)) for name in sorted(self.model_fields_set)}
 
     def over(self, base: ServerSettings) -> ServerSettings:
         """These settings on top of `base`: fields given here win."""
@@ -66,16 +72,23 @@ class ServerSettings(BaseModel):
                                  **self.model_dump(include=self.model_fields_set)})  # fmt: skip
 
 
-def _cli(value: object) -> str | None:
-    # Booleans as YAML and JSON spell them: `pulumi config set` and the stack's typed config read "true".
+TOP_LEVEL = {"gpu_min_nodes"}  # ServerSettings fields that are top-level stack keys, not under `vllm`
+
+
+def _key(name: str) -> str:
+    return name if name in TOP_LEVEL else f"{CONFIG_OBJECT}.{name}"
+
+
+def _text(value: object) -> str | None:
+    """As `pulumi config set --path` takes it (which stores true/false as YAML booleans)."""
     return None if value is None else str(value).lower() if isinstance(value, bool) else str(value)
 
 
-def sim_flags(name: str, value: str) -> list[str]:
-    """A setting as the simulator's (and vLLM's) flags: a boolean is the flag or its --no- form."""
-    flag = name.replace("_", "-")
+def sim_flags(key: str, value: str) -> list[str]:
+    """A setting as the simulator's flags, which are vLLM's: a boolean is the flag or its --disable- form."""
+    flag = key.removeprefix(f"{CONFIG_OBJECT}.").replace("_", "-")
     if value in ("true", "false"):
-        return [f"--{flag}" if value == "true" else f"--no-{flag}"]
+        return [f"--{flag}" if value == "true" else f"--{flag.replace('enable-', 'disable-', 1)}"]
     return [f"--{flag}", value]
 
 
@@ -166,9 +179,9 @@ class SimTarget:
         # however this process ends (SIGKILL included); its own session keeps a terminal's Ctrl-C for
         # this process, which stops it in order.
         argv = [sys.executable, "-m", "benchmarks.sim", *self.args, "--port", str(port), "--watch-stdin"]
-        for name, value in settings.over(self.base).changes().items():
+        for key, value in settings.over(self.base).changes().items():
             if value is not None:
-                argv += sim_flags(name, value)
+                argv += sim_flags(key, value)
         # stderr to a file, not a pipe: a pipe nobody reads would stall a chatty server.
         log = tempfile.TemporaryFile("w+")
         proc = subprocess.Popen(argv, cwd=_REPO, stdin=subprocess.PIPE, stdout=subprocess.DEVNULL, stderr=log,
@@ -178,12 +191,18 @@ class SimTarget:
             if not _started(proc, base_url):
                 _stop(proc)
                 log.seek(0)
-                raise G6Error(f"the simulator did not start ({' '.join(argv[2:])}): {log.read()[-800:]}")
+                raise G6Error(f"the simulator did not start ({' '.join(argv[2:])}): {_said(log.read())}")
             server = http_server(base_url)
             yield server if self.demand is None else self.demand.check(server, settings)
         finally:
             log.close()
             _stop(proc)
+
+
+def _said(stderr: str) -> str:
+    """The simulator's own error line, whole; else the end of what it printed."""
+    errors = [line.removeprefix("error: ") for line in stderr.splitlines() if line.startswith("error: ")]
+    return errors[-1] if errors else stderr.strip()[-800:]
 
 
 def _values(values: dict[str, str | None]) -> str:
@@ -257,8 +276,7 @@ class StackTarget:
     @contextmanager
     def serving(self, settings: ServerSettings) -> Iterator[Server]:
         changed: dict[str, str | None] = {}
-        for name, value in settings.changes().items():
-            path = f"{CONFIG_OBJECT}.{name}"
+        for path, value in settings.changes().items():
             if path not in self._original:
                 self._original[path] = self._current[path] = self.stack.config_get(path)
             if self._current[path] != value:

@@ -13,6 +13,7 @@ from urllib.parse import urlsplit
 
 import httpx
 
+from benchmarks.harness.answers import body_text
 from benchmarks.harness.errors import HarnessError
 
 # GET a path of the server; the body as text. Raises HarnessError when there is no answer or the
@@ -32,6 +33,9 @@ class Server:
     get: Reader
     post: Poster
     where: str  # how `get` and `post` reach it, for messages
+    # The running server's own log (a pod's, through the API server); None where this process cannot
+    # read it (a URL of the user's, the simulator). Raises HarnessError as a Reader does.
+    log: Callable[[], str] | None = None
 
 
 class NotOk(HarnessError):
@@ -64,7 +68,7 @@ def http_server(base_url: str, timeout_s: float = 10.0) -> Server:
             raise _unreachable(base_url, exc) from exc
         if not resp.is_success:
             # A POST's error body says what the server refused (vLLM: {"error": {"message": ...}}).
-            detail = f": {resp.text[:300]}" if method == "POST" else ""
+            detail = f": {body_text(resp.text)}" if method == "POST" else ""
             raise NotOk(f"{method} {root}{path} answered HTTP {resp.status_code}{detail}")
         return resp.text
 

@@ -1,6 +1,6 @@
 """Regenerate examples/<lab>/ (result.json, report.md, plots) from the run fixtures in
 tests/data/labs/<lab>/recording.json: what a user gets from `python -m benchmarks <lab>`. A variant
-(examples/g5-triton/) is the same lab's benchmark on another configuration of its stack.
+(examples/g5-triton/, examples/g4-v1/) is the same lab's benchmark on another configuration of its stack.
 
 The fixtures hold API objects, events and logs in exactly the shapes the APIs return, but they were
 built for the tests, not recorded on a cluster: their timings are plausible, not measured. Each
@@ -23,7 +23,7 @@ REPO = Path(__file__).resolve().parents[2]
 FIXTURES = REPO / "tests" / "data" / "labs"
 LABS = ("g1", "g2", "g3", "g4", "g5", "g7", "g8")
 # Further examples of a lab on another configuration: example name -> the lab whose benchmark wrote it.
-VARIANTS = {"g5-triton": "g5"}
+VARIANTS = {"g5-triton": "g5", "g4-v1": "g4"}
 
 
 def available() -> list[str]:

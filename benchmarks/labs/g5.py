@@ -25,6 +25,7 @@ from benchmarks.cluster import RUN_LABEL, wait_until
 from benchmarks.labs import g5_load, live
 from benchmarks.labs.errors import LabError
 from benchmarks.labs.live import LabSession, now
+from benchmarks.labs.phases_report import WAITED_TITLE, waited_section
 from benchmarks.labs.plotting import timeline_plot
 from benchmarks.labs.record import Recording, Snapshot
 from benchmarks.labs.result import Check, Frozen, LabResult, common_fields
@@ -213,7 +214,8 @@ def measure(rec: Recording, source: str = "live") -> G5Result:
         for pod in snap.objects.get("pods", []):
             pods[pod["metadata"]["name"]] = pod
     nodes = {n["metadata"]["name"]: n for n in rec.nodes}
-    colds = [_cold_start(i, parse_client_log(_job_log(rec, job)), pods, nodes) for i, job in enumerate(rec.client["cold_jobs"])]
+    colds = [_cold_start(i, parse_client_log(_job_log(rec, job)), pods, nodes, rec, p.runtime)
+             for i, job in enumerate(rec.client["cold_jobs"])]  # fmt: skip
     canary = _canary(rec, p, pods) if rec.client.get("canary_job") else None
     load = g5_load.measure(rec)
 
@@ -251,12 +253,13 @@ def _zero_before_each(rec: Recording) -> bool:
     return len(empties) >= len(rec.client["cold_jobs"])
 
 
-def _cold_start(i: int, responses: list[Response], pods: dict[str, dict[str, Any]], nodes: dict[str, dict[str, Any]]) -> ColdStart:
+def _cold_start(i: int, responses: list[Response], pods: dict[str, dict[str, Any]], nodes: dict[str, dict[str, Any]],
+                rec: Recording, runtime: str) -> ColdStart:  # fmt: skip
     if not responses:
         return ColdStart(repeat=i, status=None, error="the client logged no response", pod=None, node=None,
                          node_was_up=True, stages={})
     r = responses[0]
-    return cold_start(i, r.t_send, r.t_first_byte, r.status, r.error, pods, nodes)
+    return cold_start(i, r.t_send, r.t_first_byte, r.status, r.error, pods, nodes, rec.events, rec.logs, runtime)
 
 
 def _canary(rec: Recording, p: Params, pods: dict[str, dict[str, Any]]) -> Canary:
@@ -305,6 +308,12 @@ def report_body(result: G5Result) -> str:
         if firsts:
             lines += ["", f"First byte: mean {mean(firsts):.1f}s, min {min(firsts):.1f}s, max {max(firsts):.1f}s "
                       f"over {len(firsts)} cold starts (the first one also pulled the image)."]
+        first = next((c for c in result.cold_starts if c.phases is not None), None)
+        if first is not None and first.phases is not None:
+            where = (f"Repeat {first.repeat + 1}, phase by phase (pod {first.pod} on {first.node or '-'}), from the "
+                     "request sent to its first byte.")  # fmt: skip
+            section = waited_section(first.phases.phases, first.phases.total_s, first.phases.failure, where)
+            lines += ["", section.replace(WAITED_TITLE, "### " + WAITED_TITLE.removeprefix("## "), 1)]
     else:
         lines.append("Not measured (see what failed first time).")
     lines += ["", "## Canary split", ""]

@@ -3,8 +3,9 @@ the InferenceService it deploys serves, and a failure-injection run shows what o
 
 Run 1 submits a Workflow that references the stack's WorkflowTemplate (`workflowTemplateRef`) with
 `fail_step=none`, then checks models/<model>/<workflow>/model.joblib and metadata.json in the bucket
-through the S3-compatible XML API of GCS (boto3 with the endpoint overridden; HMAC credentials from
-GCS_HMAC_ACCESS_ID / GCS_HMAC_SECRET), waits for the InferenceService to be Ready and sends it
+through the Cloud Storage JSON API under Application Default Credentials (ops.gcp's client: no key
+to create; GKE_ML_LABS_ENDPOINT_STORAGE and GOOGLE_OAUTH_ACCESS_TOKEN as for the operator commands),
+waits for the InferenceService to be Ready and sends it
 requests from an in-cluster client. Run 2 sets `fail_step` (register by default) and reads from the
 Workflow's status.nodes which steps failed, were retried (child attempts of a Retry node) and were
 skipped (Omitted/Skipped), and the final phase.
@@ -14,11 +15,10 @@ from __future__ import annotations
 
 import argparse
 import json
-import os
 import sys
 from pathlib import Path
 from typing import Any
-from urllib.parse import urlsplit
+from urllib.parse import quote, urlsplit
 
 from benchmarks.cluster import RUN_LABEL, wait_until
 from benchmarks.labs import live, objects
@@ -28,6 +28,7 @@ from benchmarks.labs.record import Recording, Snapshot
 from benchmarks.labs.result import Check, Frozen, LabResult, common_fields
 from benchmarks.labs.serving import ISVC, ClientTarget, client_job, is_ready, parse_client_log
 from benchmarks.labs.stack import LabParams, lab_params, require_output, system_selector
+from ops.gcp import CredentialsError, GcpClient, GcpError
 from benchmarks.labs.timeline import phase
 
 LAB = "g7"
@@ -35,7 +36,6 @@ TITLE = "Argo Workflows: train, register, deploy, and a failed step"
 DEFAULT_TIMEOUT_S = 1800.0
 WORKFLOW = ("argoproj.io/v1alpha1", "Workflow")
 STEPS = ("train", "register", "deploy")
-GCS_XML_ENDPOINT = "https://storage.googleapis.com"
 # Knative's Kourier gateway as its release manifest installs it, used when the stack exports none.
 DEFAULT_GATEWAY = {"namespace": "kourier-system", "service": "kourier", "port": 80}
 DONE_PHASES = ("Succeeded", "Failed", "Error")
@@ -115,33 +115,24 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--fail-step", choices=[s for s in STEPS], default="register",
                         help="the step the failure-injection run makes exit non-zero")
     parser.add_argument("--requests", type=int, default=5, help="requests sent to the deployed model")
-    parser.add_argument("--s3-endpoint", default=GCS_XML_ENDPOINT, help="S3-compatible endpoint of the bucket")
 
 
-def s3_client(endpoint: str) -> Any:
-    """boto3 S3 client for GCS's XML API (HMAC key of a service account that may read the bucket)."""
-    import boto3
-
-    key, secret = os.environ.get("GCS_HMAC_ACCESS_ID"), os.environ.get("GCS_HMAC_SECRET")
-    if not key or not secret:
-        raise LabError("set GCS_HMAC_ACCESS_ID and GCS_HMAC_SECRET (an HMAC key: `gcloud storage hmac create "
-                       "SA_EMAIL`) so the artefact check can read the bucket over the S3-compatible API")
-    return boto3.client("s3", endpoint_url=endpoint, aws_access_key_id=key, aws_secret_access_key=secret,
-                        region_name="auto")
-
-
-def check_artefact(s3: Any, bucket: str, model: str, workflow: str) -> Artefact:
+def check_artefact(gcs: GcpClient, bucket: str, model: str, workflow: str) -> Artefact:
     """What the register step left in the bucket: objects under models/<model>/<workflow>/ and the
     parsed metadata.json. Errors are kept, not raised: a missing artefact is a finding."""
     prefix = f"models/{model}/{workflow}/"
     try:
-        listed = s3.list_objects_v2(Bucket=bucket, Prefix=prefix).get("Contents", [])
-        found = {o["Key"][len(prefix):]: int(o["Size"]) for o in listed}
+        found = {
+            o["name"][len(prefix):]: int(o.get("size", 0))
+            for page in gcs.pages("storage", f"b/{quote(bucket, safe='')}/o", prefix=prefix)
+            for o in page.get("items", [])
+        }
         metadata = None
         if "metadata.json" in found:
-            metadata = json.loads(s3.get_object(Bucket=bucket, Key=prefix + "metadata.json")["Body"].read())
+            metadata = gcs.get("storage", f"b/{quote(bucket, safe='')}/o/{quote(prefix + 'metadata.json', safe='')}",
+                               alt="media")  # fmt: skip
         return Artefact(prefix=prefix, objects=found, metadata=metadata, error=None)
-    except Exception as e:  # botocore errors carry the S3 error code in their text
+    except GcpError as e:
         return Artefact(prefix=prefix, objects={}, metadata=None, error=f"{type(e).__name__}: {e}")
 
 
@@ -198,10 +189,10 @@ def record(session: LabSession, args: argparse.Namespace) -> Recording:
     good = submit("none")
     if phase(good) == "Succeeded":
         try:
-            client["artefact"] = check_artefact(s3_client(args.s3_endpoint), p.bucket, p.model_name,
-                                                good["metadata"]["name"]).model_dump()
-        except LabError as e:
-            session.notes.append(str(e))
+            with GcpClient.from_environment() as gcs:
+                client["artefact"] = check_artefact(gcs, p.bucket, p.model_name, good["metadata"]["name"]).model_dump()
+        except CredentialsError as e:  # raised before the first call; a failed read is kept in the artefact
+            session.notes.append(f"artefact check skipped: {e}")
         isvc = wait_until(f"InferenceService {ns}/{p.model_name} Ready",
                           lambda: [i for i in cluster.list(*ISVC, ns) if i["metadata"]["name"] == p.model_name],
                           lambda xs: bool(xs) and is_ready(xs[0]), args.timeout, interval_s=args.poll, progress=session.log)[0]

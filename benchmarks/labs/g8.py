@@ -162,7 +162,7 @@ def preempt(node: dict[str, Any], gcp: Any = None) -> datetime:
     from ops.gcp import GcpClient
 
     project, zone, instance = instance_of(node)
-    client = gcp or GcpClient()
+    client = gcp or GcpClient.from_environment()
     at = now()
     client.request("POST", "compute", f"projects/{project}/zones/{zone}/instances/{instance}/simulateMaintenanceEvent")
     return at

@@ -19,6 +19,7 @@ import yaml
 from benchmarks.__main__ import LABS as BENCHMARKS
 from stacks.loader import ConfigError
 from stacks.mockrun import run_stack
+from stacks.output_folder import OutputFolderError, prepare
 
 
 LABS = tuple(sorted(BENCHMARKS))
@@ -49,7 +50,11 @@ def main(argv: list[str] | None = None) -> int:
     unknown = [lab for lab in args.labs if lab not in LABS]
     if unknown:
         parser.error(f"unknown lab(s) {', '.join(unknown)}; labs: {', '.join(LABS)}")
-    args.out.mkdir(parents=True, exist_ok=True)
+    try:
+        prepare(args.out, "--out")
+    except OutputFolderError as e:
+        print(e, file=sys.stderr)
+        return 2
     for lab in args.labs or LABS:
         try:
             objects = workloads(lab, run_stack(lab).outputs)

@@ -12,6 +12,7 @@ from typing import Any
 
 from benchmarks.labs import images, objects
 from benchmarks.labs.errors import LabError
+from benchmarks.labs.phases import NO_LOG, TRITON_LOG, ColdStartPhases, extract
 from benchmarks.labs.result import Frozen
 from benchmarks.labs.timeline import condition_time, parse_time
 
@@ -161,6 +162,9 @@ class ColdStart(Frozen):
     node: str | None
     node_was_up: bool
     stages: dict[str, float | None]  # stage -> seconds after the request was sent
+    # The same wait phase by phase from the pod's events, statuses and the model server's log (the
+    # shared extractor g6 uses); None in results written before it existed.
+    phases: ColdStartPhases | None = None
 
 
 def cold_start(
@@ -171,10 +175,14 @@ def cold_start(
     error: str | None,
     pods: dict[str, dict[str, Any]],
     nodes: dict[str, dict[str, Any]],
+    events: list[dict[str, Any]] | None = None,
+    logs: dict[str, str] | None = None,
+    runtime: str = "sklearn",
 ) -> ColdStart:
     """The stages of one request that met zero replicas (client clock, epoch seconds), from the predictor
     pod it woke (the first one created at or after the send: the API server's times are whole seconds)
-    and that pod's node."""
+    and that pod's node; and its phases from `events` and the pod's log in `logs` (Triton's start-up
+    lines end a phase of their own)."""
     sent = datetime.fromtimestamp(t_send, timezone.utc)
     woke = sorted(
         (x for x in pods.values() if (parse_time(x["metadata"]["creationTimestamp"]) or sent).timestamp() >= int(t_send)),
@@ -195,5 +203,11 @@ def cold_start(
         "container ready": after(condition_time(pod, "Ready")) if pod else None,
         "first byte": None if t_first_byte is None else round(t_first_byte - t_send, 3),
     }
-    return ColdStart(repeat=repeat, status=status, error=error, pod=(pod or {}).get("metadata", {}).get("name"),
-                     node=node_name, node_was_up=node_was_up, stages=stages)
+    name = (pod or {}).get("metadata", {}).get("name")
+    phases = None if pod is None else extract(
+        pod, nodes.get(node_name or ""), events or [], (logs or {}).get(name or "", ""), TRITON_LOG if runtime == "triton" else NO_LOG,
+        container=MODEL_CONTAINER, sent=sent,
+        first_token=None if t_first_byte is None else datetime.fromtimestamp(t_first_byte, timezone.utc),
+    )  # fmt: skip
+    return ColdStart(repeat=repeat, status=status, error=error, pod=name, node=node_name, node_was_up=node_was_up,
+                     stages=stages, phases=phases)  # fmt: skip

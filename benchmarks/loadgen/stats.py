@@ -14,8 +14,18 @@ from benchmarks.loadgen.lengths import Lengths
 from benchmarks.loadgen.spec import LoadSpec, Slo
 
 
+Interval = tuple[float, float]
+
+# Seeded, so a saved result's intervals are reproduced exactly from its records.
+BOOTSTRAP_RESAMPLES = 1000
+BOOTSTRAP_SEED = 0
+# A p99 over fewer samples than this rests on its one or two largest values.
+P99_MIN_SAMPLES = 100
+
+
 class Summary(BaseModel):
-    """Distribution of one latency, in milliseconds."""
+    """Distribution of one latency, in milliseconds: `n` samples, and a bootstrap 95% interval for
+    each figure (`ci95["p99"] == (lo, hi)`)."""
 
     model_config = ConfigDict(frozen=True, extra="forbid")
 
@@ -23,6 +33,13 @@ class Summary(BaseModel):
     p50: float
     p90: float
     p99: float
+    n: int
+    ci95: dict[Literal["mean", "p50", "p90", "p99"], Interval]
+
+    @property
+    def p99_thin(self) -> bool:
+        """The p99 rests on fewer than P99_MIN_SAMPLES samples: near the maximum, not a tail estimate."""
+        return self.n < P99_MIN_SAMPLES
 
 
 class LagSummary(BaseModel):
@@ -65,7 +82,9 @@ class Goodput(BaseModel):
 
 
 class Window(BaseModel):
-    """First counted scheduled send to last counted end, wall clock."""
+    """The counted requests' first token (or answer, for a failure) to their last end: `start` and `end`
+    on the wall clock (when the point ran), `seconds` on the figures' time scale (GPU time for a
+    simulator run faster)."""
 
     model_config = ConfigDict(frozen=True, extra="forbid")
 
@@ -106,13 +125,23 @@ class PointStats(BaseModel):
     tpot_ms: Summary | None
     e2e_ms: Summary | None
     output_tokens: int
-    # Rates and the decode batch count every request's activity inside the window, warm-up
-    # requests included: they share the server with the counted ones (e.g. queued ahead of them).
+    # Every rate, the decode batch and the in-flight count are of the counted requests over the
+    # window (their first token to their last end), which holds every token and completion of them:
+    # so output_tokens_per_s = requests_per_s x tokens per request. The window opens when the server
+    # starts answering them, not when they were sent: requests queued behind the warm-up (concurrency
+    # above max-num-seqs) would otherwise open it on the warm-up's work, which counts for nothing.
     # mean_decoding is the time-averaged count of requests between first token and end (Little's
     # law on the client's own timings): the decode batch, independent of any scrape resolution.
     mean_decoding: float
+    # Time-averaged counted requests in flight (scheduled send to end) within the window: the
+    # concurrency the point ran at.
+    in_flight_mean: float
     output_tokens_per_s: float
     requests_per_s: float
+    # Bootstrap 95% intervals of the token rate over equal slices of the window (its variation within
+    # the point); the request rate's is the same per request.
+    output_tokens_per_s_ci95: Interval | None
+    requests_per_s_ci95: Interval | None
     client_lag_ms: LagSummary | None
     client_bound: bool
     goodput: Goodput | None
@@ -143,13 +172,58 @@ def realised(ok: list[Record]) -> Realised | None:
                     output_tokens=outputs)  # fmt: skip
 
 
-def summarize_ms(values_s: list[float] | np.ndarray) -> Summary | None:
-    """mean/p50/p90/p99 in ms of values given in seconds; None when there are none."""
+_FIGURES = ("mean", "p50", "p90", "p99")
+
+
+def _figures(a: np.ndarray) -> np.ndarray:
+    """mean, p50, p90, p99 along the last axis."""
+    return np.concatenate([a.mean(axis=-1, keepdims=True), np.moveaxis(np.percentile(a, [50, 90, 99], axis=-1), 0, -1)], axis=-1)
+
+
+def _interval(resampled: np.ndarray) -> list[Interval]:
+    lo, hi = np.percentile(resampled, [2.5, 97.5], axis=0)
+    return [(float(x), float(y)) for x, y in zip(np.atleast_1d(lo), np.atleast_1d(hi))]
+
+
+def summarize_ms(values_s: list[float] | np.ndarray, groups: list[int] | None = None) -> Summary | None:
+    """mean/p50/p90/p99 in ms of values given in seconds, with their sample count and bootstrap 95%
+    intervals; None when there are none. `groups[k]` counts the consecutive values that belong
+    together (one request's chunk gaps): those are resampled whole, as they are not independent."""
     a = np.asarray(values_s, dtype=float) * 1000.0
     if a.size == 0:
         return None
-    p50, p90, p99 = np.percentile(a, [50, 90, 99])
-    return Summary(mean=float(a.mean()), p50=float(p50), p90=float(p90), p99=float(p99))
+    rng = np.random.default_rng(BOOTSTRAP_SEED)
+    if groups is None:
+        resampled = _figures(a[rng.integers(0, a.size, (BOOTSTRAP_RESAMPLES, a.size))])
+    else:
+        ends = np.cumsum(groups)
+        parts = [a[e - g : e] for g, e in zip(groups, ends) if g]
+        draws = rng.integers(0, len(parts), (BOOTSTRAP_RESAMPLES, len(parts)))
+        resampled = np.array([_figures(np.concatenate([parts[k] for k in row])) for row in draws])
+    point = _figures(a)
+    return Summary(
+        **{name: float(v) for name, v in zip(_FIGURES, point)},
+        n=int(a.size),
+        ci95=dict(zip(_FIGURES, _interval(resampled))),
+    )
+
+
+# Slices of the window a rate's interval is drawn from: enough for a bootstrap, each long enough
+# to hold several completions at the points g6 runs.
+RATE_SLICES = 10
+
+
+def rate_interval(times: list[float], weights: list[float], start: float, seconds: float) -> Interval | None:
+    """Bootstrap 95% interval of a rate (sum of `weights` at `times` over the window), resampling the
+    per-slice rates of RATE_SLICES equal slices of the window."""
+    if not times or seconds <= 0:
+        return None
+    slice_s = seconds / RATE_SLICES
+    index = np.minimum(((np.asarray(times) - start) / slice_s).astype(int), RATE_SLICES - 1)
+    rates = np.bincount(index, weights=weights, minlength=RATE_SLICES) / slice_s
+    rng = np.random.default_rng(BOOTSTRAP_SEED)
+    means = rates[rng.integers(0, RATE_SLICES, (BOOTSTRAP_RESAMPLES, RATE_SLICES))].mean(axis=1)
+    return _interval(means)[0]
 
 
 def _tpot_s(r: Record) -> float | None:
@@ -173,38 +247,42 @@ def _meets(r: Record, slo: Slo) -> bool:
 LAG_SHARE_OF_TTFT = 0.05
 
 
-def client_lag_limit_ms(spec: LoadSpec, ttft: Summary) -> float:
-    """Lag p99 above which a point is client-bound: the larger of the set limit and 5% of TTFT p50."""
-    return max(spec.max_client_lag_ms, LAG_SHARE_OF_TTFT * ttft.p50)
+def client_lag_limit_ms(spec: LoadSpec, ttft: Summary, time_scale: float = 1.0) -> float:
+    """Lag p99 above which a point is client-bound: the larger of the set limit and 5% of TTFT p50
+    (on the client's clock: a TTFT reported on a `time_scale` is divided back)."""
+    return max(spec.max_client_lag_ms, LAG_SHARE_OF_TTFT * ttft.p50 / time_scale)
 
 
-def _in_window(ok: list[Record], start: float, end: float) -> tuple[float, int, float]:
-    """(output tokens, completions, decoding request-seconds) falling inside [start, end]."""
-    tokens, done, decoding = 0.0, 0, 0.0
-    for r in ok:
-        if r.chunk_times:
-            per_chunk = r.output_tokens / len(r.chunk_times)
-            tokens += per_chunk * sum(1 for t in r.chunk_times if start <= t <= end)
-        done += start <= r.end <= end
-        if r.first_token is not None:
-            decoding += max(0.0, min(r.end, end) - max(r.first_token, start))
-    return tokens, done, decoding
+def _scaled(r: Record, k: float) -> Record:
+    """`r` with every time multiplied by `k`: durations k times longer, on another scale."""
+    return Record(
+        i=r.i, scheduled=r.scheduled * k, sent=r.sent * k, first_token=None if r.first_token is None else r.first_token * k,
+        end=r.end * k, chunk_times=[t * k for t in r.chunk_times], output_tokens=r.output_tokens, error=r.error,
+        input_tokens=r.input_tokens,
+    )  # fmt: skip
 
 
-def summarize(run: LoadRun, spec: LoadSpec) -> PointStats:
-    """Latencies over the counted requests of one point; rates over its window."""
-    ok = [r for r in run.records if r.ok]
-    failures = Counter(r.error for r in run.records if not r.ok)
+def summarize(run: LoadRun, spec: LoadSpec, time_scale: float = 1.0) -> PointStats:
+    """Latencies over the counted requests of one point; rates over its window.
+
+    `time_scale` converts the client's clock to the time the figures are reported in (a simulator
+    running x4 faster than the GPU: 4, so every latency, rate and SLO judgement is in GPU time). The
+    window's start and end stay on the wall clock: they say when the point ran. Client lag is the
+    client's own and is not scaled.
+    """
+    records = [_scaled(r, time_scale) for r in run.records] if time_scale != 1.0 else run.records
+    ok = [r for r in records if r.ok]
+    failures = Counter(r.error for r in records if not r.ok)
     window: Window | None = None
     seconds = 0.0
-    start = end = 0.0
-    if run.records:
-        start = min(r.scheduled for r in run.records)
-        end = max(r.end for r in run.records)
+    start = 0.0
+    if records:
+        start = min(r.end if r.first_token is None else r.first_token for r in records)
+        end = max(r.end for r in records)
         seconds = max(end - start, 1e-9)
         window = Window(
-            start=datetime.fromtimestamp(start + run.wall_offset, UTC),
-            end=datetime.fromtimestamp(end + run.wall_offset, UTC),
+            start=datetime.fromtimestamp(start / time_scale + run.wall_offset, UTC),
+            end=datetime.fromtimestamp(end / time_scale + run.wall_offset, UTC),
             seconds=seconds,
         )
     lags = np.array([r.sent - r.scheduled for r in run.records]) * 1000.0
@@ -215,12 +293,15 @@ def summarize(run: LoadRun, spec: LoadSpec) -> PointStats:
     tpots = [t for r in ok if (t := _tpot_s(r)) is not None]
     tokens = sum(r.output_tokens for r in ok)
     ttft = summarize_ms([r.first_token - r.scheduled for r in ok])
-    window_tokens, window_done, decoding = _in_window(ok + [r for r in run.warmup if r.ok], start, end)
+    decoding = sum(r.end - r.first_token for r in ok if r.first_token is not None)
+    in_flight = sum(r.end - max(r.scheduled, start) for r in records)
     goodput = None
     if spec.slo.is_set() and ok and seconds:
-        # The counted requests' SLO share, applied to the window's completion rate.
-        fraction = sum(1 for r in ok if _meets(r, spec.slo)) / len(ok)
-        goodput = Goodput(slo=spec.slo, requests_per_s=fraction * window_done / seconds, fraction=fraction)
+        met = sum(1 for r in ok if _meets(r, spec.slo))
+        goodput = Goodput(slo=spec.slo, requests_per_s=met / seconds, fraction=met / len(ok))
+    chunks = [(t, r.output_tokens / len(r.chunk_times)) for r in ok for t in r.chunk_times]
+    tokens_ci = rate_interval([t for t, _ in chunks], [w for _, w in chunks], start, seconds)
+    per_token = len(ok) / tokens if tokens else 0.0
     return PointStats(
         concurrency=spec.concurrency,
         rate=spec.rate,
@@ -230,15 +311,21 @@ def summarize(run: LoadRun, spec: LoadSpec) -> PointStats:
         failed=sum(failures.values()),
         failures=dict(sorted(failures.items())),
         ttft_ms=ttft,
-        itl_ms=summarize_ms(itls),
+        itl_ms=summarize_ms(itls, [max(0, len(r.chunk_times) - 1) for r in ok]),
         tpot_ms=summarize_ms(tpots),
         e2e_ms=summarize_ms([r.end - r.scheduled for r in ok]),
         output_tokens=tokens,
         mean_decoding=decoding / seconds if seconds else 0.0,
-        output_tokens_per_s=window_tokens / seconds if seconds else 0.0,
-        requests_per_s=window_done / seconds if seconds else 0.0,
+        in_flight_mean=in_flight / seconds if seconds else 0.0,
+        output_tokens_per_s=tokens / seconds if seconds else 0.0,
+        requests_per_s=len(ok) / seconds if seconds else 0.0,
+        output_tokens_per_s_ci95=tokens_ci,
+        # Requests carry their tokens: the same interval per request (completions come in waves, which
+        # slices of the window would read as noise).
+        requests_per_s_ci95=None if tokens_ci is None or not tokens else (tokens_ci[0] * per_token, tokens_ci[1] * per_token),
         client_lag_ms=lag,
-        client_bound=lag is not None and ttft is not None and lag.p99 > client_lag_limit_ms(spec, ttft),
+        # The lag is on the client's clock: held against the TTFT on the same clock.
+        client_bound=lag is not None and ttft is not None and lag.p99 > client_lag_limit_ms(spec, ttft, time_scale),
         goodput=goodput,
         window=window,
         stopped_by=run.stopped_by,

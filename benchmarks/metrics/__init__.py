@@ -15,7 +15,7 @@ from benchmarks.metrics.prometheus import (
 from benchmarks.metrics.scrape import (
     Scraper,
     cache_config,
-    histogram_quantile,
+    histogram_bucket,
     metrics_from_scrapes,
     read_cache_config,
 )
@@ -33,7 +33,7 @@ __all__ = [
     "ServiceProxy",
     "cache_config",
     "gpu_util_query",
-    "histogram_quantile",
+    "histogram_bucket",
     "metrics_from_scrapes",
     "read_cache_config",
     "scalar",

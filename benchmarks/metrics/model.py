@@ -24,9 +24,9 @@ GAUGES: tuple[tuple[GaugeField, str, Agg], ...] = (
     ("fb_used_mib", "DCGM_FI_DEV_FB_USED", "sum"),  # MiB
 )
 PREEMPTIONS = "vllm:num_preemptions_total"
-# Counters in tokens, as vLLM 0.11.2 names them (vllm/v1/metrics/loggers.py: vllm:prefix_cache_queries and
-# vllm:prefix_cache_hits, exposed with prometheus_client's _total suffix; the older vllm:gpu_prefix_cache_*
-# names are hidden there unless --show-hidden-metrics-for-version asks for them).
+# Counters in tokens, as vLLM names them from 0.9.2 to the pinned v0.33.0 (vllm/v1/metrics/loggers.py:
+# vllm:prefix_cache_queries and vllm:prefix_cache_hits, exposed with prometheus_client's _total suffix;
+# tests/data/vllm/v0.33.0/metrics.txt has them).
 PREFIX_QUERIES = "vllm:prefix_cache_queries_total"
 PREFIX_HITS = "vllm:prefix_cache_hits_total"
 COUNTERS = (("preemptions", PREEMPTIONS), ("prefix_cache_queries", PREFIX_QUERIES), ("prefix_cache_hits", PREFIX_HITS))
@@ -68,9 +68,28 @@ class ServerMetrics(BaseModel):
     preemptions: float | None = None
     prefix_cache_queries: float | None = None  # prompt tokens looked up in the prefix cache during the point
     prefix_cache_hits: float | None = None  # of them, tokens the cache served
-    ttft_p50_ms: float | None = None
-    ttft_p99_ms: float | None = None
+    # vLLM's TTFT histogram knows a quantile only to its bucket: (lower, upper] in ms, upper None for
+    # the +Inf bucket. No point inside the bucket is more likely than another.
+    ttft_p50_bucket_ms: tuple[float, float | None] | None = None
+    ttft_p99_bucket_ms: tuple[float, float | None] | None = None
     series: list[Series] = []
+
+    def in_time_scale(self, k: float) -> ServerMetrics:
+        """These metrics with their times multiplied by `k` (a simulator's seconds into GPU seconds);
+        gauges and counts are unchanged, series keep their wall-clock stamps."""
+        return self.model_copy(update={
+            "ttft_p50_bucket_ms": _scaled(self.ttft_p50_bucket_ms, k),
+            "ttft_p99_bucket_ms": _scaled(self.ttft_p99_bucket_ms, k),
+        })  # fmt: skip
+
+
+def _scaled(bucket: tuple[float, float | None] | None, k: float) -> tuple[float, float | None] | None:
+    return None if bucket is None else (bucket[0] * k, None if bucket[1] is None else bucket[1] * k)
+
+
+def bucket_ms(bucket: tuple[float, float | None] | None) -> tuple[float, float | None] | None:
+    """A histogram bucket in seconds, in milliseconds."""
+    return _scaled(bucket, 1000.0)
 
 
 # Series of the GPU itself: DCGM runs on the node, not in the server, so a direct scrape of the

@@ -6,7 +6,7 @@
   the Kubernetes API server's service proxy, so nothing is port-forwarded or exposed.
 
 On top of either: instant queries evaluated at a time (a window's end, with a range equal to the
-window: avg_over_time, max_over_time, increase, histogram_quantile), range queries for the series
+window: avg_over_time, max_over_time, increase), range queries for the series
 plotted over time, the raw answer of an instant query (the lab benchmarks keep it as is in their
 recordings), and the pure parsing of such an answer into labelled samples.
 """
@@ -23,8 +23,10 @@ from typing import Any, Protocol
 import httpx
 from pydantic import BaseModel, ConfigDict
 
+from benchmarks.harness.answers import body_text
 from benchmarks.metrics.errors import MetricsError
-from benchmarks.metrics.model import COUNTERS, GAUGES, TTFT_BUCKETS, GaugeStats, Series, ServerMetrics
+from benchmarks.metrics.model import COUNTERS, GAUGES, TTFT_BUCKETS, GaugeStats, Series, ServerMetrics, bucket_ms
+from benchmarks.metrics.scrape import histogram_bucket
 
 QUERY = "api/v1/query"
 QUERY_RANGE = "api/v1/query_range"
@@ -94,6 +96,11 @@ class ServiceProxy:
         return Reply(status=200, body=json.loads(text), text=text)
 
 
+def _said(reply: Reply) -> str:
+    """Prometheus's own error, or what the answer was instead (never a whole web page)."""
+    return str(reply.body["error"]) if "error" in reply.body else body_text(reply.text, 200)
+
+
 class Sample(BaseModel):
     model_config = ConfigDict(frozen=True, extra="forbid")
     labels: dict[str, str]
@@ -122,11 +129,12 @@ class PrometheusClient:
     def _result(self, path: str, params: Params) -> list[dict]:
         reply = self.transport.get(path, params)
         if reply.status != 200 or reply.body.get("status") != "success":
-            raise MetricsError(
-                f"{self.transport.where} rejected {params.get('query')!r}: "
-                f"HTTP {reply.status} {reply.body.get('error', reply.text[:200])}"
-            )
+            raise MetricsError(f"{self.transport.where} rejected {params.get('query')!r}: HTTP {reply.status} {_said(reply)}")
         return reply.body["data"]["result"]
+
+    def check(self) -> None:
+        """One query before a run: a wrong or unreachable URL fails here, not as a note on every point."""
+        self._result(QUERY, {"query": "vector(1)"})
 
     def query(self, promql: str, at: float) -> float | None:
         """First value of an instant query at unix time `at`; None when empty or NaN."""
@@ -167,15 +175,14 @@ class PrometheusClient:
             if mean is not None and peak is not None:
                 fields[name] = GaugeStats(mean=mean, max=peak)
                 series.append(Series(name=name, points=self.query_range(f"{agg}({metric})", start, end, step_s)))
-        buckets = f"sum by (le) (increase({TTFT_BUCKETS}{rng}))"
-        p50 = self.query(f"histogram_quantile(0.5, {buckets})", end)
-        p99 = self.query(f"histogram_quantile(0.99, {buckets})", end)
+        increases = self._result(QUERY, {"query": f"sum by (le) (increase({TTFT_BUCKETS}{rng}))", "time": end})
+        buckets = {float(r["metric"]["le"]): float(r["value"][1]) for r in increases if "le" in r["metric"]}
         return ServerMetrics(
             source="prometheus",
             **fields,
             **{name: self.query(f"sum(increase({metric}{rng}))", end) for name, metric in COUNTERS},
-            ttft_p50_ms=None if p50 is None else p50 * 1000.0,
-            ttft_p99_ms=None if p99 is None else p99 * 1000.0,
+            ttft_p50_bucket_ms=bucket_ms(histogram_bucket(0.5, buckets)),
+            ttft_p99_bucket_ms=bucket_ms(histogram_bucket(0.99, buckets)),
             series=series,
         )
 

@@ -25,6 +25,7 @@ from benchmarks.metrics.model import (
     KvCacheConfig,
     Series,
     ServerMetrics,
+    bucket_ms,
 )
 
 _WANTED = {metric for _, metric, _ in GAUGES} | {metric for _, metric in COUNTERS} | {TTFT_BUCKETS}
@@ -57,25 +58,33 @@ class Scrape:
         return out
 
 
-def histogram_quantile(q: float, cumulative: dict[float, float]) -> float | None:
-    """Prometheus' histogram_quantile on cumulative bucket counts {upper bound: count}."""
+def histogram_bucket(q: float, cumulative: dict[float, float]) -> tuple[float, float | None] | None:
+    """The bucket (lower, upper] holding the q-quantile of cumulative bucket counts: all a histogram
+    knows of it (upper None: the +Inf bucket)."""
     bounds = sorted(cumulative)
     if not bounds or cumulative[bounds[-1]] <= 0:
         return None
     rank = q * cumulative[bounds[-1]]
-    lower, below = 0.0, 0.0
+    lower = 0.0
     for upper in bounds:
-        count = cumulative[upper]
-        if count >= rank:
-            if math.isinf(upper):
-                return lower  # as Prometheus: the +Inf bucket answers its lower bound
-            return lower + (upper - lower) * (rank - below) / max(count - below, 1e-12)
-        lower, below = upper, count
-    return lower
+        if cumulative[upper] >= rank:
+            return lower, None if math.isinf(upper) else upper
+        lower = upper
+    return lower, None
 
 
-def metrics_from_scrapes(scrapes: list[Scrape]) -> ServerMetrics:
-    """Window statistics from scrapes taken at the start, during, and at the end of a point."""
+def _bracket(scrapes: list[Scrape], start: float | None, end: float | None) -> list[Scrape]:
+    """The scrapes of the window [start, end]: the last one at or before its start, those inside, and
+    the first at or after its end (the run's first and last where the window reaches past them)."""
+    first = max((k for k, s in enumerate(scrapes) if start is not None and s.t <= start), default=0)
+    last = min((k for k, s in enumerate(scrapes) if end is not None and s.t >= end), default=len(scrapes) - 1)
+    return scrapes[first : last + 1]
+
+
+def metrics_from_scrapes(scrapes: list[Scrape], start: float | None = None, end: float | None = None) -> ServerMetrics:
+    """Window statistics from scrapes taken at the start, during, and at the end of a point; with
+    `start`/`end` (unix seconds) those of that window only (the point's counted requests, not its warm-up)."""
+    scrapes = _bracket(scrapes, start, end)
     if len(scrapes) < 2:
         raise MetricsError(f"need scrapes at the start and end of a point, got {len(scrapes)}")
     first, last = scrapes[0], scrapes[-1]
@@ -95,13 +104,12 @@ def metrics_from_scrapes(scrapes: list[Scrape]) -> ServerMetrics:
                for name, metric in COUNTERS if (end := last.combined(metric, "sum")) is not None}  # fmt: skip
     start_buckets, end_buckets = first.buckets(), last.buckets()
     delta = {le: count - start_buckets.get(le, 0.0) for le, count in end_buckets.items()}
-    p50, p99 = histogram_quantile(0.5, delta), histogram_quantile(0.99, delta)
     return ServerMetrics(
         source="scrape",
         **fields,
         **counted,
-        ttft_p50_ms=None if p50 is None else p50 * 1000.0,
-        ttft_p99_ms=None if p99 is None else p99 * 1000.0,
+        ttft_p50_bucket_ms=bucket_ms(histogram_bucket(0.5, delta)),
+        ttft_p99_bucket_ms=bucket_ms(histogram_bucket(0.99, delta)),
         series=series,
     )
 
@@ -169,9 +177,10 @@ class Scraper:
         self._thread = threading.Thread(target=self._loop, name="metrics-scraper", daemon=True)
         self._thread.start()
 
-    def stop(self) -> ServerMetrics:
+    def stop(self, start: float | None = None, end: float | None = None) -> ServerMetrics:
+        """The metrics of the window [start, end] (unix seconds; default: everything scraped)."""
         self._stop.set()
         if self._thread is not None:
             self._thread.join()
         self._fetch()
-        return metrics_from_scrapes([Scrape(t, text) for t, text in self._raw])
+        return metrics_from_scrapes([Scrape(t, text) for t, text in self._raw], start, end)

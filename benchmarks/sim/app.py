@@ -2,9 +2,14 @@
 
 Prompt length: a string counts one token per whitespace-separated word; a list of ints (as `prompt`
 or `prompt_token_ids`) counts one token per id. Chat requests count the words of every message's
-text (no chat-template tokens are added). The same tokens, in blocks, are what the prefix cache
+text (no chat-template tokens are added); the same tokens, in blocks, are what the prefix cache
 recognises. Each generated token is one word with a leading space,
 so a client counting words in the streamed text counts tokens.
+
+Non-streamed completions that ask for `logprobs`, `prompt_logprobs` or `return_token_ids` are
+answered from the toy model (toymodel.py) in vLLM's shapes: prompt words become token ids, the
+continuation is sampled from it (seeded by `seed`, greedy at temperature 0), and at most
+MAX_LOGPROBS log-probabilities are listed per position, as vLLM's default --max-logprobs allows.
 
 Streaming chat sends its role-only chunk as soon as the request is accepted, before any token
 exists: a client that times the first chunk instead of the first content token measures nothing.
@@ -15,6 +20,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import json
+import random
 import time
 from collections.abc import AsyncIterator
 from typing import Any
@@ -27,11 +33,14 @@ from starlette.responses import JSONResponse, Response, StreamingResponse
 from starlette.routing import Route
 
 from facts.catalogue import get_gpu, get_model
+from benchmarks.sim import toymodel
 from benchmarks.sim.config import SimConfig
 from benchmarks.sim.engine import Engine, SimRequest
 from benchmarks.sim.metrics import SimMetrics
 
 DEFAULT_MAX_TOKENS = 16
+MAX_LOGPROBS = 20  # vLLM's default --max-logprobs
+TOY_FIELDS = ("logprobs", "prompt_logprobs", "return_token_ids")
 
 
 class BadRequest(Exception):
@@ -60,18 +69,37 @@ def _int_field(body: dict[str, Any], name: str, default: int | None) -> int | No
     return value
 
 
-def _prompt_tokens(body: dict[str, Any]) -> list[int] | list[str]:
+def _prompt(body: dict[str, Any]) -> str | list[int]:
     prompt = body.get("prompt_token_ids", body.get("prompt"))
     if isinstance(prompt, list) and len(prompt) == 1 and isinstance(prompt[0], (str, list)):
         prompt = prompt[0]  # a batch of one
     if isinstance(prompt, str):
-        return prompt.split()
+        return prompt
     if isinstance(prompt, list) and all(isinstance(t, int) and not isinstance(t, bool) for t in prompt):
         return prompt
     raise BadRequest("prompt must be a string or a list of token ids (one prompt per request)", param="prompt")
 
 
-def _chat_tokens(body: dict[str, Any]) -> list[str]:
+def _prompt_ids(body: dict[str, Any]) -> list[int]:
+    """The prompt as the toy model's token ids: a string's words mapped, a list of ids as given."""
+    prompt = _prompt(body)
+    if isinstance(prompt, str):
+        return [toymodel.token_id(word) for word in prompt.split()]
+    ids = list(prompt)
+    if ids and max(ids) >= toymodel.VOCAB:
+        raise BadRequest(f"Token id {max(ids)} is out of vocabulary", param="prompt")
+    return ids
+
+
+def _logprobs_field(body: dict[str, Any], name: str) -> int | None:
+    value = _int_field(body, name, None)
+    if value is not None and value > MAX_LOGPROBS:
+        kind = "sample" if name == "logprobs" else "prompt"
+        raise BadRequest(f"Requested {kind} logprobs of {value}, which is greater than max allowed: {MAX_LOGPROBS}")
+    return value
+
+
+def _chat_words(body: dict[str, Any]) -> list[str]:
     messages = body.get("messages")
     if not isinstance(messages, list) or not messages:
         raise BadRequest("messages must be a non-empty list", param="messages")
@@ -85,6 +113,14 @@ def _chat_tokens(body: dict[str, Any]) -> list[str]:
         else:
             raise BadRequest("each message needs a string or list content", param="messages")
     return words
+
+
+def _tokens(body: dict[str, Any], chat: bool) -> list[str] | list[int]:
+    """The prompt's tokens as the prefix cache sees them: words, or the ids as given."""
+    if chat:
+        return _chat_words(body)
+    prompt = _prompt(body)
+    return prompt.split() if isinstance(prompt, str) else list(prompt)
 
 
 def block_hashes(tokens: list[int] | list[str], block_size: int) -> tuple[int, ...]:
@@ -168,10 +204,16 @@ class SimServer:
     async def _generate(self, http: Request, *, chat: bool) -> Response:
         try:
             body = await self._body(http)
-            tokens = _chat_tokens(body) if chat else _prompt_tokens(body)
+            tokens = _tokens(body, chat)
             prompt_tokens = len(tokens)
             max_tokens = self._max_tokens(body, prompt_tokens, chat=chat)
             min_tokens = _int_field(body, "min_tokens", 0) or 0
+            seed = _int_field(body, "seed", None)
+            toy = None
+            if not chat and any(body.get(name) is not None for name in TOY_FIELDS):
+                if body.get("stream"):
+                    raise BadRequest("the simulator lists log-probabilities and token ids on non-streamed completions only")
+                toy = _Toy(body, _prompt_ids(body), seed)
         except BadRequest as exc:
             return _error(exc)
         assert self.engine is not None
@@ -180,6 +222,7 @@ class SimServer:
             max_tokens=max_tokens,
             min_tokens=min(min_tokens, max_tokens),
             ignore_eos=bool(body.get("ignore_eos", False)),
+            seed=seed,
             block_hashes=block_hashes(tokens, self.sizing.block_size) if self.config.enable_prefix_caching else (),
         )
         shape = _ChatShape(self, sim) if chat else _CompletionShape(self, sim)
@@ -188,7 +231,7 @@ class SimServer:
             include_usage = isinstance(options, dict) and bool(options.get("include_usage"))
             return StreamingResponse(self._stream(sim, shape, include_usage), media_type="text/event-stream")
         await self._drain(sim)
-        return JSONResponse(shape.whole())
+        return JSONResponse(shape.whole() if toy is None else toy.whole(shape))
 
     async def _body(self, http: Request) -> dict[str, Any]:
         try:
@@ -309,6 +352,61 @@ class _CompletionShape(_Shape):
             "stop_reason": None,
         }
         return {**self._envelope(self.object_whole), "choices": [choice], "usage": self.usage()}
+
+
+class _Toy:
+    """A completion answered from the toy model: its continuation, log-probabilities and token ids."""
+
+    def __init__(self, body: dict[str, Any], prompt_ids: list[int], seed: int | None) -> None:
+        self.prompt_ids = prompt_ids
+        self.logprobs = _logprobs_field(body, "logprobs")
+        self.prompt_logprobs = _logprobs_field(body, "prompt_logprobs")
+        self.as_ids = bool(body.get("return_tokens_as_token_ids"))
+        self.return_ids = bool(body.get("return_token_ids"))
+        temperature = body.get("temperature")
+        self.rng = None if temperature == 0 else random.Random(seed) if seed is not None else random.Random()
+
+    def _key(self, token: int) -> str:
+        return f"token_id:{token}" if self.as_ids else toymodel.text(token)
+
+    def _sample_logprobs(self, ids: list[int]) -> dict[str, Any]:
+        """vLLM's CompletionLogProbs: per token its log-probability and a dict of the token itself then the top k."""
+        assert self.logprobs is not None
+        tokens, values, tops, offsets, offset = [], [], [], [], 0
+        prev = self.prompt_ids[-1] if self.prompt_ids else 0
+        for token in ids:
+            value = toymodel.logprob(prev, token)[0]
+            tokens.append(self._key(token))
+            values.append(value)
+            tops.append({self._key(t): lp for t, lp in {token: value, **toymodel.top(prev, self.logprobs)}.items()})
+            offsets.append(offset)
+            offset += len(toymodel.text(token))
+            prev = token
+        return {"text_offset": offsets, "token_logprobs": values, "tokens": tokens, "top_logprobs": tops}
+
+    def _prompt_entries(self) -> list[dict[str, Any] | None]:
+        """vLLM's prompt_logprobs: null first, then {id: {logprob, rank, decoded_token}}, the prompt's token first."""
+        assert self.prompt_logprobs is not None
+        entries: list[dict[str, Any] | None] = [None]
+        for prev, token in zip(self.prompt_ids, self.prompt_ids[1:]):
+            own = toymodel.logprob(prev, token)
+            ranked = enumerate(toymodel.successors(prev)[: self.prompt_logprobs], start=1)
+            listed = {token: own, **{t: (lp, rank) for rank, (t, lp) in ranked}}
+            entries.append({str(t): {"logprob": lp, "rank": rank, "decoded_token": toymodel.text(t)}
+                            for t, (lp, rank) in listed.items()})  # fmt: skip
+        return entries
+
+    def whole(self, shape: _Shape) -> dict[str, Any]:
+        body = shape.whole()
+        prev = self.prompt_ids[-1] if self.prompt_ids else 0
+        ids = toymodel.continue_from(prev, shape.sim.output_tokens, self.rng)
+        choice = body["choices"][0]
+        choice["text"] = "".join(toymodel.text(t) for t in ids)
+        choice["logprobs"] = None if self.logprobs is None else self._sample_logprobs(ids)
+        choice["prompt_logprobs"] = None if self.prompt_logprobs is None else self._prompt_entries()
+        choice["token_ids"] = ids if self.return_ids else None
+        choice["prompt_token_ids"] = self.prompt_ids if self.return_ids else None
+        return body
 
 
 class _ChatShape(_Shape):

@@ -136,13 +136,15 @@ class Scheduler:
         arrival_s: float,
         ready_s: float,
         block_hashes: tuple[int, ...] = (),
+        seed: int | None = None,
     ) -> SimRequest:
         index = next(self._counter)
         if ignore_eos:
             target = max_tokens
         else:
-            # A seeded stand-in for the model emitting EOS: uniform between min_tokens and max_tokens.
-            rng = random.Random(f"{self.seed}:{index}")
+            # A seeded stand-in for the model emitting EOS: uniform between min_tokens and max_tokens. A
+            # request's own seed decides it, as it decides the sampled tokens (vLLM: the same seed, the same output).
+            rng = random.Random(f"{self.seed}:{index}" if seed is None else f"request:{seed}")
             target = rng.randint(max(1, min(min_tokens, max_tokens)), max_tokens)
         request = SimRequest(
             request_id=f"sim-{self.seed}-{index}",
@@ -353,7 +355,8 @@ class Engine:
         self._wake = asyncio.Event()
 
     def submit(
-        self, *, prompt_tokens: int, max_tokens: int, min_tokens: int, ignore_eos: bool, block_hashes: tuple[int, ...] = ()
+        self, *, prompt_tokens: int, max_tokens: int, min_tokens: int, ignore_eos: bool, seed: int | None = None,
+        block_hashes: tuple[int, ...] = (),
     ) -> SimRequest:
         now = time.monotonic()
         request = self.scheduler.new_request(
@@ -361,6 +364,7 @@ class Engine:
             max_tokens=max_tokens,
             min_tokens=min_tokens,
             ignore_eos=ignore_eos,
+            seed=seed,
             arrival_s=now,
             ready_s=now + REQUEST_OVERHEAD_S / self.speedup,
             block_hashes=block_hashes,

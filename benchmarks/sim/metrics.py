@@ -5,12 +5,22 @@ the GPU series) are computed at scrape time from the engine's state and its rece
 series carry its labels `model_name` and `engine` (the engine core's index, "0" with one engine),
 and `vllm:cache_config_info` is its info-style gauge (value 1) whose labels are the engine's cache
 configuration as strings, `num_gpu_blocks` and `block_size` among them (vLLM's CacheConfig.metrics_info).
-GPU series over the last WINDOW_S seconds:
-  DCGM_FI_DEV_GPU_UTIL      % of time a step was running (kernel-active time, as DCGM means it)
-  DCGM_FI_PROF_SM_ACTIVE    time-weighted compute share of steps (roofline compute time / step)
-  DCGM_FI_PROF_DRAM_ACTIVE  time-weighted memory share of steps (roofline memory time / step)
-  DCGM_FI_DEV_POWER_USAGE   IDLE_POWER_SHARE x TDP plus the rest of TDP scaled by the busier unit
-  DCGM_FI_DEV_FB_USED/FREE  what vLLM reserves (budget) plus the CUDA context, in MiB
+GPU series over the last WINDOW_S seconds, each meaning what DCGM means by it (NVIDIA's field
+definitions: docs.nvidia.com/datacenter/dcgm/latest/dcgm-api/dcgm-api-field-ids.html, and the
+profiling metrics of docs.nvidia.com/datacenter/dcgm/latest/user-guide/feature-overview.html):
+  DCGM_FI_DEV_GPU_UTIL            "percent of time over the past sample period during which one or more
+                                  kernels was executing": the share of time a step was running
+  DCGM_FI_PROF_SM_ACTIVE          "ratio of cycles an SM has at least 1 warp assigned", averaged over
+                                  SMs: a warp waiting on memory counts, so a memory-bound decode keeps it
+                                  near GPU_UTIL. Modelled as the time a step runs (a step's kernels launch
+                                  grids over every SM; the gaps between kernels are not modelled, so this
+                                  is an upper bound)
+  DCGM_FI_PROF_PIPE_TENSOR_ACTIVE "ratio of cycles the tensor (HMMA) pipe is active": the compute share
+                                  of steps (roofline compute time / step time), low for decode
+  DCGM_FI_PROF_DRAM_ACTIVE        "ratio of cycles the device memory interface is active sending or
+                                  receiving data": the memory share of steps (roofline memory time / step)
+  DCGM_FI_DEV_POWER_USAGE         IDLE_POWER_SHARE x TDP plus the rest of TDP scaled by the busier unit
+  DCGM_FI_DEV_FB_USED/FREE        what vLLM reserves (budget) plus the CUDA context, in MiB
 """
 
 from __future__ import annotations
@@ -159,7 +169,7 @@ class _EngineCollector(Collector):
                           scheduler.kv_cache_usage, **model)
         yield _counter("vllm:num_preemptions", "Cumulative number of preemptions from the engine.",
                        scheduler.preemptions_total, model)
-        # vLLM 0.11.2's names and help texts (vllm/v1/metrics/loggers.py), in tokens.
+        # vLLM's names and help texts (v0.33.0's /metrics: tests/data/vllm/v0.33.0/metrics.txt), in tokens.
         yield _counter("vllm:prefix_cache_queries", "Prefix cache queries, in terms of number of queried tokens.",
                        scheduler.prefix_queries, model)
         yield _counter("vllm:prefix_cache_hits", "Prefix cache hits, in terms of number of cached tokens.",
@@ -175,6 +185,8 @@ class _EngineCollector(Collector):
         power = self._gpu.tdp_watts * (IDLE_POWER_SHARE + (1 - IDLE_POWER_SHARE) * max(compute, memory))
         yield self._gauge("DCGM_FI_DEV_GPU_UTIL", "GPU utilization (in %).", round(100 * busy), **gpu)
         yield self._gauge("DCGM_FI_PROF_SM_ACTIVE", "Ratio of cycles an SM has at least 1 warp assigned.",
+                          busy, **gpu)
+        yield self._gauge("DCGM_FI_PROF_PIPE_TENSOR_ACTIVE", "Ratio of cycles the tensor (HMMA) pipe is active.",
                           compute, **gpu)
         yield self._gauge("DCGM_FI_PROF_DRAM_ACTIVE", "Ratio of cycles the device memory interface is active.",
                           memory, **gpu)

@@ -32,6 +32,10 @@ for arg in "$@"; do
   esac
   set -- "$@" "$arg"
 done
+# Triton pins a host memory pool at start (256 MiB unless told, `tritonserver --help`), and pinned
+# pages count against the pod's memory limit beside the CUDA context: 64 MiB is ample for CIFAR-10
+# (12 KiB an image) and leaves the limit to the server and its backend.
+set -- "$@" "--pinned-memory-pool-byte-size=67108864"
 # NVIDIA's image entrypoint sets up CUDA forward compatibility before the server starts.
 entry="${TRITON_ENTRYPOINT:-/opt/nvidia/nvidia_entrypoint.sh}"
 if [ -x "$entry" ]; then

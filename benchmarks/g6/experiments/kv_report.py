@@ -10,9 +10,13 @@ matplotlib.use("Agg")
 import matplotlib.pyplot as plt  # noqa: E402  (the backend must be chosen first)
 
 from benchmarks.g6.experiments.kv import KvLength, KvParams, KvResult  # noqa: E402
-from benchmarks.g6.report import context_lines, cost_sections, errors_section, latency_pair, price_cell, target_text  # noqa: E402
+from benchmarks.g6.report import (  # noqa: E402
+    context_lines, cost_sections, errors_section, in_flight_cell, latency_pair, price_cell, reading_notes, target_text,
+    throughput_cell,
+)  # fmt: skip
 from benchmarks.g6.shape import SIM_EOS  # noqa: E402
 from benchmarks.harness.markdown import num, table  # noqa: E402
+from benchmarks.labs.phases_report import waited_first  # noqa: E402
 
 PLOTS = ("kv-max-batch.png", "kv-probes.png")
 GIB = 1024**3
@@ -179,22 +183,23 @@ def _probes(r: KvResult) -> str:
         pt, s = probe.point, probe.point.server
         lag = pt.client_lag_ms
         rows.append([
-            probe.context_len, probe.concurrency, pt.completed, pt.failed,
+            probe.context_len, probe.concurrency, in_flight_cell(pt), pt.completed, pt.failed,
             None if s is None or s.running is None else f"{s.running.max:.0f}",
             None if s is None or s.waiting is None else f"{s.waiting.max:.0f}",
             None if s is None or s.kv_cache_usage is None else f"{s.kv_cache_usage.max:.0%}",
             None if s is None else num(s.preemptions, 0),
-            latency_pair(pt.ttft_ms), latency_pair(pt.itl_ms), num(pt.output_tokens_per_s), price_cell(pt),
+            latency_pair(pt.ttft_ms), latency_pair(pt.itl_ms), throughput_cell(pt), price_cell(pt),
             None if lag is None else f"{lag.p99:.1f}" + (" **client-bound**" if pt.client_bound else ""),
         ])  # fmt: skip
     return (
         "## Every probe\n\n"
         + table(
-            ["context length", "sequences (wave)", "ok", "failed", "running max", "waiting max", "KV peak",
-             "preemptions", "TTFT p50/p99 ms", "ITL p50/p99 ms", "output tok/s", "$ per M output tokens",
-             "client lag p99 ms"],
+            ["context length", "sequences (wave)", "in flight (mean)", "ok", "failed", "running max", "waiting max",
+             "KV peak", "preemptions", "TTFT p50/p99 ms", "ITL p50/p99 ms", "output tok/s",
+             "$ per M output tokens (GPU node spot)", "client lag p99 ms"],
             rows,
         )
+        + "\n" + reading_notes(r.params)
         + "\nRequests wait even in waves that fit: chunked prefill admits a few prompts per step (a "
         f"{r.sizing.max_num_batched_tokens if r.sizing else '?'}-token budget), so the last of a wave queues "
         "for its prefill, which shows as TTFT. A wave is sent at once, so the client's lag is that burst "
@@ -205,8 +210,8 @@ def _probes(r: KvResult) -> str:
 def render_kv_report(r: KvResult) -> str:
     labelled = [(f"{p.context_len:,} tokens x {p.concurrency} sequences", p.point) for p in r.probes]
     plots = "## Plots\n\n" + "\n".join(f"![{name}]({name})" for name in PLOTS) + "\n"
-    return "\n".join([_header(r), _answer(r), _paging(r), _probes(r),
-                      cost_sections(labelled, r.params, r.gpu_price, r.cost), errors_section(r.meta.errors), plots])  # fmt: skip
+    return waited_first("\n".join([_header(r), _answer(r), _paging(r), _probes(r), cost_sections(
+        labelled, r.params, r.gpu_price, r.cost), errors_section(r.meta.errors), plots]), r.waited)  # fmt: skip
 
 
 def max_batch_plot(r: KvResult, path: Path) -> None:

@@ -3,7 +3,7 @@
 `groups` groups of requests; every prompt of a group starts with the group's prefix of `prefix_len`
 tokens (a system prompt) and goes on with tokens of its own (--input-len). The same closed-loop point
 runs twice on one server, prefix caching on and then off (the simulator started with
---[no-]enable-prefix-caching; a stack's `vllm.enable_prefix_caching` set and `pulumi up`, restored
+--enable-prefix-caching or --disable-prefix-caching, as vLLM takes them; a stack's `vllm.enable_prefix_caching` set and `pulumi up`, restored
 after, as the kv experiment does with the memory setting; a server given by URL runs as it is, one arm).
 
 A cached prefix is paid for once per group instead of once per request: its prefill is skipped (TTFT

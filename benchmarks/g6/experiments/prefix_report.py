@@ -51,11 +51,11 @@ def _header(r: PrefixResult) -> str:
         f"{x.prefix_len:,}-token prefix (a system prompt), then {asked_text(p)}",
         f"- One closed-loop point per arm at concurrency {p.concurrency[0]}, {p.requests} counted requests after "
         f"a warm-up; the arms: prefix caching {', '.join(_name(a) for a in r.arms) or 'none measured'}, each on "
-        "its own server start (" + {"sim": "the simulator with --[no-]enable-prefix-caching",
+        "its own server start (" + {"sim": "the simulator with --enable-/--disable-prefix-caching",
                                     "stack": "the stack's vllm.enable_prefix_caching and `pulumi up`, restored after",
                                     "url": "the server given, as it runs"}[p.target_kind] + ")",  # fmt: skip
         "- Hit rate: the server's own counters `vllm:prefix_cache_hits` / `vllm:prefix_cache_queries` (tokens, "
-        "vLLM 0.11.2's names) over the point, warm-up included"
+        "vLLM v0.33.0's names) over the point, warm-up included"
         + ("; the simulator counts as vLLM does, at admission" if p.target_kind == "sim" else ""),
         *context_lines(m, p, [a.points[0] for a in r.arms if a.points]),
     ]
@@ -63,16 +63,15 @@ def _header(r: PrefixResult) -> str:
 
 
 def _arms(r: PrefixResult) -> str:
-    sp = r.params.speedup
     rows = []
     for a in r.arms:
         pt = a.points[0]
         rows.append([
             _name(a), _hit_cell(a),
             num(a.cached_tokens_per_request, 0),
-            None if pt.ttft_ms is None else f"{pt.ttft_ms.p50 * sp:,.1f} / {pt.ttft_ms.p99 * sp:,.1f}",
-            None if pt.e2e_ms is None else f"{pt.e2e_ms.p50 * sp:,.0f}",
-            f"{pt.output_tokens_per_s / sp:,.0f}", num(_blocks(a, "mean"), 0), num(_blocks(a, "max"), 0),
+            None if pt.ttft_ms is None else f"{pt.ttft_ms.p50:,.1f} / {pt.ttft_ms.p99:,.1f}",
+            None if pt.e2e_ms is None else f"{pt.e2e_ms.p50:,.0f}",
+            f"{pt.output_tokens_per_s:,.0f}", num(_blocks(a, "mean"), 0), num(_blocks(a, "max"), 0),
             price_cell(pt),
         ])  # fmt: skip
     return "## Prefix caching on and off\n\n" + table(
@@ -89,16 +88,15 @@ def _reading(r: PrefixResult) -> str:
     if on is None or off is None:
         lines.append("Only one arm ran: no comparison of on with off.")
         return "\n".join(lines) + "\n"
-    sp = r.params.speedup
     a, b = on.points[0], off.points[0]
     cached = on.cached_tokens_per_request
     floor = roofline_s_per_prefix_token(r.sizing, r.prefix.prefix_len)
     if a.ttft_ms and b.ttft_ms and cached:
-        saved_ms = (b.ttft_ms.p50 - a.ttft_ms.p50) * sp
+        saved_ms = b.ttft_ms.p50 - a.ttft_ms.p50
         per_token_us = 1000 * saved_ms / cached
         lines.append(
-            f"- TTFT p50 fell by {saved_ms:,.1f} ms with the cache on ({b.ttft_ms.p50 * sp:,.1f} -> "
-            f"{a.ttft_ms.p50 * sp:,.1f} ms): {per_token_us:,.2f} us per cached token"
+            f"- TTFT p50 fell by {saved_ms:,.1f} ms with the cache on ({b.ttft_ms.p50:,.1f} -> "
+            f"{a.ttft_ms.p50:,.1f} ms): {per_token_us:,.2f} us per cached token"
             + (f", against a prefill roofline of {floor * 1e6:,.2f} us per token (the prefix's FLOPs at the GPU's "
                f"peak: the least a skipped token can save; queueing behind other prefills adds to what it does save)"
                if floor is not None else "") + "."  # fmt: skip
@@ -134,13 +132,12 @@ def render_prefix_report(r: PrefixResult) -> str:
 
 def prefix_plot(r: PrefixResult, path: Path) -> None:
     """Left: TTFT p50 and p99 per arm. Right: KV blocks held (mean and peak) per arm."""
-    sp = r.params.speedup
     arms = [a for a in r.arms if a.points]
     fig, (ttft, kv) = plt.subplots(1, 2, figsize=(10, 4.2))
     x = list(range(len(arms)))
     names = [f"caching {_name(a)}" for a in arms]
     for k, (q, color) in enumerate((("p50", "#3182bd"), ("p99", "#9ecae1"))):
-        values = [getattr(a.points[0].ttft_ms, q) * sp if a.points[0].ttft_ms else 0 for a in arms]
+        values = [getattr(a.points[0].ttft_ms, q) if a.points[0].ttft_ms else 0 for a in arms]
         ttft.bar([i + 0.38 * k for i in x], values, width=0.38, color=color, label=f"TTFT {q}")
     ttft.set_xticks([i + 0.19 for i in x], names)
     ttft.set_ylabel("ms (GPU time)")

@@ -1,185 +1,148 @@
 """What a quantized variant costs in quality, scored by the servers themselves: no data set download.
 
-1. The baseline writes greedy continuations of the project's own prompts (prompts.py) and scores
-   them: the log-probability of every continuation token given what precedes it.
-2. Each variant (the baseline again included, as the noise floor of a rerun) scores the same
-   prompt + baseline continuation through the completions API's prompt log-probabilities, and
-   writes its own greedy continuation of each prompt.
-3. Against the baseline: the mean log-likelihood delta per baseline token, the perplexity ratio on
-   the baseline's text, top-1 agreement (where the variant's most likely token is the one the
-   baseline chose), and the share of continuations that stay identical under greedy decoding.
+1. The baseline continues each of the project's own prompts (prompts.py) by sampling at temperature
+   1, seeded per prompt, and lists its top-k log-probabilities at every generated position.
+2. Every variant (the baseline again included: the noise floor) scores the same token ids, prompt
+   and continuation sent as ids so nothing is re-tokenized, through vLLM's `prompt_logprobs`: its own
+   top-k at the same positions.
+3. divergence.py turns the two into KL(baseline || variant), top-1 agreement and the log-probability
+   delta of the sampled tokens, each with a bootstrap interval over prompts, and compares each variant
+   with the floor.
 
-Log-probabilities come from `echo` + `logprobs` (`choices[0].logprobs`, OpenAI's legacy format) or,
-when echo brings none, vLLM's `prompt_logprobs`; tests/data/vllm/ has recorded bodies of both.
-A variant may split the continuation into tokens differently (another tokenizer, or merges at a
-boundary): its log-likelihood still covers the same text, so the delta is per *baseline* token, and
-top-1 agreement counts only positions where both split the text the same way (the aligned share says
-how many). Which tokens are the continuation is decided by position (the prompt's token count, from
-the same server's generation response), not by `text_offset`: offsets count token-string lengths,
-and a BOS token or a byte-level fragment shifts them away from the text.
+Wire format (vLLM's completions API, checked against vLLM 0.11.2's entrypoints/openai/protocol.py and
+serving_completion.py; unchanged in 0.33.0): a generation with `logprobs: k` answers
+`choices[0].logprobs.top_logprobs`, one dict per generated token holding the token itself and the top
+k; `return_tokens_as_token_ids` keys them `"token_id:<id>"` (decoded text collides across ids), and
+`return_token_ids` adds `choices[0].prompt_token_ids`. A scoring request with `prompt_logprobs: k`
+answers `choices[0].prompt_logprobs`, null for the first position, then `{"<id>": {"logprob", "rank",
+"decoded_token"}}` with the prompt's own token first; such a request skips reading the prefix cache
+(SamplingParams.skip_reading_prefix_cache), so every position is computed. vLLM refuses k above `--max-logprobs`
+(ModelConfig.max_logprobs, 20 by default) with HTTP 400. tests/data/vllm/ has recorded bodies.
+Token ids compare across variants only when they share the tokenizer, as a publisher's quantized
+checkpoints of one model do (the catalogue's AWQ and GPTQ checkpoints of Qwen2.5).
 """
 
 from __future__ import annotations
 
 import json
-import math
-from collections.abc import Sequence
-from typing import Any
+from collections.abc import Callable, Sequence
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass
+from typing import Any, TypeVar
 
 from pydantic import BaseModel, ConfigDict
 
+from benchmarks.g6.experiments.divergence import Position, QualityScore, prompt_score, score
 from benchmarks.harness.errors import HarnessError
 from benchmarks.harness.server import Server
+
+TOP_K = 20  # vLLM's default --max-logprobs: the most log-probabilities it lists per position
+# Requests in flight at once: the continuations are batched by the server as any load is, so the
+# baseline's 64 x 128 tokens take seconds of GPU time rather than minutes one after another.
+CONCURRENCY = 16
+# Sampling from the model's own distribution: every knob explicit, because vLLM otherwise applies the
+# checkpoint's generation_config.json defaults (Qwen2.5's Instruct checkpoints lower the temperature,
+# cut top-p and top-k and add a repetition penalty), and samples from another distribution would not
+# estimate KL(p || q). top_k 0 disables top-k in vLLM 0.11.2 and 0.33.0 (SamplingParams). The listed
+# log-probabilities are the model's own either way (ModelConfig.logprobs_mode "raw_logprobs", the default).
+SAMPLING = {"temperature": 1.0, "top_p": 1.0, "top_k": 0, "min_p": 0.0, "repetition_penalty": 1.0,
+            "presence_penalty": 0.0, "frequency_penalty": 0.0}  # fmt: skip
+TOKEN_ID = "token_id:"
+
+T = TypeVar("T")
+R = TypeVar("R")
 
 
 class QualityError(Exception):
     """A server answer the scorer cannot use, with what was wrong and where."""
 
 
-class Token(BaseModel):
-    """One position of a scored text: its token, log-probability, and whether it was the top-1 choice."""
-
-    model_config = ConfigDict(frozen=True, extra="forbid")
-
-    text: str
-    logprob: float
-    top1: bool | None  # None: the response listed no alternatives at this position
-
-
-def _echo_tokens(logprobs: dict[str, Any], count: int) -> list[Token | None]:
-    tokens, values, tops = logprobs["tokens"], logprobs["token_logprobs"], logprobs.get("top_logprobs") or []
-    out: list[Token | None] = [None]
-    for i in range(1, count):
-        if values[i] is None:
-            raise QualityError(f"echo logprobs: no log-probability at prompt position {i}")
-        top = tops[i] if i < len(tops) else None
-        # The top-k dict holds the token itself and the most likely ones, keyed by decoded text.
-        best = max(top.values()) if top else None
-        out.append(Token(text=tokens[i], logprob=values[i], top1=None if best is None else values[i] >= best))
-    return out
-
-
-def _prompt_logprob_tokens(entries: list[dict[str, Any] | None], count: int) -> list[Token | None]:
-    out: list[Token | None] = [None]
-    for i in range(1, count):
-        entry = entries[i] if i < len(entries) else None
-        if not entry:
-            raise QualityError(f"prompt_logprobs: no entry at prompt position {i}")
-        # vLLM lists the prompt's own token first, then the top-k; its rank says whether it was top-1.
-        own = next(iter(entry.values()))
-        out.append(Token(text=own["decoded_token"], logprob=own["logprob"], top1=own["rank"] == 1))
-    return out
-
-
-def scored_positions(body: dict[str, Any]) -> list[Token | None]:
-    """Every prompt position of a completions response (None at position 0, which has no context)."""
-    try:
-        choice = body["choices"][0]
-        count = body["usage"]["prompt_tokens"]
-    except (KeyError, IndexError, TypeError) as exc:
-        raise QualityError(f"not a completions response (no choices[0] or usage.prompt_tokens): {exc!r}") from None
-    echo = choice.get("logprobs")
-    if echo and any(v is not None for v in (echo.get("token_logprobs") or [])[1:count]):
-        return _echo_tokens(echo, count)
-    entries = choice.get("prompt_logprobs")
-    if entries and any(entries[1:count]):
-        return _prompt_logprob_tokens(entries, count)
-    raise QualityError(
-        "the response has no prompt log-probabilities (neither echo logprobs nor prompt_logprobs): "
-        "does the server support `echo` with `logprobs`?"
-    )
-
-
 class Continuation(BaseModel):
-    """A greedy continuation of one prompt, and how many tokens the server made of the prompt."""
+    """One sampled continuation of the baseline, as result.json keeps it."""
 
     model_config = ConfigDict(frozen=True, extra="forbid")
 
     prompt: str
     text: str
     prompt_tokens: int
+    tokens: int
+    finish_reason: str | None
 
 
-class Reference(BaseModel):
-    """The baseline's continuations and its scores of them: what every variant is compared with."""
+@dataclass(frozen=True)
+class Sample:
+    """A continuation with its token ids and the baseline's top-k at each of its positions."""
 
-    model_config = ConfigDict(frozen=True, extra="forbid")
+    continuation: Continuation
+    prompt_ids: list[int]
+    positions: list[Position]
 
-    model: str
-    continuations: list[Continuation]
-    scores: list[list[Token]]
-
-
-class QualityScore(BaseModel):
-    """A variant against the reference, over every prompt with a non-empty continuation."""
-
-    model_config = ConfigDict(frozen=True, extra="forbid")
-
-    prompts: int
-    baseline_tokens: int
-    mean_logprob_delta: float  # per baseline token: (variant LL - baseline LL) / baseline tokens
-    perplexity_ratio: float  # variant's perplexity on the baseline's text over the baseline's own
-    top1_agreement: float | None  # over aligned positions; None when no position listed alternatives
-    aligned_share: float  # positions both split the same way, of the baseline's tokens
-    identical_share: float  # greedy continuations equal to the baseline's, of all prompts
+    @property
+    def ids(self) -> list[int]:
+        return [p.token for p in self.positions]
 
 
-def _spans(tokens: Sequence[Token]) -> dict[tuple[int, str], Token]:
-    """Tokens keyed by (offset from the continuation's start, text)."""
-    spans, offset = {}, 0
-    for token in tokens:
-        spans[(offset, token.text)] = token
-        offset += len(token.text)
-    return spans
+def _choice(body: dict[str, Any]) -> dict[str, Any]:
+    try:
+        return body["choices"][0]
+    except (KeyError, IndexError, TypeError):
+        raise QualityError(f"not a completions response (no choices[0]): {str(body)[:120]}") from None
 
 
-def compare(reference: Reference, scores: Sequence[Sequence[Token]], texts: Sequence[str]) -> QualityScore:
-    """A variant's scores of the reference continuations and its own greedy texts, against the reference."""
-    base_ll = variant_ll = 0.0
-    base_tokens = aligned = agree = listed = used = 0
-    for ref, variant in zip(reference.scores, scores):
-        if not ref:
-            continue  # the baseline ended at once (EOS): nothing to score
-        used += 1
-        base_ll += sum(t.logprob for t in ref)
-        variant_ll += sum(t.logprob for t in variant)
-        base_tokens += len(ref)
-        ref_spans, variant_spans = _spans(ref), _spans(variant)
-        for key in ref_spans.keys() & variant_spans.keys():
-            aligned += 1
-            top1 = variant_spans[key].top1
-            if top1 is not None:
-                listed += 1
-                agree += top1
-    if not base_tokens:
-        raise QualityError("every baseline continuation is empty: nothing to score")
-    delta = (variant_ll - base_ll) / base_tokens
-    identical = sum(ref.text == text for ref, text in zip(reference.continuations, texts))
-    return QualityScore(
-        prompts=used,
-        baseline_tokens=base_tokens,
-        mean_logprob_delta=delta,
-        perplexity_ratio=math.exp(-delta),
-        top1_agreement=agree / listed if listed else None,
-        aligned_share=aligned / base_tokens,
-        identical_share=identical / len(reference.continuations),
-    )
+def _token_id(key: str) -> int:
+    if not key.startswith(TOKEN_ID):
+        raise QualityError(f"log-probabilities keyed {key!r}, not {TOKEN_ID}<id>: does the server support "
+                           "return_tokens_as_token_ids?")  # fmt: skip
+    return int(key.removeprefix(TOKEN_ID))
+
+
+def parse_sample(prompt: str, body: dict[str, Any]) -> Sample:
+    """A generation answered with `logprobs`, `return_tokens_as_token_ids` and `return_token_ids`."""
+    choice = _choice(body)
+    logprobs, prompt_ids = choice.get("logprobs"), choice.get("prompt_token_ids")
+    if not logprobs or not isinstance(prompt_ids, list):
+        raise QualityError("the generation has no logprobs or no prompt_token_ids: does the server support "
+                           "logprobs and return_token_ids?")  # fmt: skip
+    positions = []
+    for i, (key, value, top) in enumerate(zip(logprobs["tokens"], logprobs["token_logprobs"], logprobs["top_logprobs"])):
+        if value is None or not top:
+            raise QualityError(f"the generation lists no log-probabilities at output position {i}")
+        token = _token_id(key)
+        positions.append(Position(token=token, top={**{_token_id(k): v for k, v in top.items()}, token: value}))
+    continuation = Continuation(prompt=prompt, text=choice.get("text", ""), prompt_tokens=len(prompt_ids),
+                                tokens=len(positions), finish_reason=choice.get("finish_reason"))  # fmt: skip
+    return Sample(continuation=continuation, prompt_ids=prompt_ids, positions=positions)
+
+
+def parse_scores(body: dict[str, Any], sent: Sequence[int], start: int) -> list[Position]:
+    """The variant's top-k at positions `start`.. of the token ids it was sent, from `prompt_logprobs`."""
+    entries = _choice(body).get("prompt_logprobs")
+    if not isinstance(entries, list):
+        raise QualityError("the response has no prompt_logprobs: does the server support vLLM's prompt_logprobs?")
+    if len(entries) != len(sent):
+        raise QualityError(f"prompt_logprobs has {len(entries)} positions for the {len(sent)} token ids sent")
+    positions = []
+    for i in range(start, len(sent)):
+        entry = entries[i]
+        if not entry or str(sent[i]) not in entry:
+            raise QualityError(f"prompt_logprobs: no entry for token {sent[i]} at position {i}")
+        positions.append(Position(token=sent[i], top={int(k): v["logprob"] for k, v in entry.items()}))
+    return positions
 
 
 class QualityClient:
-    """Greedy generations and prompt scoring against one server, through the way this process reaches
-    it (`Server.post`: plain HTTP, or the API server's service proxy)."""
+    """Sampled generations and scoring against one server, through the way this process reaches it
+    (`Server.post`: plain HTTP, or the API server's service proxy)."""
 
-    def __init__(self, server: Server, model: str, timeout_s: float = 120.0):
+    def __init__(self, server: Server, model: str, timeout_s: float = 120.0, concurrency: int = CONCURRENCY):
         self.server = server
         self.model = model
         self.timeout_s = timeout_s
+        self.concurrency = concurrency
 
     def _post(self, body: dict[str, Any]) -> dict[str, Any]:
         try:
-            text = self.server.post(
-                "/v1/completions", {"model": self.model, "temperature": 0.0, **body}, self.timeout_s
-            )
+            text = self.server.post("/v1/completions", {"model": self.model, **body}, self.timeout_s)
         except HarnessError as exc:
             raise QualityError(f"{self.model}: completions request failed: {exc}") from exc
         try:
@@ -187,28 +150,32 @@ class QualityClient:
         except ValueError as exc:
             raise QualityError(f"{self.model}: completions answered no JSON: {exc}") from exc
 
-    def generate(self, prompt: str, max_tokens: int) -> Continuation:
-        body = self._post({"prompt": prompt, "max_tokens": max_tokens})
-        try:
-            return Continuation(prompt=prompt, text=body["choices"][0]["text"], prompt_tokens=body["usage"]["prompt_tokens"])
-        except (KeyError, IndexError, TypeError) as exc:
-            raise QualityError(f"{self.model}: a generation without choices[0].text or usage: {exc!r}") from None
+    def map(self, fn: Callable[[T], R], items: Sequence[T]) -> list[R]:
+        """`fn` over `items`, `concurrency` at a time, in order; the first error raised."""
+        with ThreadPoolExecutor(max_workers=self.concurrency) as pool:
+            return list(pool.map(fn, items))
 
-    def score(self, skip: int, text: str) -> list[Token]:
-        """Log-probabilities of the tokens of `text` after its first `skip` positions (the prompt's)."""
-        # Both forms asked for: echo + logprobs is OpenAI's, prompt_logprobs vLLM's extension.
-        body = self._post({"prompt": text, "max_tokens": 1, "echo": True, "logprobs": 1, "prompt_logprobs": 1})
-        return [t for t in scored_positions(body)[skip:] if t is not None]
+    def sample(self, prompt: str, max_tokens: int, seed: int) -> Sample:
+        body = self._post({"prompt": prompt, "max_tokens": max_tokens, "seed": seed, **SAMPLING, "logprobs": TOP_K,
+                           "return_tokens_as_token_ids": True, "return_token_ids": True})  # fmt: skip
+        return parse_sample(prompt, body)
 
-
-def reference(client: QualityClient, prompts: Sequence[str], max_tokens: int) -> Reference:
-    continuations = [client.generate(p, max_tokens) for p in prompts]
-    scores = [client.score(c.prompt_tokens, c.prompt + c.text) for c in continuations]
-    return Reference(model=client.model, continuations=continuations, scores=scores)
+    def score(self, sample: Sample) -> list[Position]:
+        """This server's top-k at each position of the sample's continuation."""
+        sent = [*sample.prompt_ids, *sample.ids]
+        body = self._post({"prompt": sent, "max_tokens": 1, "temperature": 0.0, "prompt_logprobs": TOP_K})
+        return parse_scores(body, sent, len(sample.prompt_ids))
 
 
-def score_variant(client: QualityClient, ref: Reference, max_tokens: int) -> QualityScore:
-    """The variant's scores of the reference texts and its own greedy continuations, compared."""
-    own = [client.generate(c.prompt, max_tokens) for c in ref.continuations]
-    scores = [client.score(o.prompt_tokens, c.prompt + c.text) for o, c in zip(own, ref.continuations)]
-    return compare(ref, scores, [o.text for o in own])
+def reference(client: QualityClient, prompts: Sequence[str], max_tokens: int, seed: int) -> list[Sample]:
+    """The baseline's continuations, prompt i sampled with seed `seed + i`."""
+    return client.map(lambda item: client.sample(item[1], max_tokens, seed + item[0]), list(enumerate(prompts)))
+
+
+def score_variant(client: QualityClient, ref: Sequence[Sample], seed: int, floor: QualityScore | None) -> QualityScore:
+    """This server's scores of the baseline's continuations, against the baseline's own top-k."""
+    scored = client.map(lambda s: client.score(s) if s.positions else [], ref)
+    try:
+        return score([prompt_score(s.positions, v) for s, v in zip(ref, scored)], seed, floor)
+    except ValueError as exc:
+        raise QualityError(str(exc)) from None

@@ -8,7 +8,9 @@ with it, or a stack's `vllm.model` / `vllm.quantization` set and `pulumi up`, re
   awq         the publisher's AWQ int4 checkpoint (`<model>-AWQ`; vLLM picks its awq_marlin kernel)
   gptq-int8   the publisher's GPTQ int8 checkpoint (`<model>-GPTQ-Int8`; gptq_marlin)
   gptq-int4   the publisher's GPTQ int4 checkpoint (`<model>-GPTQ-Int4`; gptq_marlin)
-The first variant listed is the baseline quality is measured against. A variant the sizing says
+The first variant listed is the baseline quality is measured against (quality.py: KL over vLLM's
+top-20 log-probabilities on the baseline's samples, with intervals and the baseline's own noise floor),
+and each variant's weight kernel is read from the server's start-up log (kernels.py). A variant the sizing says
 vLLM would refuse, one whose checkpoint the catalogue does not know, or one whose server does not
 come up is reported as failed with the reason; the others still run.
 """
@@ -23,8 +25,10 @@ from pydantic import BaseModel, ConfigDict, Field
 from benchmarks.g6.analysis import size_for
 from benchmarks.g6.config import G6Params
 from benchmarks.g6.errors import G6Error
-from benchmarks.g6.experiments.prompts import select
-from benchmarks.g6.experiments.quality import QualityClient, QualityError, QualityScore, Reference, reference, score_variant
+from benchmarks.g6.experiments.divergence import QualityScore
+from benchmarks.g6.experiments.kernels import NOT_KNOWN_SIM, NOT_READABLE, kernel_from_log
+from benchmarks.g6.experiments.prompts import PROMPTS, select
+from benchmarks.g6.experiments.quality import Continuation, QualityClient, QualityError, Sample, reference, score_variant
 from benchmarks.g6.result import ExperimentResult, G6Point, GpuPrice
 from benchmarks.g6.sweep import (
     Measurement,
@@ -57,8 +61,8 @@ class QuantParams(BaseModel):
     model_config = ConfigDict(frozen=True, extra="forbid")
 
     variants: list[VariantName] = Field(min_length=1)
-    quality_prompts: int = Field(16, ge=1)
-    quality_tokens: int = Field(64, ge=1, description="greedy continuation length per prompt")
+    quality_prompts: int = Field(64, ge=1, le=len(PROMPTS), description="prompts of the project's own set")
+    quality_tokens: int = Field(128, ge=1, description="most tokens sampled per continuation")
 
 
 def variant_settings(variant: str, model: str) -> ServerSettings:
@@ -88,6 +92,7 @@ class VariantResult(BaseModel):
     sizing: Sizing | None = None
     cache: KvCacheConfig | None = None
     points: list[G6Point] = []
+    kernel: str = Field(NOT_KNOWN_SIM, description="the weight kernel vLLM's start-up log names")
     quality: QualityScore | None = None
     quality_note: str = ""
 
@@ -95,13 +100,13 @@ class VariantResult(BaseModel):
 class QuantResult(ExperimentResult):
     quant: QuantParams
     variants: list[VariantResult]
-    reference: Reference | None = Field(None, description="the baseline's continuations and their scores")
+    reference: list[Continuation] | None = Field(None, description="the baseline's sampled continuations")
 
 
 @dataclass
 class QuantOutcome(Outcome):
     variants: list[VariantResult] = field(default_factory=list)
-    reference: Reference | None = None
+    reference: list[Sample] | None = None  # the baseline's continuations with its top-k log-probabilities
     planned: int = 0  # points
     planned_variants: int = 0
 
@@ -113,26 +118,38 @@ class QuantOutcome(Outcome):
         return f"{self.measured} of {self.planned} points ({len(self.variants)} of {self.planned_variants} variants started)"
 
 
-def _quality(params: G6Params, quant: QuantParams, server: Server, served: str, ref: Reference | None,
-             baseline: bool) -> tuple[Reference | None, QualityScore | None, str]:  # fmt: skip
-    """The baseline's reference (when this is the baseline) and this variant's score against it, or
-    why there is none."""
-    if params.target_kind == "sim":
-        return ref, None, NOT_MEASURED_SIM
+def _quality(params: G6Params, quant: QuantParams, server: Server, served: str, ref: list[Sample] | None,
+             floor: QualityScore | None) -> tuple[list[Sample] | None, QualityScore | None, str]:  # fmt: skip
+    """The baseline's continuations (sampled here when `ref` is None: this is the baseline) and this
+    variant's score against them and the `floor`, or why there is none."""
     # Sent from this process the way it reads the server (for a stack, the API server's service proxy),
-    # not from the in-cluster Job: a few dozen short, non-streamed requests whose answer is the
+    # not from the in-cluster Job: a few hundred non-streamed requests whose answer is the
     # log-probabilities, not their timing, so the proxy's extra hop costs nothing it measures; and the
     # scorer keeps its answers here, with no second program shipped into the cluster for them.
     client = QualityClient(server, served, timeout_s=params.timeouts.total_s)
+    baseline = ref is None
     try:
         if baseline:
-            ref = reference(client, select(quant.quality_prompts, params.seed), quant.quality_tokens)
-        if ref is None:
-            return None, None, "not measured: the baseline gave no reference continuations (see its row)"
-        score = score_variant(client, ref, quant.quality_tokens)
-        return ref, score, "the baseline rescored: the noise floor of a rerun" if baseline else ""
+            ref = reference(client, select(quant.quality_prompts, params.seed), quant.quality_tokens, params.seed)
+        score = score_variant(client, ref, params.seed, floor)
     except QualityError as exc:
         return ref, None, f"not measured: {exc}"
+    # The simulator's log-probabilities are its toy model's, the same for every variant: the pipeline ran,
+    # its figures are kept, and they are never presented as a quality measurement.
+    if params.target_kind == "sim":
+        return ref, score, NOT_MEASURED_SIM
+    return ref, score, "the baseline against itself: the noise floor" if baseline else ""
+
+
+def _kernel(params: G6Params, server: Server) -> str:
+    if params.target_kind == "sim":
+        return NOT_KNOWN_SIM
+    if server.log is None:
+        return NOT_READABLE
+    try:
+        return kernel_from_log(server.log())
+    except HarnessError as exc:
+        return f"not known: {exc}"
 
 
 def variant_specs(params: G6Params, base_url: str, served: str) -> list[LoadSpec]:
@@ -191,6 +208,8 @@ def _variant(
     try:
         with target.serving(settings) as server:
             outcome.server_versions = outcome.server_versions or server_versions(server)
+            # Read before any load: the start-up lines are at the head of a log the load grows.
+            result = result.model_copy(update={"kernel": _kernel(params, server)})
             try:
                 result = result.model_copy(update={"cache": kv_cache_config(server)})
             except MetricsError as exc:
@@ -201,7 +220,11 @@ def _variant(
                 )
                 points.append(point)
                 outcome.errors += errors
-            outcome.reference, score, note = _quality(params, quant, server, served, outcome.reference, baseline)
+            if not baseline and outcome.reference is None:
+                score, note = None, "not measured: the baseline gave no reference continuations (see its row)"
+            else:
+                floor = None if baseline else outcome.variants[0].quality
+                outcome.reference, score, note = _quality(params, quant, server, served, outcome.reference, floor)
     except (G6Error, HarnessError) as exc:
         # A server that does not come up (a failed `pulumi up`, a simulator that exits).
         return result.model_copy(update={"error": f"did not run: {exc}", "points": points})
@@ -214,6 +237,6 @@ def _variant(
 def quant_result(meta: RunMeta, params: G6Params, quant: QuantParams, outcome: QuantOutcome, price: GpuPrice | None,
                  cost: str | None) -> QuantResult:  # fmt: skip
     return QuantResult(
-        meta=meta, params=params, quant=quant, variants=outcome.variants, reference=outcome.reference,
-        gpu_price=price, cost=cost,
+        meta=meta, params=params, quant=quant, variants=outcome.variants, gpu_price=price, cost=cost,
+        reference=None if outcome.reference is None else [s.continuation for s in outcome.reference],
     )  # fmt: skip

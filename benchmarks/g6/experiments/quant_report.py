@@ -9,11 +9,17 @@ import matplotlib
 matplotlib.use("Agg")
 import matplotlib.pyplot as plt  # noqa: E402  (the backend must be chosen first)
 
+from benchmarks.g6.experiments.divergence import RESAMPLES, Estimate, QualityScore  # noqa: E402
+from benchmarks.g6.experiments.quality import TOP_K  # noqa: E402
 from benchmarks.g6.experiments.quant import QuantResult, VariantResult  # noqa: E402
-from benchmarks.g6.report import context_lines, cost_sections, errors_section, latency_pair, price_cell, target_text  # noqa: E402
+from benchmarks.g6.report import (  # noqa: E402
+    context_lines, cost_sections, errors_section, in_flight_cell, latency_pair, price_cell, reading_notes, target_text,
+    throughput_cell,
+)  # fmt: skip
 from benchmarks.g6.result import G6Point  # noqa: E402
 from benchmarks.g6.shape import asked_text  # noqa: E402
 from benchmarks.harness.markdown import num, table  # noqa: E402
+from benchmarks.labs.phases_report import waited_first  # noqa: E402
 
 PLOTS = ("quant-tradeoffs.png",)
 GIB = 1024**3
@@ -35,13 +41,23 @@ def _setting(v: VariantResult) -> str:
 
 def _header(r: QuantResult) -> str:
     m, p, q = r.meta, r.params, r.quant
+    method = (
+        f"{q.quality_prompts} prompts of the project's own set (seed {p.seed}, no data set downloaded); the baseline "
+        f"samples up to {q.quality_tokens} tokens from each at temperature 1 (seed {p.seed} + the prompt's index), "
+        f"listing its top-{TOP_K} log-probabilities at every position; every variant scores the same token ids "
+        f"through vLLM's `prompt_logprobs` (top-{TOP_K}). KL(baseline || variant) per position over the tokens both "
+        "list, the rest of the vocabulary as one bucket (a lower bound of the full KL); top-1 agreement: both would "
+        f"pick the same greedy token. Intervals: bootstrap 95% over prompts ({RESAMPLES:,} resamples). Noise floor: "
+        "the baseline scoring its own continuations"
+    )
+    scored = next((v.quality for v in r.variants if v.quality is not None), None)
     quality = (
-        "not measured (simulator): the simulator has no model, so it has no log-probabilities to compare, and "
-        "none are invented"
+        "not measured (simulator): the pipeline below ran end to end against the simulator's toy model"
+        + (f" ({scored.positions:,} positions of {scored.prompts} prompts per variant)" if scored else "")
+        + ", whose log-probabilities are one made-up distribution shared by every variant, so no quality figure "
+        f"is reported. The pipeline: {method}"
         if p.target_kind == "sim"
-        else f"{q.quality_prompts} prompts of the project's own set (seed {p.seed}), greedy continuations of up to "
-        f"{q.quality_tokens} tokens by the baseline, scored by every variant through the completions API's prompt "
-        "log-probabilities (`echo` + `logprobs`, or vLLM's `prompt_logprobs`); no data set downloaded"
+        else method
     )
     lines = [
         "# Lab g6: what quantization buys and what it costs",
@@ -51,7 +67,7 @@ def _header(r: QuantResult) -> str:
         "## What was run",
         "",
         f"- Variants, the first the baseline: {', '.join(f'{v.variant} ({_setting(v)})' for v in r.variants)}",
-        f"- Per variant: closed-loop points at concurrency {p.concurrency or list(_levels(r))}, {p.requests} counted "
+        f"- Per variant: closed-loop points at concurrency {p.concurrency or list(_levels(r))}, {p.requests if p.requests is not None else 'max(64, 8 x concurrency)'} counted "
         f"requests each after a warm-up, {asked_text(p)}; server at gpu-memory-utilization {p.gpu_memory_utilization:g}"
         + (f", max-model-len {p.max_model_len}" if p.max_model_len else ""),
         f"- Quality: {quality}",
@@ -66,16 +82,31 @@ def _kv_tokens(v: VariantResult) -> str | None:
     return f"{vllm} / {predicted}"
 
 
-def _quality_cells(v: VariantResult) -> list[str | None]:
+def _g(e: Estimate, sign: str = "") -> str:
+    lo, hi = e.ci95
+    return f"{e.value:{sign}.3g} [{lo:{sign}.3g}, {hi:{sign}.3g}]"
+
+
+def _pct(e: Estimate) -> str:
+    lo, hi = e.ci95
+    return f"{e.value:.1%} [{lo:.1%}, {hi:.1%}]"
+
+
+def _against_floor(r: QuantResult, v: VariantResult, q: QualityScore) -> str:
+    """Whether the variant's difference from the baseline stands above the noise floor."""
+    f = q.floor
+    if f is None:
+        return "the floor" if v is r.variants[0] else "no floor to compare with (the baseline's own score is missing)"
+    kl = f"KL {'resolved' if f.kl_resolved else 'below the floor'}: {_g(f.kl_excess, '+')} nats/token above it"
+    top1 = f"top-1 {'resolved' if f.top1_resolved else 'below the floor'}: {_pct(f.top1_drop)} lower agreement"
+    return f"{kl}; {top1}"
+
+
+def _quality_cells(r: QuantResult, v: VariantResult) -> list[str | None]:
     q = v.quality
-    if q is None:
+    if q is None or r.params.target_kind == "sim":
         return [v.quality_note or None, None, None, None]
-    return [
-        f"{q.mean_logprob_delta:+.4f}",
-        f"{q.perplexity_ratio:.4f}",
-        None if q.top1_agreement is None else f"{q.top1_agreement:.1%} ({q.aligned_share:.0%} aligned)",
-        f"{q.identical_share:.0%}",
-    ]
+    return [_g(q.kl), _pct(q.top1_agreement), _g(q.logprob_delta, "+"), _against_floor(r, v, q)]
 
 
 def _table(r: QuantResult) -> str:
@@ -83,22 +114,23 @@ def _table(r: QuantResult) -> str:
     rows = []
     for v in r.variants:
         if v.error is not None:
-            rows.append([v.variant, _setting(v), f"**failed**: {v.error}", *[None] * 10])
+            rows.append([v.variant, _setting(v), f"**failed**: {v.error}", *[None] * 12])
             continue
         a, b = _at(v, low), _at(v, high)
         rows.append([
-            v.variant, _setting(v),
+            v.variant, _setting(v), v.kernel,
             None if v.sizing is None else f"{v.sizing.weight_bytes / GIB:.2f}", _kv_tokens(v),
             None if a is None else num(a.output_tokens_per_s, 0), None if a is None else latency_pair(a.itl_ms),
             None if b is None else num(b.output_tokens_per_s, 0), None if b is None else latency_pair(b.itl_ms),
             None if b is None else latency_pair(b.ttft_ms), None if b is None else price_cell(b),
-            *_quality_cells(v),
+            *_quality_cells(r, v),
         ])  # fmt: skip
     return "## What each variant buys and costs\n\n" + table(
-        ["variant", "served as", "weights GiB (predicted)", "KV tokens vLLM / predicted",
+        ["variant", "served as", "weight kernel (vLLM's log)", "weights GiB (predicted)", "KV tokens vLLM / predicted",
          f"out tok/s c={low}", f"ITL p50/p99 ms c={low}", f"out tok/s c={high}", f"ITL p50/p99 ms c={high}",
          f"TTFT p50/p99 ms c={high}", f"$ per M output tokens c={high}",
-         "log-likelihood delta per token", "perplexity ratio", "top-1 agreement", "identical greedy continuations"],
+         "KL nats/token [95% CI]", "top-1 agreement [95% CI]", "log-prob delta per sampled token [95% CI]",
+         "against the noise floor"],
         rows,
     )  # fmt: skip
 
@@ -112,8 +144,12 @@ def _reading(r: QuantResult) -> str:
         "Decode streams every weight once per step, so smaller weights make each step shorter: that is the "
         "throughput quantization buys at low concurrency. The memory they free goes to the KV cache "
         "(vLLM sizes the cache from what is left of its budget), which is the batch it buys at high concurrency. "
-        "Quality is measured on the baseline's own text: a log-likelihood delta of 0 and a perplexity ratio of 1 "
-        "mean the variant finds the baseline's continuations exactly as likely as the baseline does."
+        "Quality is measured on text sampled from the baseline: KL(baseline || variant) says how far the variant's "
+        "next-token distribution is from the baseline's where the baseline itself writes (0: the same), top-1 "
+        "agreement how often both would choose the same greedy token, the log-prob delta how much less likely the "
+        "variant finds the sampled tokens (exp(-delta) is the perplexity ratio). The same model scored twice differs "
+        "too (other kernels for decode and prefill, other batches): a difference is resolved only when its interval, "
+        "paired prompt by prompt against that noise floor, lies wholly above it."
     )
     lines.append("")
     if base is not None and base.sizing is not None:
@@ -130,20 +166,21 @@ def _reading(r: QuantResult) -> str:
                 parts.append(f"{v_low.output_tokens_per_s / b_low.output_tokens_per_s:.2f}x its output tokens/s at c={low}")
             if v_high and b_high and b_high.output_tokens_per_s:
                 parts.append(f"{v_high.output_tokens_per_s / b_high.output_tokens_per_s:.2f}x at c={high}")
-            if v.quality is not None:
-                parts.append(f"perplexity x{v.quality.perplexity_ratio:.3f} on the baseline's text, "
-                             f"{v.quality.identical_share:.0%} of greedy continuations unchanged")  # fmt: skip
+            if v.quality is not None and r.params.target_kind != "sim":
+                parts.append(f"KL {_g(v.quality.kl)} nats/token, top-1 agreement {_pct(v.quality.top1_agreement)} "
+                             f"({_against_floor(r, v, v.quality)})")  # fmt: skip
             else:
                 parts.append(f"quality {v.quality_note}")
             lines.append(f"- **{v.variant}**: " + "; ".join(parts) + ".")
     for v in r.variants:
         if v.error is not None:
             lines.append(f"- **{v.variant}** did not run: {v.error}")
-    if base is not None and base.quality is not None:
+    if base is not None and base.quality is not None and r.params.target_kind != "sim":
+        q = base.quality
         lines.append(
-            f"- The baseline rescored by itself: delta {base.quality.mean_logprob_delta:+.4f}, "
-            f"{base.quality.identical_share:.0%} identical: the noise floor of running the same model twice "
-            "(batch composition changes floating-point sums)."
+            f"- The noise floor, the baseline against itself over {q.positions:,} positions of {q.prompts} prompts: "
+            f"KL {_g(q.kl)} nats/token, top-1 agreement {_pct(q.top1_agreement)}: its log-probabilities as it "
+            "generated (decode) against the same tokens scored again (prefill)."
         )
     return "\n".join(lines) + "\n"
 
@@ -152,20 +189,20 @@ def _points(r: QuantResult) -> str:
     rows = []
     for v in r.variants:
         for p in v.points:
-            rows.append([v.variant, p.concurrency, p.completed, p.failed, latency_pair(p.ttft_ms), latency_pair(p.itl_ms),
-                         latency_pair(p.tpot_ms), num(p.output_tokens_per_s), p.bound, price_cell(p)])  # fmt: skip
+            rows.append([v.variant, p.concurrency, in_flight_cell(p), p.completed, p.failed, latency_pair(p.ttft_ms),
+                         latency_pair(p.itl_ms), latency_pair(p.tpot_ms), throughput_cell(p), p.bound, price_cell(p)])  # fmt: skip
     return "## Every point\n\n" + table(
-        ["variant", "concurrency", "ok", "failed", "TTFT p50/p99 ms", "ITL p50/p99 ms", "TPOT p50/p99 ms",
-         "output tok/s", "bound", "$ per M output tokens"],
+        ["variant", "concurrency", "in flight (mean)", "ok", "failed", "TTFT p50/p99 ms", "ITL p50/p99 ms",
+         "TPOT p50/p99 ms", "output tok/s", "bound", "$ per M output tokens (GPU node spot)"],
         rows,
-    )  # fmt: skip
+    ) + "\n" + reading_notes(r.params)  # fmt: skip
 
 
 def render_quant_report(r: QuantResult) -> str:
     labelled = [(f"{v.variant} c={p.concurrency}", p) for v in r.variants for p in v.points]
     plots = "## Plots\n\n" + "\n".join(f"![{name}]({name})" for name in PLOTS) + "\n"
-    return "\n".join([_header(r), _table(r), _reading(r), _points(r),
-                      cost_sections(labelled, r.params, r.gpu_price, r.cost), errors_section(r.meta.errors), plots])  # fmt: skip
+    return waited_first("\n".join([_header(r), _table(r), _reading(r), _points(r), cost_sections(
+        labelled, r.params, r.gpu_price, r.cost), errors_section(r.meta.errors), plots]), r.waited)  # fmt: skip
 
 
 def tradeoffs_plot(r: QuantResult, path: Path) -> None:
@@ -195,27 +232,35 @@ def tradeoffs_plot(r: QuantResult, path: Path) -> None:
     mem.legend(fontsize=7, loc="upper center")
     width = 0.38
     for offset, level, colour in ((-width / 2, low, "#9ecae1"), (width / 2, high, "#3182bd")):
-        values = [(_at(v, level).output_tokens_per_s / r.params.speedup if _at(v, level) else 0) for v in r.variants]
+        values = [(_at(v, level).output_tokens_per_s if _at(v, level) else 0) for v in r.variants]
         bars = speed.bar([i + offset for i in x], values, width, color=colour, label=f"c={level}")
         speed.bar_label(bars, [f"{value:,.0f}" if value else "" for value in values], fontsize=7)
-    speed.set_ylabel("output tokens/s on the GPU")
+    speed.set_ylabel(f"output tokens/s ({r.params.time_scale})")
     speed.set_title("throughput")
     speed.legend(fontsize=8)
-    scored = [v for v in r.variants if v.quality is not None]
+    scored = [v for v in r.variants if v.quality is not None] if r.params.target_kind != "sim" else []
     if scored:
-        quality.bar(x, [v.quality.perplexity_ratio if v.quality else 0 for v in r.variants], color="#de2d26",
-                    label="perplexity ratio on the baseline's text")  # fmt: skip
-        quality.axhline(1.0, color="#636363", linestyle="--", linewidth=1)
+        kl = [v.quality.kl if v.quality else None for v in r.variants]
+        quality.bar(x, [e.value if e else 0 for e in kl], color="#de2d26", label="KL(baseline || variant)",
+                    yerr=[[e.value - e.ci95[0] if e else 0 for e in kl], [e.ci95[1] - e.value if e else 0 for e in kl]],
+                    capsize=4)  # fmt: skip
+        if r.variants[0].quality is not None:
+            quality.axhline(r.variants[0].quality.kl.value, color="#636363", linestyle="--", linewidth=1,
+                            label="noise floor (the baseline against itself)")  # fmt: skip
         agree = quality.twinx()
-        agree.plot(x, [v.quality.top1_agreement if v.quality and v.quality.top1_agreement is not None else float("nan")
-                       for v in r.variants], "o", color="#31a354", markersize=9, label="top-1 agreement")  # fmt: skip
+        top1 = [v.quality.top1_agreement if v.quality else None for v in r.variants]
+        agree.errorbar(x, [e.value if e else float("nan") for e in top1], fmt="o", color="#31a354", markersize=8,
+                       yerr=[[e.value - e.ci95[0] if e else 0 for e in top1], [e.ci95[1] - e.value if e else 0 for e in top1]],
+                       capsize=4, label="top-1 agreement")  # fmt: skip
         agree.set_ylim(0, 1.05)
         agree.set_ylabel("top-1 agreement")
-        quality.set_ylabel("perplexity ratio (1 = baseline)")
+        quality.set_ylabel("KL nats per token (95% CI)")
         quality.legend(handles=quality.get_legend_handles_labels()[0] + agree.get_legend_handles_labels()[0],
-                       fontsize=7, loc="lower left")  # fmt: skip
+                       fontsize=7, loc="upper left")  # fmt: skip
     else:
         note = next((v.quality_note for v in r.variants if v.quality_note), "not measured")
+        if r.params.target_kind == "sim" and any(v.quality for v in r.variants):
+            note += "\n\nthe pipeline ran end to end on the\nsimulator's toy model, one made-up\ndistribution for every variant"
         quality.text(0.5, 0.5, note.replace(": ", ":\n", 1), ha="center", va="center", transform=quality.transAxes,
                      fontsize=10, wrap=True)  # fmt: skip
         quality.set_yticks([])

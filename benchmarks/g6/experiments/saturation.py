@@ -12,8 +12,8 @@ most 1/KEEP_UP). A server that keeps up ends requests as they come; past its cap
 and end at its own pace (the slope is offered rate / capacity), so throughput stops rising with the
 offered rate and TTFT grows along the queue. Without SLOs, keeping up is the test.
 
-Rates are requests per second of the GPU: with --sim the simulator is sent `speedup` times as many,
-and its latencies are read times `speedup`, as everywhere else in g6 (price.py).
+Rates are requests per second of the GPU: with --sim the simulator is sent `speedup` times as many
+(a point's own `rate` is what was sent); its latencies, like every point's, are the GPU's.
 """
 
 from __future__ import annotations
@@ -82,6 +82,7 @@ def judge(point: G6Point, rate: float, params: G6Params) -> SaturationPoint:
     slope = point.end_slope
     kept_up = slope is not None and slope <= 1 / KEEP_UP
     served = None if not slope else rate / slope
+    # The point's latencies are the GPU's already (sweep.measure_point converts them once).
     misses = [] if kept_up else [f"did not keep up: finished {served or 0:,.2f} req/s of the {rate:,.2f} offered"]
     misses += slo_misses(point, params)
     return SaturationPoint(rate=rate, served_rate=served, kept_up=kept_up, passed=not misses, misses=misses, point=point)
@@ -113,7 +114,7 @@ def next_rate(points: list[SaturationPoint], sat: SaturationParams) -> float | N
 def point_spec(params: G6Params, sat: SaturationParams, base_url: str, rate: float) -> LoadSpec:
     """One open-loop point at `rate` requests/s of the GPU (the simulator's `speedup` times that)."""
     sent = rate * params.speedup
-    requests = max(params.requests, round(sent * sat.point_seconds))
+    requests = max(params.requests_at(None), round(sent * sat.point_seconds))
     # Bounded in time too: a server far past capacity ends the point soon after its arrivals are sent.
     return load_spec(params, base_url, rate=sent, requests=requests, duration_s=params.duration_s or 3 * sat.point_seconds)
 

@@ -18,8 +18,8 @@ from benchmarks.harness.markdown import num, table  # noqa: E402
 PLOTS = ("saturation-knee.png",)
 
 
-def _ms(value: float | None, speedup: float) -> str | None:
-    return None if value is None else f"{value * speedup:,.0f}"
+def _ms(value: float | None) -> str | None:
+    return None if value is None else f"{value:,.0f}"
 
 
 def _header(r: SaturationResult) -> str:
@@ -42,15 +42,14 @@ def _header(r: SaturationResult) -> str:
         f"{slo_text(p)}.",
         f"- Requests: {asked_text(p)}, `/v1/{'chat/completions' if p.api == 'chat' else 'completions'}` streaming; "
         f"max-num-seqs {p.max_num_seqs[0] if p.max_num_seqs[0] is not None else 'the server default'}",
-        "- Rates and latencies are the GPU's" + (f" (the simulator was sent {p.speedup:g}x the rate; its latencies "
-                                                 f"are shown x{p.speedup:g})" if p.speedup != 1.0 else ""),
+        f"- Rates and latencies: {p.time_scale}" + (f" (the simulator was sent {p.speedup:g}x each rate)"
+                                                   if p.speedup != 1.0 else ""),
         *context_lines(m, p, [x.point for x in r.points]),
     ]  # fmt: skip
     return "\n".join(lines) + "\n"
 
 
 def _answer(r: SaturationResult) -> str:
-    sp = r.params.speedup
     at = r.at_saturation
     if at is None:
         first = min((x.rate for x in r.points), default=None)
@@ -60,14 +59,16 @@ def _answer(r: SaturationResult) -> str:
     p = at.point
     above = f"; {r.first_failing_rate:,.2f} requests/s failed" if r.first_failing_rate is not None else (
         "; no rate failed within the budget: the saturation rate is at least this")
-    price = (f" At that rate a million output tokens cost **${p.usd_per_million_output_tokens:.3f}** on the GPU node."
-             if p.usd_per_million_output_tokens is not None else "")  # fmt: skip
+    cost = p.usd_per_million_output_tokens
+    price = (f" At that rate a million output tokens cost **${cost.gpu_node_spot:.3f}** on the GPU node at spot "
+             f"(${cost.cluster_on_demand:.3f} for the whole cluster on demand; every basis under What serving costs)."
+             if cost is not None else "")  # fmt: skip
     return (
         "## The answer\n\n"
         f"**Saturation rate: {r.saturation_rate:,.2f} requests/s**{above}. There it served "
-        f"{num(at.served_rate, 2)} requests/s and {p.output_tokens_per_s / sp:,.0f} output tokens/s, TTFT p50/p99 "
-        f"{_ms(p.ttft_ms.p50 if p.ttft_ms else None, sp)} / {_ms(p.ttft_ms.p99 if p.ttft_ms else None, sp)} ms, "
-        f"TPOT p99 {_ms(p.tpot_ms.p99 if p.tpot_ms else None, sp)} ms.{price}\n"
+        f"{num(at.served_rate, 2)} requests/s and {p.output_tokens_per_s:,.0f} output tokens/s, TTFT p50/p99 "
+        f"{_ms(p.ttft_ms.p50 if p.ttft_ms else None)} / {_ms(p.ttft_ms.p99 if p.ttft_ms else None)} ms, "
+        f"TPOT p99 {_ms(p.tpot_ms.p99 if p.tpot_ms else None)} ms.{price}\n"
     )
 
 
@@ -77,11 +78,10 @@ def _lag(x: SaturationPoint) -> str | None:
 
 
 def _points(r: SaturationResult) -> str:
-    sp = r.params.speedup
     rows = [
-        [f"{x.rate:,.3g}", num(x.served_rate, 2), f"{x.point.output_tokens_per_s / sp:,.0f}", x.point.completed,
-         x.point.failed, _ms(x.point.ttft_ms.p50 if x.point.ttft_ms else None, sp),
-         _ms(x.point.ttft_ms.p99 if x.point.ttft_ms else None, sp), _ms(x.point.tpot_ms.p99 if x.point.tpot_ms else None, sp),
+        [f"{x.rate:,.3g}", num(x.served_rate, 2), f"{x.point.output_tokens_per_s:,.0f}", x.point.completed,
+         x.point.failed, _ms(x.point.ttft_ms.p50 if x.point.ttft_ms else None),
+         _ms(x.point.ttft_ms.p99 if x.point.ttft_ms else None), _ms(x.point.tpot_ms.p99 if x.point.tpot_ms else None),
          None if x.point.server is None or x.point.server.waiting is None else f"{x.point.server.waiting.max:.0f}",
          _lag(x), price_cell(x.point), "passed" if x.passed else "; ".join(x.misses)]
         for x in r.points
@@ -106,7 +106,6 @@ def render_saturation_report(r: SaturationResult) -> str:
 
 def knee_plot(r: SaturationResult, path: Path) -> None:
     """Throughput and TTFT p99 against the offered rate, the saturation rate marked."""
-    sp = r.params.speedup
     fig, ax = plt.subplots(figsize=(8, 4.8))
     rates = [x.rate for x in r.points]
     ax.plot(rates, [x.served_rate or 0 for x in r.points], marker="o", color="#3182bd", label="served requests/s")
@@ -115,7 +114,7 @@ def knee_plot(r: SaturationResult, path: Path) -> None:
     ax.set_ylabel("served requests/s", color="#3182bd")
     ax.set_xscale("log", base=GROWTH)
     ttft = ax.twinx()
-    ttft.plot(rates, [(x.point.ttft_ms.p99 * sp) if x.point.ttft_ms else float("nan") for x in r.points],
+    ttft.plot(rates, [x.point.ttft_ms.p99 if x.point.ttft_ms else float("nan") for x in r.points],
               marker="s", color="#de2d26", label="TTFT p99 (ms)")  # fmt: skip
     ttft.set_ylabel("TTFT p99 ms (GPU time)", color="#de2d26")
     ttft.set_yscale("log")

@@ -1,6 +1,7 @@
-"""g4 worker: join the PyTorchJob's process group, all-reduce one number, print the evidence.
+"""g4 worker: join the job's process group, all-reduce one number, print the evidence.
 
-The Training Operator sets MASTER_ADDR, MASTER_PORT, WORLD_SIZE and RANK in each pod; gloo on CPU
+MASTER_ADDR, MASTER_PORT, WORLD_SIZE and RANK come from torchrun (a TrainJob of Kubeflow Trainer v2: it
+reads the PET_* variables the torch plugin injects) or from the Training Operator v1; gloo on CPU
 tensors works whether or not the pods share one GPU (NCCL refuses two ranks on one device).
 Lines printed (parsed by benchmarks.labs.g4.parse_log):
     rendezvous rank=R world_size=W backend=gloo host=H master=ADDR:PORT cuda=True|False
