@@ -6,7 +6,7 @@ STACK ?= dev
 LAB ?= $(STACK)
 OUT ?= results
 
-.PHONY: venv test plan docs g6-sim g6-kv-sim g6-quant-sim preflight status up down cost clean
+.PHONY: venv test plan docs g6-sim g6-kv-sim g6-quant-sim g6-prefix-sim g6-saturation-sim preflight status up down cost clean
 
 # A target's required variables, checked before anything runs (no venv, no python): one line naming
 # those missing and an example.
@@ -41,11 +41,17 @@ docs: venv ## refresh the generated docs: the configuration reference and the fi
 g6-sim: venv ## the g6 sweep against the simulated L4; report in $(OUT)/
 	$(BIN)/python -m benchmarks g6 --sim --model Qwen/Qwen2.5-1.5B-Instruct --max-num-seqs 8,32 --concurrency 1,8,32 --out $(OUT)
 
-g6-kv-sim: venv ## g6's KV-cache experiment against the simulated L4 (about 2 minutes)
+g6-kv-sim: venv ## g6's KV-cache experiment against the simulated L4 (about 3-4 minutes)
 	$(BIN)/python -m benchmarks g6 --sim --experiment kv --model Qwen/Qwen2.5-1.5B-Instruct --out $(OUT)
 
 g6-quant-sim: venv ## g6's quantization experiment against the simulated L4 (about 50 s)
 	$(BIN)/python -m benchmarks g6 --sim --experiment quant --variants bf16,fp8,awq --out $(OUT)
+
+g6-prefix-sim: venv ## g6's shared-prefix experiment, prefix caching on and off, against the simulated L4 (about 20 s)
+	$(BIN)/python -m benchmarks g6 --sim --experiment prefix --out $(OUT)
+
+g6-saturation-sim: venv ## the request rate the simulated L4 holds within TTFT p99 500 ms (about 2 minutes, in real time)
+	$(BIN)/python -m benchmarks g6 --sim --experiment saturation --slo-ttft-ms 500 --out $(OUT)
 
 preflight: venv ## before `pulumi up`: credentials, APIs, L4 quota, L4 zones: make preflight LAB=g6
 	$(BIN)/python -m ops.preflight --stack $(LAB) $(if $(PROJECT),--project $(PROJECT))

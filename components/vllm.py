@@ -58,6 +58,7 @@ class VllmServerArgs:
     max_num_seqs: int  # --max-num-seqs
     startup_timeout_min: int  # image pull + model download allowance before liveness checks
     quantization: str | None = None  # --quantization; None: the checkpoint's own
+    enable_prefix_caching: bool | None = None  # --enable-/--disable-prefix-caching; None: vLLM's default (on)
     hf_token: pulumi.Output[str] | None = None
     # The release serving the ServiceMonitor CRD (kube-prometheus-stack); None: no ServiceMonitor.
     prometheus: pulumi.Resource | None = None
@@ -101,6 +102,9 @@ def server_args(v: VllmServerArgs) -> list[str]:
     ]
     if v.quantization is not None:
         args.append(f"--quantization={v.quantization}")
+    if v.enable_prefix_caching is not None:
+        # vLLM v0.33.0 names the pair --enable-prefix-caching | --disable-prefix-caching (its serve --help).
+        args.append("--enable-prefix-caching" if v.enable_prefix_caching else "--disable-prefix-caching")
     return [*args, f"--port={PORT}"]
 
 

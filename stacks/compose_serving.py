@@ -154,6 +154,7 @@ def vllm_args(
         max_num_seqs=v.max_num_seqs,
         startup_timeout_min=v.startup_timeout_min,
         quantization=v.quantization,
+        enable_prefix_caching=v.enable_prefix_caching,
         hf_token=hf_token,
         prometheus=prometheus,
         scrape_interval_s=cfg.observability.scrape_interval_s,

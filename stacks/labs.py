@@ -65,8 +65,9 @@ LABS: dict[str, Lab] = {
             "g6",
             "vLLM on the L4",
             "TTFT against throughput over max-num-seqs x concurrency, against the bandwidth roofline; the KV cache"
-            " as the limit on batch size (PagedAttention); what quantization buys and costs; the cold start from"
-            " zero phase by phase, and what image streaming, weights in a bucket and a warm pool buy",
+            " as the limit on batch size (PagedAttention); what quantization buys and costs; the request rate it holds"
+            " within SLOs; what prefix caching saves; the cold start from zero phase by phase, and what image"
+            " streaming, weights in a bucket and a warm pool buy",
             {
                 "observability": {"enabled": True},
                 "cost_exporter": {"enabled": True},

@@ -128,6 +128,9 @@ class Vllm(_Feature):
     cuda: Literal["13", "12"] = Field(
         "13", description="the image's CUDA: 13 (the release's own tag, driver 580+) or 12 (its -cu129 tag)"
     )
+    enable_prefix_caching: bool | None = Field(
+        None, description="--enable-prefix-caching / --disable-prefix-caching; None: vLLM's default (on in its V1 "
+        "engine); the g6 prefix experiment switches it")
     startup_timeout_min: int = Field(30, ge=5, le=120, description="image pull + model download allowance")
     # What shortens a cold start (measured by `python -m benchmarks g6 --experiment cold-start`).
     image_streaming: bool = Field(False, description="the GPU pool streams the vLLM image from an Artifact "

@@ -252,6 +252,18 @@ def test_vllm_alone_runs_the_flags_of_its_args_with_the_token_from_a_secret():
     assert not _objects(run, "ServiceMonitor"), "no Prometheus was given"
 
 
+def test_vllm_prefix_caching_is_the_flag_or_its_no_form_and_unset_leaves_vllms_default():
+    from dataclasses import replace
+
+    from components.vllm import server_args
+
+    base = VllmServerArgs(stack_id=OWNER, placement=PLACEMENT, namespace="llm", model="org/model", dtype="float16",
+                          max_model_len=2048, gpu_memory_utilization=0.8, max_num_seqs=32, startup_timeout_min=12)  # fmt: skip
+    flags = {v: [a for a in server_args(replace(base, enable_prefix_caching=v)) if "prefix" in a] for v in (None, True, False)}
+    # vLLM v0.33.0's serve --help: --enable-prefix-caching, --disable-prefix-caching.
+    assert flags == {None: [], True: ["--enable-prefix-caching"], False: ["--disable-prefix-caching"]}
+
+
 def test_kserve_alone_deploys_the_triton_canary_on_the_gpu_pool():
     run, _ = built_alone(KServe)
     (isvc,) = _objects(run, "InferenceService")

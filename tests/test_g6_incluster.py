@@ -411,8 +411,9 @@ def test_client_manifest_of_the_experiments_shows_their_points(g6_outputs, tmp_p
                  "--context-len", "1024,2048"]) == 0  # fmt: skip
     plans = [Plan.from_json(next(e["value"] for e in _pod(yaml.safe_load(p.read_text()))["containers"][0]["env"]
                                  if e["name"] == PLAN_ENV)) for p in sorted(out.glob("job-*.yaml"))]  # fmt: skip
-    # Half prompt, half output; one wave of C sequences (C requests, no warm-up), capped by max-num-seqs.
-    assert [(p.input_len, p.output_len) for p in plans] == [(512, 512), (1024, 1024)]
+    # Half prompt, half output cap (stopping at EOS); one wave of C sequences (C requests, no warm-up),
+    # capped by max-num-seqs.
+    assert [(set(p.input_lens), set(p.output_lens), p.eos) for p in plans] == [({512}, {512}, True), ({1024}, {1024}, True)]
     assert all(p.requests == p.concurrency and p.warmup == 0 for p in plans)
     assert all(p.concurrency == outputs["benchmark"]["max_num_seqs"] for p in plans)
     out = tmp_path / "quant"
@@ -421,6 +422,17 @@ def test_client_manifest_of_the_experiments_shows_their_points(g6_outputs, tmp_p
     plans = [Plan.from_json(next(e["value"] for e in _pod(yaml.safe_load(p.read_text()))["containers"][0]["env"]
                                  if e["name"] == PLAN_ENV)) for p in sorted(out.glob("job-*.yaml"))]  # fmt: skip
     assert [(p.model, p.concurrency) for p in plans] == [(f"{model}-AWQ", 1), (f"{model}-AWQ", 64)]
+    # saturation: its first open-loop rate (the later ones follow from what it finds); prefix: one point per
+    # arm (caching on, off), every prompt a group's 2,048-token prefix and 256 tokens of its own.
+    for experiment, extra in (("saturation", ["--start-rate", "3"]), ("prefix", [])):
+        out = tmp_path / experiment
+        assert main(["--outputs", str(g6_outputs), "--client-manifest", str(out), "--experiment", experiment, *extra]) == 0
+        plans = [Plan.from_json(next(e["value"] for e in _pod(yaml.safe_load(p.read_text()))["containers"][0]["env"]
+                                     if e["name"] == PLAN_ENV)) for p in sorted(out.glob("job-*.yaml"))]  # fmt: skip
+        if experiment == "saturation":
+            assert [(p.rate, p.concurrency, p.requests) for p in plans] == [(3.0, None, 64)]
+        else:
+            assert [(p.concurrency, p.prefix_len, p.prefix_groups, set(p.input_lens)) for p in plans] == [(16, 2048, 4, {256})] * 2
 
 
 @pytest.fixture

@@ -110,7 +110,7 @@ def test_a_point_where_every_request_failed_says_so_on_the_terminal(tmp_path, ca
         ("--concurrency", "-4", "expected comma-separated whole numbers >= 1, got '-4'"),
         ("--requests", "0", "expected a whole number >= 1, got '0'"),
         ("--rate", "-1", "expected comma-separated numbers > 0, got '-1'"),
-        ("--output-len", "0", "expected a whole number >= 1, got '0'"),
+        ("--output-len", "0", "expected a whole number >= 1, uniform:LO,HI, lognormal:MEAN,SD or file:PATH, got '0'"),
         ("--speedup", "0", "expected a number > 0, got '0'"),
         ("--gpu-memory-utilization", "1.5", "expected a fraction > 0 and <= 1, got '1.5'"),
     ],

@@ -82,6 +82,25 @@ def test_client_ttft_and_itl_match_the_servers_ground_truth(sim_url, api):
     assert stats.client.where == "local" and stats.client.workers == 1
 
 
+def test_requests_stopping_at_eos_count_what_the_simulator_produced(sim_url):
+    """--eos against the simulator: each request's output tokens are the ones the server says it generated
+    (it stops each uniformly under its cap), and TPOT spreads the decode time over those tokens."""
+    spec = _spec(sim_url, output_len="uniform:4,32", eos=True, requests=24)
+    run = run_load(spec, workers=1)
+    truth = httpx.get(f"{sim_url}/sim/requests").json()
+    first_sent = min(r.sent for r in run.records)
+    server = sorted((t for t in truth if t["arrival_s"] >= first_sent - 1e-3), key=lambda t: t["arrival_s"])
+    client = sorted(run.records, key=lambda r: r.sent)
+    assert [r.output_tokens for r in client] == [t["output_tokens"] for t in server]
+    assert {t["finish_reason"] for t in server} <= {"stop", "length"} and any(t["finish_reason"] == "stop" for t in server)
+    stats = summarize(run, spec)
+    # The server's own decode time per token, over the requests with at least two tokens.
+    server_tpot = [(t["finish_s"] - t["first_token_s"]) / (t["output_tokens"] - 1) for t in server if t["output_tokens"] > 1]
+    server_ms = 1000 * sum(server_tpot) / len(server_tpot)
+    assert abs(stats.tpot_ms.mean - server_ms) <= 0.5 + 0.05 * server_ms
+    assert stats.realised.output_tokens.mean == pytest.approx(sum(t["output_tokens"] for t in server) / 24)
+
+
 # -- a real local server (raw asyncio HTTP/1.1) with known timings and known faults -------------------
 
 _CHUNK = json.dumps({"choices": [{"index": 0, "text": " x", "finish_reason": None}]}).encode()
@@ -125,7 +144,7 @@ async def _stream(w: Writer, tokens: int, ttft_s: float, itl_s: float,
 
 def _handlers() -> tuple[dict[str, Handler], dict[str, list]]:
     calls = {"flaky": 0, "mixed": 0}
-    truth: dict[str, list] = {"known": []}
+    truth: dict[str, list] = {"known": [], "eos": []}
 
     async def ok(w, body):
         return await _stream(w, 4, 0.02, 0.002)
@@ -178,8 +197,27 @@ def _handlers() -> tuple[dict[str, Handler], dict[str, list]]:
         await asyncio.sleep(30)
         return False
 
+    async def eos(w, body):
+        # A model that stops where it likes: 2 + (sum of the prompt's ids mod 9) tokens under the cap,
+        # 10 ms apart; its usage counts 5 template tokens more than the prompt sent (as a chat template would).
+        if "ignore_eos" in body or "min_tokens" in body:
+            w.write(b"HTTP/1.1 400 Bad Request\r\nContent-Length: 0\r\n\r\n")
+            return True
+        n = min(body["max_tokens"], 2 + sum(body["prompt"]) % 9)
+        truth["eos"].append((tuple(body["prompt"]), n))
+        w.write(_HEAD)
+        await asyncio.sleep(0.02)
+        for i in range(n):
+            w.write(_chunked(b"data: " + _CHUNK + b"\n\n"))
+            if i < n - 1:
+                await asyncio.sleep(0.01)
+        usage = b'data: {"choices":[],"usage":{"prompt_tokens":%d,"completion_tokens":%d}}\n\n' % (len(body["prompt"]) + 5, n)
+        w.write(_chunked(usage + b"data: [DONE]\n\n") + b"0\r\n\r\n")
+        await w.drain()
+        return True
+
     handlers = {"ok": ok, "known": known, "flaky": flaky, "mixed": mixed, "close": close, "drop": drop,
-                "error_event": error_event, "stall": stall}  # fmt: skip
+                "error_event": error_event, "stall": stall, "eos": eos}  # fmt: skip
     return handlers, truth
 
 
@@ -261,6 +299,32 @@ def test_hand_computed_ttft_itl_and_e2e_from_a_server_with_known_timings():
         highs += [a1 - b0 for (b0, _), (_, a1) in zip(srv, srv[1:])]
     # So the ITL median lies between the medians of what each gap could have been.
     assert 1000 * np.percentile(lows, 50) - 0.02 <= stats.itl_ms.p50 <= 1000 * np.percentile(highs, 50) + 0.02
+
+
+def test_requests_stopping_at_eos_are_counted_with_the_tokens_the_server_produced():
+    """The server stops each request at a length of its own (2..10 tokens, 10 ms apart, under a cap of
+    4..12) and counts 5 more prompt tokens than were sent: TPOT is 10 ms whatever the length, and every
+    count comes from the server's usage, not from what was asked."""
+    with local_server() as (base, truth):
+        spec = _spec(f"{base}/eos", concurrency=2, requests=24, warmup=0, input_len="uniform:8,40",
+                     output_len="uniform:4,12", eos=True)  # fmt: skip
+        run = run_load(spec)
+    stats = summarize(run, spec)
+    produced = dict(truth["eos"])
+    prompts = [tuple(json.loads(body)["prompt"]) for body in core.build_bodies(spec.plan())]
+    stopped = [produced[prompts[r.i]] for r in run.records]
+    assert stats.completed == 24 and stats.failed == 0
+    assert [r.output_tokens for r in run.records] == stopped and [r.input_tokens for r in run.records] == [
+        len(prompts[r.i]) + 5 for r in run.records]
+    assert stats.output_tokens == sum(stopped) and stats.realised.output_tokens.mean == pytest.approx(sum(stopped) / 24)
+    assert stats.realised.input_tokens.mean == pytest.approx(sum(len(prompts[r.i]) + 5 for r in run.records) / 24)
+    # Dividing by the cap or by the token count instead of the gaps would put TPOT at 5-9 ms.
+    assert 10.0 <= stats.tpot_ms.p50 <= 12.0 and 10.0 <= stats.tpot_ms.mean <= 12.5
+    # Throughput counts the tokens produced: the window's tokens (first answer to last end) over its length,
+    # never the caps.
+    window_s = max(r.end for r in run.records) - min(r.first_token for r in run.records)
+    assert stats.output_tokens_per_s == pytest.approx(sum(stopped) / window_s, rel=1e-6)
+    assert stats.eos
 
 
 def test_http_errors_are_counted_apart_and_kept_out_of_latencies():
@@ -379,6 +443,10 @@ def test_poisson_schedule_is_seeded_and_has_the_asked_rate():
     assert a != poisson_offsets(50.0, 2000, seed=8)
     assert a[-1] / len(a) == pytest.approx(1 / 50.0, rel=0.1)
     assert all(x < y for x, y in zip(a, a[1:]))
+    # The counted arrivals (after 50 of warm-up) span their share of the schedule: 1,950 at 50/s, 39 s.
+    b = poisson_offsets(50.0, 2000, seed=7, warmup=50)
+    assert all(x <= 1.0 for x in b[:50]) and all(1.0 <= x <= 40.0 for x in b[50:])
+    assert b[-1] - b[50] == pytest.approx(39.0, rel=0.01)
 
 
 def test_percentiles_are_in_milliseconds():
@@ -430,7 +498,7 @@ def _output(items: list[list], t0: float = 100.0) -> list[str]:
 
 def test_records_survive_the_log_format_and_lost_lines_are_detected():
     # Request 1: scheduled 1 ms after t0, sent 0.05 ms later, content at +31, +51, +71 ms, ended at +72 ms.
-    items = [[0, 0, 20, None, 500, [], 0, "http_500"], [1, 1000, 1050, 31000, 72000, [0, 20000, 20000], 3, None]]
+    items = [[0, 0, 20, None, 500, [], 0, "http_500", None], [1, 1000, 1050, 31000, 72000, [0, 20000, 20000], 3, None, 64]]
     lines = ["WARNING: something a library printed", *_output(items)]
     progress: list[int] = []
     spec = LoadSpec(base_url="http://x", model="m", concurrency=1, requests=1, warmup=1)
@@ -439,9 +507,10 @@ def test_records_survive_the_log_format_and_lost_lines_are_detected():
     (rec,) = run.records
     assert (rec.scheduled, rec.sent, rec.first_token, rec.end) == pytest.approx((100.001, 100.00105, 100.031, 100.072))
     assert rec.chunk_times == pytest.approx([100.031, 100.051, 100.071]) and rec.output_tokens == 3
+    assert rec.input_tokens == 64
     assert run.warmup[0].error == "http_500" and run.stopped_by == "requests"
 
-    many = _output([[i, 0, 0, 1, 2, [0], 1, None] for i in range(3000)])
+    many = _output([[i, 0, 0, 1, 2, [0], 1, None, 8] for i in range(3000)])
     data = [i for i, line in enumerate(many) if line.startswith("gml-loadgen:data")]
     assert len(data) > 1, "a long output is split into lines a container runtime keeps whole"
     with pytest.raises(LoadgenError, match="corrupt|checksum"):

@@ -4,7 +4,9 @@ Experiments (--experiment): `sweep` (default) max-num-seqs x concurrency, TTFT a
 `kv` how many sequences of each context length fit in the KV cache, and what paging buys;
 `quant` what quantized variants (--variants) buy in memory and throughput and cost in quality;
 `cold-start` (a stack only) what the first request of a session waits for when the GPU pool is at zero,
-phase by phase, with the settings that shorten it (--settings) and a warm pool's break-even.
+phase by phase, with the settings that shorten it (--settings) and a warm pool's break-even;
+`saturation` the open-loop request rate the server holds within the SLOs (--slo-*), searched for;
+`prefix` requests sharing a system prompt, with vLLM's prefix cache on and off.
 
 Against a stack (--stack or --outputs) the load generator runs inside the cluster: one Job per
 point next to vLLM, on the system pool, its progress and records read back from the pod's log;
@@ -30,7 +32,7 @@ from benchmarks.cluster import RUN_LABEL, ClusterError, KubeCluster
 from benchmarks.g6.analysis import predict, sizing_gap
 from benchmarks.g6.config import LAB, G6Outputs, G6Params
 from benchmarks.g6.errors import G6Error
-from benchmarks.g6.flags import Parser, fraction, positive, positives, whole, wholes
+from benchmarks.g6.flags import Parser, fraction, lengths, positive, positives, whole, wholes
 from benchmarks.g6.experiments import cold_start
 from benchmarks.g6.experiments.cold_start import (
     ColdStartOutcome,
@@ -47,6 +49,18 @@ from benchmarks.g6.experiments.quant import CHECKPOINTS, DEFAULT_CONCURRENCY, DE
 from benchmarks.g6.experiments.quant import planned_specs as quant_specs
 from benchmarks.g6.experiments.prompts import PROMPTS
 from benchmarks.g6.experiments.quant_report import render_quant_plots, render_quant_report
+from benchmarks.g6.experiments.prefix import DEFAULT_CONCURRENCY as PREFIX_CONCURRENCY
+from benchmarks.g6.experiments.prefix import PrefixOutcome, PrefixParams, prefix_result, prefix_spec, run_prefix
+from benchmarks.g6.experiments.prefix_report import render_prefix_plots, render_prefix_report
+from benchmarks.g6.experiments.saturation import (
+    DEFAULT_START_RATE,
+    SaturationOutcome,
+    SaturationParams,
+    point_spec,
+    run_saturation,
+    saturation_result,
+)
+from benchmarks.g6.experiments.saturation_report import render_saturation_plots, render_saturation_report
 from benchmarks.g6.plots import render_plots
 from benchmarks.g6.price import gpu_price, session_cost
 from benchmarks.g6.report import render_report
@@ -87,8 +101,12 @@ from stacks.output_folder import OutputFolderError, prepare
 from stacks.stackfile import load_config
 
 SIM_SPEEDUP = 4.0  # default time compression of --sim: the README's sweep then runs in about a minute
+# The saturation search is bounded in seconds of arrivals per point, so compression would buy it no time,
+# only load: at x4 its rates asked 4x the requests/s of this machine's CPUs, and two runs here found
+# 15 and 22 req/s where the same simulated L4 in real time held 30 to 56, as busy as the machine was.
+SIM_SPEEDUP_OF = {"saturation": 1.0}
 SIM_SCRAPE_S = 0.5
-EXPERIMENTS = ("sweep", "kv", "quant", "cold-start")
+EXPERIMENTS = ("sweep", "kv", "quant", "cold-start", "saturation", "prefix")
 QUALITY = QuantParams.model_fields
 
 
@@ -124,7 +142,10 @@ def parser() -> argparse.ArgumentParser:
         "--concurrency 1,8,32 --out results\n"
         "        python -m benchmarks g6 --sim --experiment kv --model Qwen/Qwen2.5-1.5B-Instruct --out results\n"
         "        python -m benchmarks g6 --sim --experiment quant --variants bf16,fp8,awq --out results\n"
-        "real stack (client in-cluster): python -m benchmarks g6 --stack g6 [--experiment kv|quant] --out results\n"
+        "        python -m benchmarks g6 --sim --experiment saturation --slo-ttft-ms 500 --out results\n"
+        "        python -m benchmarks g6 --sim --experiment prefix --out results\n"
+        "real stack (client in-cluster): python -m benchmarks g6 --stack g6 [--experiment kv|quant|saturation|prefix] "
+        "--out results\n"
         "cold start: python -m benchmarks g6 --stack g6 --experiment cold-start --settings "
         "as-configured,image-streaming --repeats 3 --out results",
     )
@@ -149,8 +170,14 @@ def parser() -> argparse.ArgumentParser:
                    "at every length instead of the search around the prediction)")  # fmt: skip
     p.add_argument("--rate", type=positives, help="open-loop Poisson request rates per second, instead of --concurrency")
     p.add_argument("--max-num-seqs", type=wholes(1), help="server batch sizes to sweep (needs --sim or --stack for more than one)")
-    p.add_argument("--input-len", type=whole(1), default=256, help="prompt tokens per request")
-    p.add_argument("--output-len", type=whole(1), default=128, help="output tokens per request (ignore_eos)")
+    p.add_argument("--input-len", type=lengths, default=lengths("256"),
+                   help="prompt tokens per request: N, uniform:LO,HI, lognormal:MEAN,SD or file:PATH (one length "
+                   "a line), drawn per request with --seed and clipped to [1, max-model-len - 1]")  # fmt: skip
+    p.add_argument("--output-len", type=lengths, default=lengths("128"),
+                   help="output tokens per request, in the same forms (ignore_eos; with --eos the cap, max_tokens)")
+    p.add_argument("--eos", action="store_true",
+                   help="requests stop at EOS: no ignore_eos, --output-len only caps them (the simulator stops each "
+                   "at a length uniform between 1 and its cap)")  # fmt: skip
     p.add_argument("--requests", type=whole(1),
                    help="counted requests per point, after the warm-up (default: 8 per concurrent request, at least 64)")
     p.add_argument("--warmup", type=whole(0), help="uncounted requests first (default: one per worker / one second)")
@@ -170,7 +197,8 @@ def parser() -> argparse.ArgumentParser:
     p.add_argument("--health-timeout", type=positive, default=1800.0, help="seconds to wait for vLLM after a pulumi up")
     sim = p.add_argument_group("simulator and sizing")
     sim.add_argument("--gpu", help=f"GPU of the server ({', '.join(GPUS)}); default l4 for --sim, else from the outputs")
-    sim.add_argument("--speedup", type=positive, help=f"--sim only: divide simulated time by this (default {SIM_SPEEDUP:g})")
+    sim.add_argument("--speedup", type=positive, help=f"--sim only: divide simulated time by this (default {SIM_SPEEDUP:g}; "
+                     "saturation: 1, its points last seconds of arrivals whatever the speed)")  # fmt: skip
     sim.add_argument("--gpu-memory-utilization", type=fraction,
                      help=f"the server's (kv: default {KV_GPU_MEMORY_UTILIZATION:g}, applied to the server)")  # fmt: skip
     sim.add_argument("--max-model-len", type=whole(1))
@@ -193,7 +221,18 @@ def parser() -> argparse.ArgumentParser:
                      help="sweep: run every point this many times, interleaved, for the median and spread (default 1); "
                      "cold-start: cold starts per setting, each from zero (default 3)")
     exp.add_argument("--recording", type=Path, help="cold-start: measure a saved recording.json again (no cluster)")
-    p.add_argument("--out", type=Path, default=Path("results"), help="results go to OUT/g6[-kv|-quant|-cold-start]-<UTC time>/")
+    exp.add_argument("--prefix-len", type=whole(16), default=PrefixParams().prefix_len,
+                     help="prefix: tokens of the prefix every prompt of a group starts with, before its --input-len")
+    exp.add_argument("--prefix-groups", type=whole(1), default=PrefixParams().groups,
+                     help="prefix: groups of requests, each with its own prefix")
+    exp.add_argument("--start-rate", type=positive, default=DEFAULT_START_RATE,
+                     help=f"saturation: the first offered rate, requests/s of the GPU (default {DEFAULT_START_RATE:g}); "
+                     "then doubling until a rate fails, and a bisection")  # fmt: skip
+    exp.add_argument("--max-points", type=whole(2), default=SaturationParams().max_points,
+                     help="saturation: at most this many rates")
+    exp.add_argument("--point-seconds", type=positive, default=SaturationParams().point_seconds,
+                     help="saturation: seconds of arrivals each rate sends at least (more requests at higher rates)")
+    p.add_argument("--out", type=Path, default=Path("results"), help="results go to OUT/g6[-kv|-quant|-cold-start|-saturation|-prefix]-<UTC time>/")
     p.add_argument("--quiet", action="store_true", help="no progress display")
     return p
 
@@ -210,8 +249,13 @@ def _check_sources(args: argparse.Namespace) -> None:
         raise G6Error("say what to measure: --sim, --target URL, --stack STACK or --outputs FILE")
     if args.rate and args.concurrency:
         raise G6Error("give either --concurrency (closed loop) or --rate (open-loop Poisson), not both")
-    if args.experiment != "sweep" and (args.rate or (args.max_num_seqs and len(args.max_num_seqs) > 1)):
-        raise G6Error(f"--experiment {args.experiment} runs closed-loop points on one server: drop --rate and "
+    if args.experiment == "saturation" and (args.rate or args.concurrency):
+        raise G6Error("--experiment saturation chooses its own open-loop rates: drop --rate/--concurrency "
+                      "(--start-rate sets the first)")  # fmt: skip
+    if args.experiment not in ("sweep", "saturation") and args.rate:
+        raise G6Error(f"--experiment {args.experiment} runs closed-loop points: drop --rate")
+    if args.experiment != "sweep" and args.max_num_seqs and len(args.max_num_seqs) > 1:
+        raise G6Error(f"--experiment {args.experiment} runs points on one server: "
                       "give at most one --max-num-seqs")  # fmt: skip
     if args.experiment == "quant" and not (args.sim or args.stack) and args.variants and len(args.variants) > 1:
         raise G6Error("--experiment quant with --target/--outputs measures the one variant that server runs: "
@@ -270,7 +314,7 @@ def resolve_params(args: argparse.Namespace, outputs: dict[str, Any] | None) -> 
     )
     max_model_len = args.max_model_len or bench.max_model_len
     concurrency = {"sweep": bench.sweep.concurrency or [1, 8, 32], "quant": list(DEFAULT_CONCURRENCY), "kv": [],
-                   "cold-start": [1]}  # fmt: skip
+                   "cold-start": [1], "saturation": [], "prefix": [PREFIX_CONCURRENCY]}  # fmt: skip
     sweep_grid = experiment == "sweep" and args.stack and bench.sweep.max_num_seqs
     return G6Params(
         experiment=experiment,
@@ -286,6 +330,7 @@ def resolve_params(args: argparse.Namespace, outputs: dict[str, Any] | None) -> 
         max_num_seqs=args.max_num_seqs or sweep_grid or [bench.max_num_seqs],
         input_len=args.input_len,
         output_len=args.output_len,
+        eos=args.eos,
         requests=args.requests,
         duration_s=args.duration,
         warmup=args.warmup,
@@ -303,16 +348,20 @@ def resolve_params(args: argparse.Namespace, outputs: dict[str, Any] | None) -> 
         gpu_memory_utilization=utilization,
         max_model_len=max_model_len,
         quantization=args.quantization or bench.quantization,
-        speedup=args.speedup or (SIM_SPEEDUP if args.sim else 1.0),
+        speedup=args.speedup or (SIM_SPEEDUP_OF.get(experiment, SIM_SPEEDUP) if args.sim else 1.0),
     )
 
 
-def demand(params: G6Params, kv: KvParams) -> Demand:
+def demand(params: G6Params, ex: Experiments) -> Demand:
     """What the run asks of every server: its model, and the longest requests it sends."""
     if params.experiment == "kv":
-        return Demand(params.model, max(kv.context_lens), f"--context-len {max(kv.context_lens)}")
-    asked = f"--input-len {params.input_len} + --output-len {params.output_len}"
-    return Demand(params.model, params.input_len + params.output_len, asked)
+        return Demand(params.model, max(ex.kv.context_lens), f"--context-len {max(ex.kv.context_lens)}")
+    asked = f"--input-len {params.input_len.describe()} + --output-len {params.output_len.describe()}"
+    prefix = ex.prefix.prefix_len if params.experiment == "prefix" else 0
+    if prefix:
+        asked = f"--prefix-len {prefix} + {asked}"
+    # Unbounded lengths (lognormal) are clipped to the server's context: the shortest request then asks.
+    return Demand(params.model, prefix + (params.longest or 2), asked)
 
 
 def make_target(
@@ -358,31 +407,36 @@ def _vllm_endpoint(outputs: dict[str, Any]) -> Endpoint:
     return endpoint(outputs, section(outputs, "benchmark", G6Outputs, LAB).endpoint, LAB)
 
 
-def planned_specs(params: G6Params, kv: KvParams, quant: QuantParams, base_url: str) -> list[LoadSpec]:
-    """The load points the run's experiment sends, as far as they are known before it starts."""
+def planned_specs(params: G6Params, ex: Experiments, base_url: str) -> list[LoadSpec]:
+    """The load points the run's experiment sends, as far as they are known before it starts (a search's
+    first point: the later ones follow from what it finds)."""
     if params.experiment == "kv":
-        return first_waves(params, kv, base_url)
+        return first_waves(params, ex.kv, base_url)
     if params.experiment == "quant":
-        return quant_specs(params, quant, base_url)
+        return quant_specs(params, ex.quant, base_url)
+    if params.experiment == "saturation":
+        return [point_spec(params, ex.saturation, base_url, ex.saturation.start_rate)]
+    if params.experiment == "prefix":
+        return [prefix_spec(params, ex.prefix, base_url) for _ in ex.prefix.arms]
     return [spec for _ in params.max_num_seqs for spec in load_specs(params, base_url)]
 
 
 def client_manifest(
-    outputs: dict[str, Any] | None, params: G6Params, kv: KvParams, quant: QuantParams, cpus: int
+    outputs: dict[str, Any] | None, params: G6Params, ex: Experiments, cpus: int
 ) -> list[dict[str, Any]]:
     """The ConfigMap and one Job per point, as the in-cluster runner would create them."""
     if outputs is None or params.client != "in-cluster":
         raise G6Error("--client-manifest shows the in-cluster client: give --stack or --outputs, and no --target")
     ep = _vllm_endpoint(outputs)
-    return manifests(ep.namespace, system_selector(outputs), planned_specs(params, kv, quant, ep.server_url()), cpus)
+    return manifests(ep.namespace, system_selector(outputs), planned_specs(params, ex, ep.server_url()), cpus)
 
 
 def write_client_manifest(
-    folder: Path, outputs: dict[str, Any] | None, params: G6Params, kv: KvParams, quant: QuantParams, cpus: int
+    folder: Path, outputs: dict[str, Any] | None, params: G6Params, ex: Experiments, cpus: int
 ) -> list[Path]:
     """client_manifest as YAML files, in place of those an earlier --client-manifest left in the folder
     (fewer points now would otherwise leave its extra Jobs beside the new ones)."""
-    objects = client_manifest(outputs, params, kv, quant, cpus)
+    objects = client_manifest(outputs, params, ex, cpus)
     prepare(folder, "--client-manifest")
     for old in folder.glob("*.yaml"):
         if _benchmark_object(old):
@@ -485,12 +539,22 @@ def _meta(
     )
 
 
-def experiment_params(args: argparse.Namespace, params: G6Params) -> tuple[KvParams, QuantParams]:
-    """The kv and quant experiments' settings from the command line."""
+class Experiments(NamedTuple):
+    """Every experiment's own settings, from the command line (the run uses its experiment's)."""
+
+    kv: KvParams
+    quant: QuantParams
+    saturation: SaturationParams
+    prefix: PrefixParams
+
+
+def experiment_params(args: argparse.Namespace, params: G6Params) -> Experiments:
+    """The experiments' settings from the command line."""
     kv = KvParams(context_lens=args.context_len or list(DEFAULT_CONTEXT_LENS), concurrency=params.concurrency)
     quant = QuantParams(variants=args.variants or list(DEFAULT_VARIANTS), quality_prompts=args.quality_prompts,
                         quality_tokens=args.quality_tokens)  # fmt: skip
-    return kv, quant
+    saturation = SaturationParams(start_rate=args.start_rate, max_points=args.max_points, point_seconds=args.point_seconds)
+    return Experiments(kv, quant, saturation, PrefixParams(prefix_len=args.prefix_len, groups=args.prefix_groups))
 
 
 def cold_start_params(args: argparse.Namespace) -> ColdStartParams:
@@ -520,10 +584,10 @@ def _measure_again(args: argparse.Namespace, argv: list[str], started: datetime,
     except (OSError, ValueError) as exc:
         print(f"g6: cannot read recording {args.recording}: {exc}", file=sys.stderr)
         return 2
-    kv, quant = experiment_params(args, params)
+    ex = experiment_params(args, params)
     outcome = cold_start.recorded(recording, cold_start_params(args).poll_s)
     # Measured again from a file: no cluster is read now, so what ran is not known here.
-    folder, ok = write_results(args, argv, started, params, kv, quant, outputs, outcome, stack_gpu_price(outputs, params),
+    folder, ok = write_results(args, argv, started, params, ex, outputs, outcome, stack_gpu_price(outputs, params),
                                Evidence.offline())  # fmt: skip
     print(folder)
     return 0 if ok else 1
@@ -553,14 +617,14 @@ def _run(args: argparse.Namespace, argv: list[str], started: datetime) -> int:
     try:
         outputs = read_stack_outputs(args)
         params = resolve_params(args, outputs)
-        kv, quant = experiment_params(args, params)
+        ex = experiment_params(args, params)
         if params.experiment == "kv":
-            check_lengths(params, kv)  # before anything starts
+            check_lengths(params, ex.kv)  # before anything starts
         if args.client_manifest is not None and params.experiment == "cold-start":
             print(write_cold_start_plan(args.client_manifest, outputs, params, cold_start_params(args)))
             return 0
         if args.client_manifest is not None:
-            for path in write_client_manifest(args.client_manifest, outputs, params, kv, quant, args.client_cpus):
+            for path in write_client_manifest(args.client_manifest, outputs, params, ex, args.client_cpus):
                 print(path)
             return 0
         prepare(args.out, "--out")  # before any work: the results must have somewhere to go
@@ -568,7 +632,7 @@ def _run(args: argparse.Namespace, argv: list[str], started: datetime) -> int:
             return _measure_again(args, argv, started, params, outputs)
         progress = RunProgress(enabled=not args.quiet)
         client = client_side(params, outputs, args.client_cpus, progress.log)
-        params, target = make_target(params, demand(params, kv), args.health_timeout, client.server, progress.log)
+        params, target = make_target(params, demand(params, ex), args.health_timeout, client.server, progress.log)
         price = stack_gpu_price(outputs, params)
         first = None
         if isinstance(client.runner, ClusterRunner) and params.experiment != "cold-start":
@@ -580,7 +644,8 @@ def _run(args: argparse.Namespace, argv: list[str], started: datetime) -> int:
         print(f"g6: invalid parameters: {problems(exc, 'g6')}", file=sys.stderr)
         return 2
     how = Measurement(client.runner, client.prometheus, progress, price)
-    outcome = {"kv": KvOutcome, "quant": QuantOutcome}.get(params.experiment, SweepOutcome)()
+    outcomes = {"kv": KvOutcome, "quant": QuantOutcome, "saturation": SaturationOutcome, "prefix": PrefixOutcome}
+    outcome = outcomes.get(params.experiment, SweepOutcome)()
     if params.experiment == "cold-start":
         outcome = ColdStartOutcome(params=cold_start_params(args))
     failure = None
@@ -589,9 +654,13 @@ def _run(args: argparse.Namespace, argv: list[str], started: datetime) -> int:
         # target's `pulumi up` puts the server's config back (minutes).
         with target.session(), client.runner, progress.running():
             if isinstance(outcome, KvOutcome):
-                run_kv(params, kv, target, how, outcome)
+                run_kv(params, ex.kv, target, how, outcome)
             elif isinstance(outcome, QuantOutcome):
-                run_quant(params, quant, target, how, outcome)
+                run_quant(params, ex.quant, target, how, outcome)
+            elif isinstance(outcome, SaturationOutcome):
+                run_saturation(params, ex.saturation, target, how, outcome)
+            elif isinstance(outcome, PrefixOutcome):
+                run_prefix(params, ex.prefix, target, how, outcome)
             elif isinstance(outcome, ColdStartOutcome):
                 # A cold start names a stack, never --target: the client side is the cluster's.
                 assert isinstance(client.runner, ClusterRunner) and client.server is not None
@@ -620,7 +689,7 @@ def _run(args: argparse.Namespace, argv: list[str], started: datetime) -> int:
     # A second Ctrl-C must not lose what the first one kept.
     with shielded(lambda name: print(f"g6: {name} received; writing the results first", file=sys.stderr)):
         waited = first.waited(started) if first is not None else None
-        folder, ok = write_results(args, argv, started, params, kv, quant, outputs, outcome, price, evidence, waited)
+        folder, ok = write_results(args, argv, started, params, ex, outputs, outcome, price, evidence, waited)
     if outcome.interrupted:
         print(f"g6: interrupted after {outcome.done()}; partial results in {folder}", file=sys.stderr)
     if failure:
@@ -633,8 +702,8 @@ def _run(args: argparse.Namespace, argv: list[str], started: datetime) -> int:
 
 
 def write_results(
-    args: argparse.Namespace, argv: list[str], started: datetime, params: G6Params, kv: KvParams,
-    quant: QuantParams, outputs: dict[str, Any] | None, outcome: Outcome, price: GpuPrice | None, evidence: Evidence,
+    args: argparse.Namespace, argv: list[str], started: datetime, params: G6Params, ex: Experiments,
+    outputs: dict[str, Any] | None, outcome: Outcome, price: GpuPrice | None, evidence: Evidence,
     waited: ColdStartPhases | None = None,
 ) -> tuple[Path, bool]:  # fmt: skip
     """result.json, report.md and the plots of what `outcome` holds; the folder, and whether every
@@ -651,15 +720,25 @@ def write_results(
         render_cold_start_plots(result, folder)
         report, ok = render_cold_start_report(result), all(run.failure is None for run in result.runs)
     elif isinstance(outcome, KvOutcome):
-        result = kv_result(meta, params, kv, outcome, price, cost).model_copy(update={"waited": waited})
+        result = kv_result(meta, params, ex.kv, outcome, price, cost).model_copy(update={"waited": waited})
         folder = new_run_folder(args.out, f"{LAB}-kv", started)
         render_kv_plots(result, folder)
         report, ok = render_kv_report(result), all(p.point.completed for p in result.probes)
     elif isinstance(outcome, QuantOutcome):
-        result = quant_result(meta, params, quant, outcome, price, cost).model_copy(update={"waited": waited})
+        result = quant_result(meta, params, ex.quant, outcome, price, cost).model_copy(update={"waited": waited})
         folder = new_run_folder(args.out, f"{LAB}-quant", started)
         render_quant_plots(result, folder)
         report, ok = render_quant_report(result), all(v.error is None for v in result.variants)
+    elif isinstance(outcome, SaturationOutcome):
+        result = saturation_result(meta, params, ex.saturation, outcome, price, cost).model_copy(update={"waited": waited})
+        folder = new_run_folder(args.out, f"{LAB}-saturation", started)
+        render_saturation_plots(result, folder)
+        report, ok = render_saturation_report(result), all(x.point.completed for x in result.points)
+    elif isinstance(outcome, PrefixOutcome):
+        result = prefix_result(meta, params, ex.prefix, outcome, price, cost).model_copy(update={"waited": waited})
+        folder = new_run_folder(args.out, f"{LAB}-prefix", started)
+        render_prefix_plots(result, folder)
+        report, ok = render_prefix_report(result), all(p.completed for a in result.arms for p in a.points)
     else:
         assert isinstance(outcome, SweepOutcome)
         result = G6Result(

@@ -8,6 +8,7 @@ from pydantic import BaseModel, ConfigDict, Field, model_validator
 
 from benchmarks.g6.errors import G6Error
 from benchmarks.loadgen import Slo, Timeouts
+from benchmarks.loadgen.lengths import Lengths
 
 LAB = "g6"
 # Counted requests per point when --requests is not given: at least MIN_REQUESTS, and REQUESTS_PER_SLOT
@@ -49,7 +50,7 @@ class G6Params(BaseModel):
 
     model_config = ConfigDict(frozen=True, extra="forbid")
 
-    experiment: Literal["sweep", "kv", "quant", "cold-start"] = "sweep"
+    experiment: Literal["sweep", "kv", "quant", "cold-start", "saturation", "prefix"] = "sweep"
     target_kind: Literal["sim", "url", "stack"]
     target: str = Field(description="base URL, or 'sim' when each point starts its own simulator")
     stack: str | None = None
@@ -60,8 +61,9 @@ class G6Params(BaseModel):
     concurrency: list[int] = []
     rate: list[float] = []
     max_num_seqs: list[int | None] = [None]
-    input_len: int = Field(256, ge=1)
-    output_len: int = Field(128, ge=1)
+    input_len: Lengths = Lengths(kind="fixed", a=256)
+    output_len: Lengths = Lengths(kind="fixed", a=128)
+    eos: bool = False  # requests stop at EOS, output_len their cap
     requests: int | None = Field(None, ge=1, description="counted requests per point; None: requests_at()")
     duration_s: float | None = Field(None, gt=0)
     warmup: int | None = Field(None, ge=0)
@@ -83,8 +85,9 @@ class G6Params(BaseModel):
 
     @model_validator(mode="after")
     def _coherent(self) -> G6Params:
-        # The kv experiment may leave concurrency to its search; the others need one arrival process.
-        if self.concurrency and self.rate or not (self.concurrency or self.rate or self.experiment == "kv"):
+        # The searches (kv, saturation) choose their own load; the others need one arrival process.
+        searching = self.experiment in ("kv", "saturation")
+        if self.concurrency and self.rate or not (self.concurrency or self.rate or searching):
             raise G6Error("give either --concurrency (closed loop) or --rate (open-loop Poisson), not both")
         changeable = self.target_kind in ("sim", "stack")
         if len(self.max_num_seqs) > 1 and not changeable:
@@ -109,5 +112,12 @@ class G6Params(BaseModel):
 
     @property
     def context_len(self) -> int:
-        """Mean context of a decoding sequence: the prompt plus half the output."""
-        return self.input_len + self.output_len // 2
+        """Mean context of a decoding sequence: the prompt plus half the output (cap, with --eos)."""
+        return round(self.input_len.mean + self.output_len.mean / 2)
+
+    @property
+    def longest(self) -> int | None:
+        """The longest request the lengths can draw (prompt + output); None if unbounded (clipped instead)."""
+        if self.input_len.most is None or self.output_len.most is None:
+            return None
+        return self.input_len.most + self.output_len.most

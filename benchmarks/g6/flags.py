@@ -8,6 +8,9 @@ import sys
 from collections.abc import Callable
 from typing import NoReturn
 
+from benchmarks.loadgen.errors import LoadgenError
+from benchmarks.loadgen.lengths import Lengths, parse_lengths
+
 
 class Parser(argparse.ArgumentParser):
     """argparse, with its errors on one line (g6's usage alone spans a screen)."""
@@ -80,3 +83,11 @@ def fraction(text: str) -> float:
     if value > 1:
         _refuse("a fraction > 0 and <= 1", text)
     return value
+
+
+def lengths(text: str) -> Lengths:
+    """A request length: a number or a seeded distribution (benchmarks.loadgen.lengths)."""
+    try:
+        return parse_lengths(text)
+    except LoadgenError as exc:
+        raise argparse.ArgumentTypeError(str(exc)) from None

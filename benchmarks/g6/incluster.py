@@ -42,8 +42,9 @@ def memory_mib(spec: LoadSpec, workers: int) -> int:
     """Memory the core needs for one point: interpreters, the encoded requests (each worker may end up
     with its own copy), and every read of every response kept until the run ends (~300 B a read)."""
     total = spec.warmup_requests + spec.requests
-    requests_mib = total * (7 * spec.input_len + 300) * (workers + 1) / 2**20
-    reads_mib = total * (spec.output_len + 4) * 300 / 2**20
+    input_lens, output_lens = spec.lengths()
+    requests_mib = (7 * (sum(input_lens) + total * spec.prefix_len) + 300 * total) * (workers + 1) / 2**20
+    reads_mib = (sum(output_lens) + 4 * total) * 300 / 2**20
     return 64 + 24 * workers + math.ceil(requests_mib + reads_mib)
 
 

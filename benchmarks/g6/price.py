@@ -58,7 +58,10 @@ def prices_per_million(price: GpuPrice | None, stats: PointStats) -> TokenPrices
     out = stats.output_tokens_per_s
     if price is None or out <= 0:
         return None
-    giq_tokens = out + stats.requests_per_s * stats.input_len / GIQ_OUTPUT_TO_INPUT_COST_RATIO
+    # Input tokens per request as the server counted them (chat template included), else as asked.
+    counted = stats.realised.input_tokens if stats.realised is not None else None
+    prompt = counted.mean if counted is not None else stats.input_len.mean
+    giq_tokens = out + stats.requests_per_s * prompt / GIQ_OUTPUT_TO_INPUT_COST_RATIO
     return TokenPrices(
         gpu_node_spot=_per_million(price.gpu_node_spot, out),
         gpu_node_on_demand=_per_million(price.gpu_node_on_demand, out),

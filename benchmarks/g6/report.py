@@ -8,6 +8,7 @@ from benchmarks.g6.config import G6Params
 from benchmarks.g6.plots import PLOTS
 from benchmarks.g6.price import cheapest, slo_text
 from benchmarks.g6.result import G6Point, G6Result, GpuPrice
+from benchmarks.g6.shape import asked_text, realised_section
 from benchmarks.harness import RunMeta
 from benchmarks.harness.evidence import markdown as evidence_section
 from benchmarks.harness.markdown import num, table
@@ -176,8 +177,7 @@ def _header(r: G6Result) -> str:
         + (f", every point {p.repeats} times (interleaved)" if p.repeats > 1 else ""),
         f"- Requests: {p.requests if p.requests is not None else 'max(64, 8 x concurrency)'} counted per point after a warm-up of "
         f"{p.warmup if p.warmup is not None else 'one request per worker (or one second of arrivals)'}, "
-        f"{p.input_len} prompt tokens{' (one word each: exact on the simulator, approximate under a real tokenizer)' if p.api == 'chat' else ' (token ids)'} "
-        f"and exactly {p.output_len} output tokens each (`ignore_eos`, `min_tokens`), "
+        f"{asked_text(p)}, "
         f"`/v1/{'chat/completions' if p.api == 'chat' else 'completions'}` streaming"
         + (f"; each point bounded to {p.duration_s:g} s" if p.duration_s else ""),
         *context_lines(m, p, r.points),
@@ -274,7 +274,9 @@ def _points(r: G6Result) -> str:
     note = (
         "\nEvery figure of a point is of its counted requests over one window (their first token to their "
         "last end; the warm-up before it counts for nothing), so output tok/s = req/s x "
-        f"{r.params.output_len} tokens. The decode batch is the client's time-averaged count of requests "
+        + (f"{r.params.output_len.describe()} tokens" if r.params.output_len.fixed and not r.params.eos
+           else "the output tokens each request really had (Lengths sent and received)")
+        + ". The decode batch is the client's time-averaged count of requests "
         "between first token and end (Little's law on its own timings); the server's gauges are sampled "
         "once per scrape inside the same window. vLLM's TTFT histogram knows a quantile only to its bucket: "
         "the server TTFT columns are the bucket (lower, upper] that holds it, not an estimate inside it. "
@@ -328,7 +330,7 @@ def _meaning(r: G6Result) -> str:
 def render_report(result: G6Result) -> str:
     plots = "## Plots\n\n" + "\n".join(f"![{name}]({name})" for name in PLOTS) + "\n"
     labelled = [(f"max-num-seqs {p.max_num_seqs} {_run_label(result, p)}", p) for p in result.points]
-    sections = [_header(result), _sizing(result), _points(result), _repeats(result), _meaning(result),
+    sections = [_header(result), _sizing(result), _points(result), realised_section(labelled), _repeats(result), _meaning(result),
                 cost_sections(labelled, result.params, result.gpu_price, result.cost), errors_section(result.meta.errors),
                 plots]  # fmt: skip
     return waited_first("\n".join(section for section in sections if section), result.waited)

@@ -51,6 +51,8 @@ def load_spec(params: G6Params, base_url: str, **shape: Any) -> LoadSpec:
         api=params.api,
         input_len=params.input_len,
         output_len=params.output_len,
+        eos=params.eos,
+        max_model_len=params.max_model_len,
         duration_s=params.duration_s,
         warmup=params.warmup,
         seed=params.seed,
@@ -135,7 +137,7 @@ def measure_point(
         server=metrics,
         max_num_seqs=context.max_num_seqs,
         sizing=context.sizing,
-        context_len=spec.input_len + spec.output_len // 2,
+        context_len=round(spec.prefix_len + spec.input_len.mean + spec.output_len.mean / 2),
     )
     price = prices_per_million(how.price, stats)
     point = G6Point.model_validate(

@@ -45,8 +45,8 @@ _REPO = Path(__file__).resolve().parents[2]
 class ServerSettings(BaseModel):
     """Server settings a run puts in place before a point. Only the fields given are changed; a field
     given as None is unset (the server's default: for `quantization`, the checkpoint's own method).
-    Each server field (model .. max_model_len) is the `vllm` stack config field and the `vllm serve`
-    flag of the same name."""
+    Each server field (model .. max_model_len, enable_prefix_caching) is the `vllm` stack config field and
+    the `vllm serve` flag of the same name."""
 
     model_config = ConfigDict(frozen=True, extra="forbid")
 
@@ -55,6 +55,7 @@ class ServerSettings(BaseModel):
     max_num_seqs: int | None = Field(None, ge=1)
     gpu_memory_utilization: float | None = Field(None, gt=0, le=1)
     max_model_len: int | None = Field(None, ge=1)
+    enable_prefix_caching: bool | None = None
     # The cold-start experiment's settings: where the image and the weights come from, and the GPU
     # pool's minimum (a top-level stack key, not a server flag; a stack target only).
     image_streaming: bool | None = None
@@ -81,6 +82,14 @@ def _key(name: str) -> str:
 def _text(value: object) -> str | None:
     """As `pulumi config set --path` takes it (which stores true/false as YAML booleans)."""
     return None if value is None else str(value).lower() if isinstance(value, bool) else str(value)
+
+
+def sim_flags(key: str, value: str) -> list[str]:
+    """A setting as the simulator's flags, which are vLLM's: a boolean is the flag or its --disable- form."""
+    flag = key.removeprefix(f"{CONFIG_OBJECT}.").replace("_", "-")
+    if value in ("true", "false"):
+        return [f"--{flag}" if value == "true" else f"--{flag.replace('enable-', 'disable-', 1)}"]
+    return [f"--{flag}", value]
 
 
 class Demand(NamedTuple):
@@ -172,7 +181,7 @@ class SimTarget:
         argv = [sys.executable, "-m", "benchmarks.sim", *self.args, "--port", str(port), "--watch-stdin"]
         for key, value in settings.over(self.base).changes().items():
             if value is not None:
-                argv += ["--" + key.removeprefix(f"{CONFIG_OBJECT}.").replace("_", "-"), value]
+                argv += sim_flags(key, value)
         # stderr to a file, not a pipe: a pipe nobody reads would stall a chatty server.
         log = tempfile.TemporaryFile("w+")
         proc = subprocess.Popen(argv, cwd=_REPO, stdin=subprocess.PIPE, stdout=subprocess.DEVNULL, stderr=log,

@@ -35,7 +35,7 @@ def workloads(lab: str, outputs: dict[str, Any]) -> list[dict[str, Any]]:
 
         args = cli.parser().parse_args(["--outputs", "outputs.json", "--concurrency", "1"])
         params = cli.resolve_params(args, outputs)
-        own = cli.client_manifest(outputs, params, *cli.experiment_params(args, params), args.client_cpus)
+        own = cli.client_manifest(outputs, params, cli.experiment_params(args, params), args.client_cpus)
     else:
         own = importlib.import_module(f"benchmarks.labs.{lab}").build_workloads(outputs, run_id=RUN_ID)
     return own + [evidence.nvidia_smi_pod(outputs, RUN_ID)]

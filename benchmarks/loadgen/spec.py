@@ -8,6 +8,7 @@ from pydantic import BaseModel, ConfigDict, Field, model_validator
 
 from benchmarks.loadgen.core import Plan
 from benchmarks.loadgen.errors import LoadgenError
+from benchmarks.loadgen.lengths import Lengths, draw_pairs
 
 
 class Timeouts(BaseModel):
@@ -42,8 +43,17 @@ class LoadSpec(BaseModel):
     base_url: str
     model: str
     api: Literal["completions", "chat"] = "completions"
-    input_len: int = Field(256, ge=1)
-    output_len: int = Field(128, ge=1)
+    # A number (every request alike) or a seeded distribution (lengths.py).
+    input_len: Lengths = Lengths(kind="fixed", a=256)
+    output_len: Lengths = Lengths(kind="fixed", a=128)
+    # Requests stop at EOS: output_len is the cap (max_tokens), not a forced length.
+    eos: bool = False
+    # Drawn lengths are clipped so a request fits the server's context.
+    max_model_len: int | None = Field(None, ge=2)
+    # Requests in prefix_groups groups, each group's prompts starting with its own prefix_len tokens
+    # (a system prompt) before their input_len tokens.
+    prefix_len: int = Field(0, ge=0)
+    prefix_groups: int = Field(1, ge=1)
     concurrency: int | None = Field(None, ge=1)
     rate: float | None = Field(None, gt=0)
     requests: int = Field(..., ge=1)
@@ -79,16 +89,28 @@ class LoadSpec(BaseModel):
             return self.concurrency
         return max(1, round(self.rate or 1))
 
+    def lengths(self) -> tuple[list[int], list[int]]:
+        """Every request's (prompt, output) lengths, warm-up first: the same seed, the same requests."""
+        total = self.warmup_requests + self.requests
+        room = None if self.max_model_len is None else self.max_model_len - self.prefix_len
+        if room is not None and room < 2:
+            raise LoadgenError(f"a prefix of {self.prefix_len} tokens leaves no room in max-model-len {self.max_model_len}")
+        return draw_pairs(self.input_len, self.output_len, total, self.seed, room)
+
     def plan(self, workers: int | None = None) -> Plan:
         """What the load generator core runs; `workers` processes (default: one per CPU it may use)."""
+        input_lens, output_lens = self.lengths()
         return Plan(
             base_url=self.base_url,
             model=self.model,
             requests=self.requests,
             warmup=self.warmup_requests,
             api=self.api,
-            input_len=self.input_len,
-            output_len=self.output_len,
+            input_lens=input_lens,
+            output_lens=output_lens,
+            eos=self.eos,
+            prefix_len=self.prefix_len,
+            prefix_groups=self.prefix_groups,
             concurrency=self.concurrency,
             rate=self.rate,
             duration_s=self.duration_s,

@@ -10,6 +10,7 @@ import numpy as np
 from pydantic import BaseModel, ConfigDict
 
 from benchmarks.loadgen.core import LoadRun, Record
+from benchmarks.loadgen.lengths import Lengths
 from benchmarks.loadgen.spec import LoadSpec, Slo
 
 
@@ -48,6 +49,26 @@ class LagSummary(BaseModel):
 
     mean: float
     p99: float
+
+
+class TokenSummary(BaseModel):
+    """Tokens per request, as the server's usage counted them."""
+
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+    n: int  # requests whose usage said
+    mean: float
+    p50: float
+    p99: float
+
+
+class Realised(BaseModel):
+    """The lengths the counted requests really had (the server's usage), against those asked for."""
+
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+    input_tokens: TokenSummary | None  # None: the server sent no usage
+    output_tokens: TokenSummary
 
 
 class Goodput(BaseModel):
@@ -94,8 +115,8 @@ class PointStats(BaseModel):
 
     concurrency: int | None
     rate: float | None
-    input_len: int
-    output_len: int
+    input_len: Lengths
+    output_len: Lengths
     completed: int
     failed: int
     failures: dict[str, int]
@@ -127,6 +148,28 @@ class PointStats(BaseModel):
     window: Window | None
     stopped_by: str
     client: ClientPlace | None = None
+    eos: bool = False  # output_len was a cap and requests stopped at EOS
+    realised: Realised | None = None
+    # Least-squares slope of the completed requests' end times against their scheduled send times: about
+    # 1 when the server keeps up with open-loop arrivals, offered rate / capacity when it falls behind.
+    end_slope: float | None = None
+
+
+def token_summary(counts: list[int]) -> TokenSummary | None:
+    if not counts:
+        return None
+    a = np.asarray(counts, dtype=float)
+    p50, p99 = np.percentile(a, [50, 99])
+    return TokenSummary(n=a.size, mean=float(a.mean()), p50=float(p50), p99=float(p99))
+
+
+def realised(ok: list[Record]) -> Realised | None:
+    """Per-request token counts of the completed requests; None without any."""
+    outputs = token_summary([r.output_tokens for r in ok])
+    if outputs is None:
+        return None
+    return Realised(input_tokens=token_summary([r.input_tokens for r in ok if r.input_tokens is not None]),
+                    output_tokens=outputs)  # fmt: skip
 
 
 _FIGURES = ("mean", "p50", "p90", "p99")
@@ -215,6 +258,7 @@ def _scaled(r: Record, k: float) -> Record:
     return Record(
         i=r.i, scheduled=r.scheduled * k, sent=r.sent * k, first_token=None if r.first_token is None else r.first_token * k,
         end=r.end * k, chunk_times=[t * k for t in r.chunk_times], output_tokens=r.output_tokens, error=r.error,
+        input_tokens=r.input_tokens,
     )  # fmt: skip
 
 
@@ -286,7 +330,17 @@ def summarize(run: LoadRun, spec: LoadSpec, time_scale: float = 1.0) -> PointSta
         window=window,
         stopped_by=run.stopped_by,
         client=_place(run),
+        eos=spec.eos,
+        realised=realised(ok),
+        end_slope=_slope([r.scheduled for r in ok], [r.end for r in ok]),
     )
+
+
+def _slope(x: list[float], y: list[float]) -> float | None:
+    # A fit, not first and last: one request's queueing wait moves the endpoints, hardly the slope.
+    if len(x) < 3 or max(x) - min(x) <= 0:
+        return None
+    return float(np.polyfit(x, y, 1)[0])
 
 
 def _place(run: LoadRun) -> ClientPlace | None:

@@ -24,6 +24,12 @@ GAUGES: tuple[tuple[GaugeField, str, Agg], ...] = (
     ("fb_used_mib", "DCGM_FI_DEV_FB_USED", "sum"),  # MiB
 )
 PREEMPTIONS = "vllm:num_preemptions_total"
+# Counters in tokens, as vLLM names them from 0.9.2 to the pinned v0.33.0 (vllm/v1/metrics/loggers.py:
+# vllm:prefix_cache_queries and vllm:prefix_cache_hits, exposed with prometheus_client's _total suffix;
+# tests/data/vllm/v0.33.0/metrics.txt has them).
+PREFIX_QUERIES = "vllm:prefix_cache_queries_total"
+PREFIX_HITS = "vllm:prefix_cache_hits_total"
+COUNTERS = (("preemptions", PREEMPTIONS), ("prefix_cache_queries", PREFIX_QUERIES), ("prefix_cache_hits", PREFIX_HITS))
 CACHE_CONFIG = "vllm:cache_config_info"  # an info gauge: the cache configuration is in its labels
 TTFT_BUCKETS = "vllm:time_to_first_token_seconds_bucket"
 
@@ -60,6 +66,8 @@ class ServerMetrics(BaseModel):
     dram_active: GaugeStats | None = None
     fb_used_mib: GaugeStats | None = None
     preemptions: float | None = None
+    prefix_cache_queries: float | None = None  # prompt tokens looked up in the prefix cache during the point
+    prefix_cache_hits: float | None = None  # of them, tokens the cache served
     # vLLM's TTFT histogram knows a quantile only to its bucket: (lower, upper] in ms, upper None for
     # the +Inf bucket. No point inside the bucket is more likely than another.
     ttft_p50_bucket_ms: tuple[float, float | None] | None = None
@@ -115,6 +123,7 @@ class KvCacheConfig(BaseModel):
     num_gpu_blocks: int
     gpu_memory_utilization: float | None = None
     cache_dtype: str | None = None
+    enable_prefix_caching: bool | None = None
 
     @property
     def kv_cache_tokens(self) -> int:

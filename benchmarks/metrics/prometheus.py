@@ -25,7 +25,7 @@ from pydantic import BaseModel, ConfigDict
 
 from benchmarks.harness.answers import body_text
 from benchmarks.metrics.errors import MetricsError
-from benchmarks.metrics.model import GAUGES, PREEMPTIONS, TTFT_BUCKETS, GaugeStats, Series, ServerMetrics, bucket_ms
+from benchmarks.metrics.model import COUNTERS, GAUGES, TTFT_BUCKETS, GaugeStats, Series, ServerMetrics, bucket_ms
 from benchmarks.metrics.scrape import histogram_bucket
 
 QUERY = "api/v1/query"
@@ -180,7 +180,7 @@ class PrometheusClient:
         return ServerMetrics(
             source="prometheus",
             **fields,
-            preemptions=self.query(f"sum(increase({PREEMPTIONS}{rng}))", end),
+            **{name: self.query(f"sum(increase({metric}{rng}))", end) for name, metric in COUNTERS},
             ttft_p50_bucket_ms=bucket_ms(histogram_bucket(0.5, buckets)),
             ttft_p99_bucket_ms=bucket_ms(histogram_bucket(0.99, buckets)),
             series=series,

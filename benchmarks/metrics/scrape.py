@@ -18,8 +18,8 @@ from prometheus_client.parser import text_string_to_metric_families
 from benchmarks.metrics.errors import MetricsError
 from benchmarks.metrics.model import (
     CACHE_CONFIG,
+    COUNTERS,
     GAUGES,
-    PREEMPTIONS,
     TTFT_BUCKETS,
     GaugeStats,
     KvCacheConfig,
@@ -28,7 +28,7 @@ from benchmarks.metrics.model import (
     bucket_ms,
 )
 
-_WANTED = {metric for _, metric, _ in GAUGES} | {PREEMPTIONS, TTFT_BUCKETS}
+_WANTED = {metric for _, metric, _ in GAUGES} | {metric for _, metric in COUNTERS} | {TTFT_BUCKETS}
 _COMBINE = {
     "sum": sum,
     "max": max,
@@ -99,15 +99,15 @@ def metrics_from_scrapes(scrapes: list[Scrape], start: float | None = None, end:
             values = [v for _, v in points]
             fields[name] = GaugeStats(mean=statistics.fmean(values), max=max(values))
             series.append(Series(name=name, points=points))
-    preemptions = None
-    if (end := last.combined(PREEMPTIONS, "sum")) is not None:
-        preemptions = end - (first.combined(PREEMPTIONS, "sum") or 0.0)
+    # Counters: what they counted between the first and the last scrape.
+    counted = {name: end - (first.combined(metric, "sum") or 0.0)
+               for name, metric in COUNTERS if (end := last.combined(metric, "sum")) is not None}  # fmt: skip
     start_buckets, end_buckets = first.buckets(), last.buckets()
     delta = {le: count - start_buckets.get(le, 0.0) for le, count in end_buckets.items()}
     return ServerMetrics(
         source="scrape",
         **fields,
-        preemptions=preemptions,
+        **counted,
         ttft_p50_bucket_ms=bucket_ms(histogram_bucket(0.5, delta)),
         ttft_p99_bucket_ms=bucket_ms(histogram_bucket(0.99, delta)),
         series=series,
@@ -124,11 +124,13 @@ def cache_config(text: str) -> KvCacheConfig | None:
             labels = sample.labels
             try:
                 utilization = labels.get("gpu_memory_utilization")
+                caching = labels.get("enable_prefix_caching")
                 return KvCacheConfig(
                     block_size=int(labels["block_size"]),
                     num_gpu_blocks=int(labels["num_gpu_blocks"]),
                     gpu_memory_utilization=None if utilization in (None, "None") else float(utilization),
                     cache_dtype=labels.get("cache_dtype"),
+                    enable_prefix_caching=None if caching in (None, "None") else caching == "True",
                 )
             except (KeyError, ValueError):
                 return None

@@ -2,7 +2,8 @@
 
 Prompt length: a string counts one token per whitespace-separated word; a list of ints (as `prompt`
 or `prompt_token_ids`) counts one token per id. Chat requests count the words of every message's
-text (no chat-template tokens are added). Each generated token is one word with a leading space,
+text (no chat-template tokens are added); the same tokens, in blocks, are what the prefix cache
+recognises. Each generated token is one word with a leading space,
 so a client counting words in the streamed text counts tokens.
 
 Non-streamed completions that ask for `logprobs`, `prompt_logprobs` or `return_token_ids` are
@@ -79,11 +80,6 @@ def _prompt(body: dict[str, Any]) -> str | list[int]:
     raise BadRequest("prompt must be a string or a list of token ids (one prompt per request)", param="prompt")
 
 
-def _prompt_tokens(body: dict[str, Any]) -> int:
-    prompt = _prompt(body)
-    return len(prompt.split()) if isinstance(prompt, str) else len(prompt)
-
-
 def _prompt_ids(body: dict[str, Any]) -> list[int]:
     """The prompt as the toy model's token ids: a string's words mapped, a list of ids as given."""
     prompt = _prompt(body)
@@ -103,20 +99,37 @@ def _logprobs_field(body: dict[str, Any], name: str) -> int | None:
     return value
 
 
-def _chat_tokens(body: dict[str, Any]) -> int:
+def _chat_words(body: dict[str, Any]) -> list[str]:
     messages = body.get("messages")
     if not isinstance(messages, list) or not messages:
         raise BadRequest("messages must be a non-empty list", param="messages")
-    words = 0
+    words: list[str] = []
     for message in messages:
         content = message.get("content") if isinstance(message, dict) else None
         if isinstance(content, str):
-            words += len(content.split())
+            words += content.split()
         elif isinstance(content, list):
-            words += sum(len(str(part.get("text", "")).split()) for part in content if isinstance(part, dict))
+            words += [w for part in content if isinstance(part, dict) for w in str(part.get("text", "")).split()]
         else:
             raise BadRequest("each message needs a string or list content", param="messages")
     return words
+
+
+def _tokens(body: dict[str, Any], chat: bool) -> list[str] | list[int]:
+    """The prompt's tokens as the prefix cache sees them: words, or the ids as given."""
+    if chat:
+        return _chat_words(body)
+    prompt = _prompt(body)
+    return prompt.split() if isinstance(prompt, str) else list(prompt)
+
+
+def block_hashes(tokens: list[int] | list[str], block_size: int) -> tuple[int, ...]:
+    """Chained hashes of the full blocks of a prompt: equal only where the whole prefix up to the block is."""
+    out, h = [], 0
+    for k in range(len(tokens) // block_size):
+        h = hash((h, tuple(tokens[k * block_size : (k + 1) * block_size])))
+        out.append(h)
+    return tuple(out)
 
 
 class SimServer:
@@ -141,6 +154,7 @@ class SimServer:
             self.sizing,
             seed=self.config.seed,
             speedup=self.config.speedup,
+            prefix_caching=self.config.enable_prefix_caching,
             on_token=self.metrics.on_token,
             on_finish=self.metrics.on_finish,
         )
@@ -190,7 +204,8 @@ class SimServer:
     async def _generate(self, http: Request, *, chat: bool) -> Response:
         try:
             body = await self._body(http)
-            prompt_tokens = _chat_tokens(body) if chat else _prompt_tokens(body)
+            tokens = _tokens(body, chat)
+            prompt_tokens = len(tokens)
             max_tokens = self._max_tokens(body, prompt_tokens, chat=chat)
             min_tokens = _int_field(body, "min_tokens", 0) or 0
             seed = _int_field(body, "seed", None)
@@ -208,6 +223,7 @@ class SimServer:
             min_tokens=min(min_tokens, max_tokens),
             ignore_eos=bool(body.get("ignore_eos", False)),
             seed=seed,
+            block_hashes=block_hashes(tokens, self.sizing.block_size) if self.config.enable_prefix_caching else (),
         )
         shape = _ChatShape(self, sim) if chat else _CompletionShape(self, sim)
         if body.get("stream"):

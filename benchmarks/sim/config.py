@@ -24,6 +24,7 @@ class SimConfig(BaseModel):
     quantization: Literal["fp8", "awq", "gptq"] | None = None
     kv_cache_dtype: Literal["auto", "fp8"] = "auto"
     num_gpu_blocks_override: int | None = Field(default=None, ge=1)
+    enable_prefix_caching: bool = Field(default=True, description="vLLM's V1 default: on")
     host: str = "127.0.0.1"
     port: int = Field(default=8000, ge=0, le=65535)
     seed: int = 0

@@ -6,6 +6,13 @@ gives running sequences their next tokens first, then admits waiting ones, withi
 a running sequence needs a block and none is free, the newest running sequence is preempted
 (its blocks freed, to be recomputed from scratch later).
 
+Prefix caching (on by default, as in vLLM's V1 engine): a request's full prompt blocks are known by a
+chained hash of their tokens. Once a request's prefill is done its full prompt blocks join the cache;
+a request admitted later whose prompt starts with cached blocks shares them (reference-counted, one
+copy in memory) and its prefill skips them (at least the last prompt token is computed). A block no
+request references stays cached but counts as free, and is evicted, oldest first, when a new block
+is needed. Queried and hit tokens are counted at admission, as vLLM's prefix-cache counters do.
+
 `Engine` drives the scheduler from one asyncio task on time.monotonic: it sleeps each step's
 simulated duration (divided by `speedup`) and hands tokens to the waiting HTTP handlers. Single
 token times land on the event loop's timer grid (about 1 ms), but back-to-back steps follow a
@@ -55,6 +62,10 @@ class SimRequest:
     blocks: int = 0
     preemptions: int = 0
     first_scheduled_s: float | None = None
+    block_hashes: tuple[int, ...] = ()  # chained hashes of the prompt's full blocks
+    shared: list[int] = field(default_factory=list)  # cached blocks it references (counted in `blocks`)
+    cached_tokens: int = 0  # prompt tokens the prefix cache served at its first admission
+    registered: bool = False  # its full prompt blocks joined the cache
     token_times_s: list[float] = field(default_factory=list)
     finish_s: float | None = None
     finish_reason: str | None = None
@@ -82,6 +93,7 @@ class SimRequest:
             "ttft_s": None if first is None else first - self.arrival_s,
             "e2e_s": None if self.finish_s is None else self.finish_s - self.arrival_s,
             "prompt_tokens": self.prompt_tokens,
+            "cached_tokens": self.cached_tokens,
             "output_tokens": self.output_tokens,
             "finish_reason": self.finish_reason,
             "preemptions": self.preemptions,
@@ -99,10 +111,15 @@ class Step:
 class Scheduler:
     """Continuous batching with a paged KV cache; no clock of its own."""
 
-    def __init__(self, sizing: Sizing, *, seed: int) -> None:
+    def __init__(self, sizing: Sizing, *, seed: int, prefix_caching: bool = False) -> None:
         self.sizing = sizing
         self.seed = seed
-        self.free_blocks = sizing.num_gpu_blocks
+        self.prefix_caching = prefix_caching
+        self.free_blocks = sizing.num_gpu_blocks  # cached blocks no request references count as free
+        self.refs: dict[int, int] = {}  # cached block hash -> requests referencing it
+        self.evictable: collections.OrderedDict[int, None] = collections.OrderedDict()  # cached, unreferenced
+        self.prefix_queries = 0
+        self.prefix_hits = 0
         self.waiting: collections.deque[SimRequest] = collections.deque()
         self.running: list[SimRequest] = []
         self.preemptions_total = 0
@@ -118,6 +135,7 @@ class Scheduler:
         ignore_eos: bool,
         arrival_s: float,
         ready_s: float,
+        block_hashes: tuple[int, ...] = (),
         seed: int | None = None,
     ) -> SimRequest:
         index = next(self._counter)
@@ -137,6 +155,7 @@ class Scheduler:
             arrival_s=arrival_s,
             arrival_wall_s=time.time(),
             ready_s=ready_s,
+            block_hashes=block_hashes,
         )
         heapq.heappush(self._arrivals, (ready_s, index, request))
         return request
@@ -156,10 +175,56 @@ class Scheduler:
     def _blocks_for(self, tokens: int) -> int:
         return math.ceil(tokens / self.sizing.block_size)
 
+    def _take(self, blocks: int) -> None:
+        """Allocate `blocks` free blocks, evicting the oldest unreferenced cached blocks if empty ones run out."""
+        empty = self.free_blocks - len(self.evictable)
+        for _ in range(max(0, blocks - empty)):
+            self.evictable.popitem(last=False)
+        self.free_blocks -= blocks
+
+    def _release(self, request: SimRequest) -> None:
+        """Free a request's own blocks; its cached ones stay cached, free once no request references them."""
+        self.free_blocks += request.blocks - len(request.shared)
+        for h in request.shared:
+            self.refs[h] -= 1
+            if not self.refs[h]:
+                del self.refs[h]
+                self.evictable[h] = None
+                self.free_blocks += 1
+        request.shared = []
+        request.blocks = 0
+
+    def _lookup(self, request: SimRequest) -> list[int]:
+        """The longest run of the request's prompt blocks that is cached."""
+        hits = []
+        if self.prefix_caching:
+            for h in request.block_hashes:
+                if h not in self.refs and h not in self.evictable:
+                    break
+                hits.append(h)
+        return hits
+
+    def _share(self, request: SimRequest, hits: list[int]) -> None:
+        for h in hits:
+            if h in self.evictable:
+                del self.evictable[h]
+                self.free_blocks -= 1
+            self.refs[h] = self.refs.get(h, 0) + 1
+        request.shared = list(hits)
+        request.blocks = len(hits)
+
+    def _register(self, request: SimRequest) -> None:
+        """A finished prefill's full prompt blocks join the cache (blocks another request computed first stay its own)."""
+        request.registered = True
+        for h in request.block_hashes[len(request.shared):]:
+            if h not in self.refs and h not in self.evictable:
+                self.refs[h] = 1
+                request.shared.append(h)
+
     def _preempt_newest(self) -> SimRequest:
         victim = self.running.pop()
-        self.free_blocks += victim.blocks
-        victim.blocks = 0
+        self._release(victim)
+        victim.registered = False
         victim.num_computed = 0
         victim.preemptions += 1
         self.preemptions_total += 1
@@ -182,7 +247,7 @@ class Scheduler:
                 preempted = True
             if request not in self.running:
                 break
-            self.free_blocks -= need
+            self._take(need)
             request.blocks += need
             work.append((request, tokens))
             budget -= tokens
@@ -190,15 +255,25 @@ class Scheduler:
         # As in vLLM, nothing new is admitted in a step that had to preempt.
         while not preempted and self.waiting and len(self.running) < self.sizing.max_num_seqs and budget > 0:
             request = self.waiting[0]
-            tokens = min(request.remaining, budget)
-            need = self._blocks_for(tokens)
-            if need > self.free_blocks:
+            hits = self._lookup(request)
+            # vLLM computes at least the last prompt token, however much of the prompt is cached.
+            cached = min(len(hits) * self.sizing.block_size, request.prompt_tokens - 1)
+            tokens = min(request.prompt_tokens + request.output_tokens - cached, budget)
+            need = self._blocks_for(cached + tokens) - len(hits)
+            revived = sum(1 for h in hits if h in self.evictable)
+            if need + revived > self.free_blocks:
                 break
             self.waiting.popleft()
-            self.free_blocks -= need
-            request.blocks = need
+            self._share(request, hits)
+            request.num_computed = cached
+            self._take(need)
+            request.blocks += need
             if request.first_scheduled_s is None:
                 request.first_scheduled_s = now_s
+                request.cached_tokens = cached
+                if self.prefix_caching:
+                    self.prefix_queries += request.prompt_tokens
+                    self.prefix_hits += cached
             self.running.append(request)
             work.append((request, tokens))
             budget -= tokens
@@ -216,6 +291,8 @@ class Scheduler:
             if request.finish_reason is not None:
                 continue  # aborted while the step ran
             request.num_computed += tokens
+            if self.prefix_caching and not request.registered and request.num_computed >= request.prompt_tokens:
+                self._register(request)
             if request.remaining > 0:
                 continue  # a prefill chunk; no token yet
             request.output_tokens += 1
@@ -237,8 +314,7 @@ class Scheduler:
     def _finish(self, request: SimRequest, now_s: float, reason: str) -> None:
         request.finish_s = now_s
         request.finish_reason = reason
-        self.free_blocks += request.blocks
-        request.blocks = 0
+        self._release(request)
         if request in self.running:
             self.running.remove(request)
         if request in self.waiting:
@@ -266,10 +342,11 @@ class Engine:
         *,
         seed: int,
         speedup: float,
+        prefix_caching: bool = False,
         on_token: Callable[[SimRequest], None] = lambda request: None,
         on_finish: Callable[[SimRequest], None] = lambda request: None,
     ) -> None:
-        self.scheduler = Scheduler(sizing, seed=seed)
+        self.scheduler = Scheduler(sizing, seed=seed, prefix_caching=prefix_caching)
         self.speedup = speedup
         self.finished: list[SimRequest] = []
         self.steps: collections.deque[StepRecord] = collections.deque()
@@ -278,7 +355,8 @@ class Engine:
         self._wake = asyncio.Event()
 
     def submit(
-        self, *, prompt_tokens: int, max_tokens: int, min_tokens: int, ignore_eos: bool, seed: int | None = None
+        self, *, prompt_tokens: int, max_tokens: int, min_tokens: int, ignore_eos: bool, seed: int | None = None,
+        block_hashes: tuple[int, ...] = (),
     ) -> SimRequest:
         now = time.monotonic()
         request = self.scheduler.new_request(
@@ -289,6 +367,7 @@ class Engine:
             seed=seed,
             arrival_s=now,
             ready_s=now + REQUEST_OVERHEAD_S / self.speedup,
+            block_hashes=block_hashes,
         )
         request.events = asyncio.Queue()
         self._wake.set()

@@ -92,7 +92,7 @@ class SimMetrics:
         self._num_gpu_blocks_override = num_gpu_blocks_override
 
     def attach(self, engine: Engine) -> None:
-        """Register the scrape-time gauges for this engine (preemptions are read from it too)."""
+        """Register the scrape-time gauges for this engine (preemptions and prefix-cache counts are read from it too)."""
         self.registry.register(
             _EngineCollector(engine, self.model_name, self._gpu, self._sizing, self._num_gpu_blocks_override)
         )
@@ -124,12 +124,11 @@ class _EngineCollector(Collector):
         self._hostname = socket.gethostname()
         self._fb_used_mib = (sizing.memory_budget_bytes + CUDA_CONTEXT_BYTES) / MIB
         self._fb_free_mib = max(0.0, gpu.memory_bytes / MIB - self._fb_used_mib)
-        # As vLLM's CacheConfig.metrics_info(): every field as a string. No prefix caching and no
-        # CPU swap space are simulated.
+        # As vLLM's CacheConfig.metrics_info(): every field as a string. No CPU swap space is simulated.
         self._cache_config = {
             "block_size": str(sizing.block_size),
             "cache_dtype": sizing.kv_cache_dtype,
-            "enable_prefix_caching": "False",
+            "enable_prefix_caching": str(engine.scheduler.prefix_caching),
             "gpu_memory_utilization": str(sizing.gpu_memory_utilization),
             "is_attention_free": "False",
             "num_cpu_blocks": "None",
@@ -170,6 +169,11 @@ class _EngineCollector(Collector):
                           scheduler.kv_cache_usage, **model)
         yield _counter("vllm:num_preemptions", "Cumulative number of preemptions from the engine.",
                        scheduler.preemptions_total, model)
+        # vLLM's names and help texts (v0.33.0's /metrics: tests/data/vllm/v0.33.0/metrics.txt), in tokens.
+        yield _counter("vllm:prefix_cache_queries", "Prefix cache queries, in terms of number of queried tokens.",
+                       scheduler.prefix_queries, model)
+        yield _counter("vllm:prefix_cache_hits", "Prefix cache hits, in terms of number of cached tokens.",
+                       scheduler.prefix_hits, model)
         busy, compute, memory = self._activity()
         gpu = {
             "gpu": "0",

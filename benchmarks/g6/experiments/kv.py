@@ -7,13 +7,17 @@ request each): a wave without a preemption that the server held at C running pro
 preemption proves C does not. The next C comes from what the earlier probes found (up 25% after a
 fit, down 20% after a preemption, then halving the gap) until the gap is within the tolerance.
 
-Half of each sequence is output (OUTPUT_SHARE): sequences grow in decode, as long generations do,
-so the cache fills while they run. With long prompts and short outputs chunked prefill admits
-sequences more slowly than they finish and the cache never fills, which answers a different question.
+Half of each sequence's length L is prompt, half the output's cap (OUTPUT_SHARE: max_tokens), and
+requests stop at EOS, as real ones do: sequences grow in decode and end at lengths the server does
+not know in advance. With long prompts and short outputs chunked prefill admits sequences more slowly
+than they finish and the cache never fills, which answers a different question.
 
-A sequence of L tokens needs ceil((L - 1) / block_size) blocks (the last output token's KV is never
-written). A contiguous reservation of max-model-len tokens per sequence, as servers before
-PagedAttention made, would fit kv_cache_tokens // max_model_len sequences at every length.
+A sequence run to its cap needs ceil((L - 1) / block_size) blocks (the last output token's KV is never
+written): the prediction the search starts from. Paging's gain is measured against what a server
+without paging must reserve, not knowing where a request will stop: max-model-len tokens per sequence
+(kv_cache_tokens // max_model_len sequences at every length), or at best the request's own prompt +
+max_tokens (kv_cache_tokens // L). Paging holds only the tokens that exist, so sequences that stop
+early leave room for more.
 """
 
 from __future__ import annotations
@@ -63,7 +67,8 @@ class KvParams(BaseModel):
     context_lens: list[int] = Field(min_length=1)
     max_concurrency: int = Field(256, ge=1, description="never offer more sequences than this")
     concurrency: list[int] = Field([], description="fixed concurrencies at every length instead of the search")
-    max_probes: int = Field(5, ge=1, description="search probes per length")
+    # Seven: from the cap-length prediction up 25% a wave reaches about twice it, where EOS puts the answer.
+    max_probes: int = Field(7, ge=1, description="search probes per length")
     tolerance: float = Field(0.05, gt=0, description="stop when fit and preemption are this close (share of the prediction)")
 
     @staticmethod
@@ -119,9 +124,14 @@ class KvLength(BaseModel):
     measured_max_batch: int | None = Field(description="the most sequences held at once without a preemption")
     preemption_from: int | None = Field(description="the smallest wave that preempted")
     binding: Binding
-    contiguous_max_batch: int = Field(description="kv_cache_tokens // max_model_len: the batch a max-model-len reservation allows")
-    contiguous_bytes_for_measured: int | None = Field(description="what that reservation needs for the measured batch")
-    paged_bytes_for_measured: int | None = Field(description="the blocks the measured batch really holds")
+    contiguous_max_len_max_batch: int = Field(
+        description="kv_cache_tokens // max_model_len: the batch a max-model-len reservation per sequence allows")
+    contiguous_request_max_batch: int = Field(
+        description="kv_cache_tokens // (prompt + max_tokens): the batch a reservation of each request's own cap allows")
+    held_bytes_at_measured: int | None = Field(
+        description="KV the measured batch really held at its peak: the server's KV usage gauge x the pool")
+    contiguous_max_len_bytes_for_measured: int | None = Field(description="what a max-model-len reservation needs for the measured batch")
+    contiguous_request_bytes_for_measured: int | None = Field(description="what a prompt + max_tokens reservation needs for it")
 
 
 class KvResult(ExperimentResult):
@@ -188,15 +198,23 @@ def _answer(
     measured = max(held) if held else None
     preempted = [p.concurrency for p in probes if p.fits is False]
     over = min(preempted) if preempted else None
+    # The largest wave that fitted: with early stops a wave may run without all of it resident at once.
+    offered = max((p.concurrency for p in probes if p.fits), default=None)
     binding: Binding = "unknown"
     if over is not None:
         binding = "kv-cache"
-    elif measured is not None and max_num_seqs is not None and measured >= max_num_seqs:
+    elif offered is not None and max_num_seqs is not None and offered >= max_num_seqs:
         binding = "max-num-seqs"
-    elif measured is not None and measured >= kv.max_concurrency:
+    elif offered is not None and offered >= kv.max_concurrency:
         binding = "concurrency cap"
     kv_bytes = sizing.kv_bytes_per_token if sizing else None
     per_seq = blocks_per_sequence(context_len, block)
+    best = next((p for p in probes if p.fits and p.held == measured), None)
+    usage = None if best is None or best.point.server is None else best.point.server.kv_cache_usage
+
+    def reserved(tokens_each: int) -> int | None:
+        return None if measured is None or kv_bytes is None else measured * tokens_each * kv_bytes
+
     return KvLength(
         context_len=context_len,
         blocks_per_sequence=per_seq,
@@ -205,9 +223,11 @@ def _answer(
         measured_max_batch=measured,
         preemption_from=over,
         binding=binding,
-        contiguous_max_batch=kv_tokens // max_model_len,
-        contiguous_bytes_for_measured=None if measured is None or kv_bytes is None else measured * max_model_len * kv_bytes,
-        paged_bytes_for_measured=None if measured is None or kv_bytes is None else measured * per_seq * block * kv_bytes,
+        contiguous_max_len_max_batch=kv_tokens // max_model_len,
+        contiguous_request_max_batch=kv_tokens // context_len,
+        held_bytes_at_measured=None if usage is None or kv_bytes is None else round(usage.max * kv_tokens * kv_bytes),
+        contiguous_max_len_bytes_for_measured=reserved(max_model_len),
+        contiguous_request_bytes_for_measured=reserved(context_len),
     )  # fmt: skip
 
 
@@ -245,10 +265,11 @@ def _cap(kv: KvParams, max_num_seqs: int | None) -> int:
 
 
 def wave_spec(params: G6Params, base_url: str, context_len: int, concurrency: int) -> LoadSpec:
-    """One wave: `concurrency` sequences of `context_len` tokens, one request per worker, no warm-up."""
+    """One wave: `concurrency` sequences of at most `context_len` tokens (they stop at EOS under the
+    output cap), one request per worker, no warm-up."""
     prompt, output = KvParams.shape(context_len)
     return load_spec(params, base_url, concurrency=concurrency, requests=concurrency, warmup=0,
-                     input_len=prompt, output_len=output, duration_s=None)  # fmt: skip
+                     input_len=prompt, output_len=output, eos=True, duration_s=None)  # fmt: skip
 
 
 def first_waves(params: G6Params, kv: KvParams, base_url: str) -> list[LoadSpec]:
@@ -282,7 +303,8 @@ def run_kv(params: G6Params, kv: KvParams, target: Target, how: Measurement, out
         except MetricsError as exc:
             outcome.errors.append(f"vLLM's KV cache configuration: {exc}")
         block, blocks = pool(outcome.cache, sizing)
-        how.progress.log(f"KV cache: {blocks:,} blocks of {block} tokens ({'vLLM' if outcome.cache else 'sizing'})")
+        said = "sizing" if outcome.cache is None else "the simulator" if params.target_kind == "sim" else "vLLM"
+        how.progress.log(f"KV cache: {blocks:,} blocks of {block} tokens ({said})")
         cap = _cap(kv, mns)
         for context_len in kv.context_lens:
             predicted = max_batch(blocks, context_len, block, mns)

@@ -14,6 +14,7 @@ from benchmarks.g6.report import (  # noqa: E402
     context_lines, cost_sections, errors_section, in_flight_cell, latency_pair, price_cell, reading_notes, target_text,
     throughput_cell,
 )  # fmt: skip
+from benchmarks.g6.shape import SIM_EOS  # noqa: E402
 from benchmarks.harness.evidence import markdown as evidence_section  # noqa: E402
 from benchmarks.harness.markdown import num, table  # noqa: E402
 from benchmarks.labs.phases_report import waited_first  # noqa: E402
@@ -26,21 +27,29 @@ def _gib(value: float | None) -> str | None:
     return None if value is None else f"{value / GIB:.2f}"
 
 
+def _server(r: KvResult) -> str:
+    """Whose block count the figures are: only a real server's are vLLM's."""
+    return "the simulated server's" if r.params.target_kind == "sim" else "vLLM's"
+
+
 def _header(r: KvResult) -> str:
     m, p = r.meta, r.params
     cache = r.cache
-    vllm = (
+    reported = (
         f"{cache.num_gpu_blocks:,} blocks of {cache.block_size} tokens = {cache.kv_cache_tokens:,} tokens "
         f"(`vllm:cache_config_info`, at gpu-memory-utilization {cache.gpu_memory_utilization})"
         if cache
         else "not reported (no `vllm:cache_config_info`): the predictions below use the sizing's blocks"
     )
-    predicted = (
-        f"{r.sizing.num_gpu_blocks:,} blocks ({r.sizing.kv_cache_tokens:,} tokens"
-        + (f", {100 * (r.sizing.num_gpu_blocks - cache.num_gpu_blocks) / cache.num_gpu_blocks:+.1f}% against vLLM's)" if cache else ")")
-        if r.sizing
-        else "no sizing (model or GPU not in the catalogue)"
-    )  # fmt: skip
+    if r.sizing is None:
+        predicted = "no sizing (model or GPU not in the catalogue)"
+    elif cache is not None and p.target_kind == "sim":
+        # The simulator allocates what the sizing model says: comparing the two compares the model with itself.
+        predicted = "the same blocks: the simulator allocates what the sizing model computes (no measurement of vLLM)"
+    else:
+        predicted = f"{r.sizing.num_gpu_blocks:,} blocks ({r.sizing.kv_cache_tokens:,} tokens" + (
+            f", {100 * (r.sizing.num_gpu_blocks - cache.num_gpu_blocks) / cache.num_gpu_blocks:+.1f}% against vLLM's)"
+            if cache else ")")  # fmt: skip
     prompt, output = KvParams.shape(r.kv.context_lens[0])
     search = (
         f"fixed waves of {r.kv.concurrency}"
@@ -60,10 +69,12 @@ def _header(r: KvResult) -> str:
         f"- Server: max-model-len {p.max_model_len}, gpu-memory-utilization {p.gpu_memory_utilization:g}, "
         f"max-num-seqs {r.max_num_seqs}. A utilisation this low stands in for a bigger model or a smaller GPU: "
         "the cache binds at batches a client can drive in seconds per wave.",
-        f"- vLLM's KV cache: {vllm}; the sizing predicted {predicted}",
+        f"- {_server(r).capitalize()} KV cache: {reported}; the sizing predicted {predicted}",
         f"- Each probe is one wave: C sequences sent at once (C workers, one request each, no warm-up), half "
-        f"prompt and half output (at {r.kv.context_lens[0]} tokens: {prompt} prompt token ids + {output} output "
-        f"tokens, `ignore_eos`), so the sequences grow together in decode. Context lengths "
+        f"prompt and half output cap (at {r.kv.context_lens[0]} tokens: {prompt} prompt token ids + at most {output} "
+        f"output tokens, max_tokens), stopping at EOS"
+        + (f" (the simulator stops each at a length {SIM_EOS})" if p.target_kind == "sim" else "")
+        + f", so the sequences grow in decode and end at lengths the server cannot know in advance. Context lengths "
         f"{r.kv.context_lens}; concurrency: {search}",
         *context_lines(m, p, [probe.point for probe in r.probes]),
     ]
@@ -84,7 +95,8 @@ def _answer(r: KvResult) -> str:
         for length in r.lengths
     ]  # fmt: skip
     out = "## The answer: the largest batch at each context length\n\n" + table(
-        ["context length (tokens)", "blocks per sequence", "predicted max batch (vLLM's blocks)", "sizing's prediction",
+        ["context length (prompt + cap, tokens)", "blocks per sequence at its cap",
+         f"predicted max batch ({_server(r)} blocks, every sequence to its cap)", "sizing's prediction",
          "measured max batch (no preemption)", "preemption from (sequences)", "what binds", "KV peak at the measured batch"],
         rows,
     )  # fmt: skip
@@ -110,41 +122,60 @@ def _answer(r: KvResult) -> str:
     for x in r.lengths:
         if x.preemption_from is not None:
             off = None if x.measured_max_batch is None else x.measured_max_batch / x.predicted_max_batch - 1
-            against = f"predicted {x.predicted_max_batch}" + ("" if off is None else f": {off:+.0%}")
+            against = f"predicted {x.predicted_max_batch} at the cap" + ("" if off is None else f": {off:+.0%}")
             lines.append(
                 f"- {x.context_len:,} tokens: {x.measured_max_batch} sequences ran without a preemption ({against}); "
-                f"a wave of {x.preemption_from} preempted (vLLM freed the newest sequences' blocks so the others "
+                f"a wave of {x.preemption_from} preempted (the server freed the newest sequences' blocks so the others "
                 "could grow, and recomputed them later)."
             )
         elif x.binding in ("max-num-seqs", "concurrency cap"):
-            lines.append(f"- {x.context_len:,} tokens: {x.binding} bound first, at {x.measured_max_batch} sequences.")
+            offered = max(p.concurrency for p in r.probes if p.context_len == x.context_len and p.fits)
+            lines.append(f"- {x.context_len:,} tokens: {x.binding} bound first: a wave of {offered} ran without a "
+                         f"preemption, {x.measured_max_batch} of them resident at once at the most.")  # fmt: skip
     return out + "\n".join(lines) + "\n"
+
+
+def _realised_output(r: KvResult, length: KvLength) -> str | None:
+    probe = next((p for p in r.probes if p.context_len == length.context_len and p.fits
+                  and p.held == length.measured_max_batch), None)  # fmt: skip
+    out = None if probe is None or probe.point.realised is None else probe.point.realised.output_tokens
+    return None if out is None else f"{out.mean:,.0f} / {out.p99:,.0f} of {KvParams.shape(length.context_len)[1]:,}"
+
+
+def _gain(measured: int | None, baseline: int) -> str | None:
+    return None if not measured or not baseline else f"{measured / baseline:.2f}x"
 
 
 def _paging(r: KvResult) -> str:
     p = r.params
     block = r.block_size
-    contiguous = r.lengths[0].contiguous_max_batch if r.lengths else None
-    rows = []
-    for x in r.lengths:
-        waste = x.blocks_per_sequence * block - (x.context_len - 1)
-        gain = None if not x.measured_max_batch or not contiguous else f"{x.measured_max_batch / contiguous:.1f}x"
-        rows.append([x.context_len, x.blocks_per_sequence, waste, x.measured_max_batch, _gib(x.paged_bytes_for_measured),
-                     _gib(x.contiguous_bytes_for_measured), x.contiguous_max_batch, gain])  # fmt: skip
+    rows = [
+        [x.context_len, x.measured_max_batch, _realised_output(r, x), _gib(x.held_bytes_at_measured),
+         _gib(x.contiguous_request_bytes_for_measured), _gib(x.contiguous_max_len_bytes_for_measured),
+         x.contiguous_request_max_batch, x.contiguous_max_len_max_batch,
+         _gain(x.measured_max_batch, x.contiguous_request_max_batch), _gain(x.measured_max_batch, x.contiguous_max_len_max_batch)]
+        for x in r.lengths
+    ]  # fmt: skip
     pool = None if r.sizing is None else r.kv_cache_tokens * r.sizing.kv_bytes_per_token
     return (
-        "## PagedAttention: what paging buys\n\n"
-        f"vLLM keeps each sequence's KV in blocks of {block} tokens, allocated as the sequence grows and freed when "
-        f"it ends, so a sequence holds ceil((length - 1) / {block}) blocks and wastes at most {block - 1} token slots. "
-        f"A server that reserves a contiguous region of max-model-len ({p.max_model_len:,}) tokens per sequence "
-        f"fits {contiguous} sequences in the same {_gib(pool) or '?'} GiB at every length, however short the "
-        "sequences are.\n\n"
+        "## PagedAttention against the reservations a server without paging must make\n\n"
+        f"Paging keeps each sequence's KV in blocks of {block} tokens, allocated as the sequence grows and freed "
+        "when it ends, so it holds only the tokens that exist. A server without paging must reserve a sequence's "
+        "region when it admits it, not knowing where the request will stop: max-model-len "
+        f"({p.max_model_len:,}) tokens per sequence, or at best the request's own prompt + max_tokens. In the same "
+        f"{_gib(pool) or '?'} GiB of KV, the first fits the same batch at every length; the second fits as many "
+        "sequences as if every one ran to its cap, which a request that stops at EOS never needs. Paging's gain "
+        "over the second is what early stops are worth; over the first, also what short requests are worth.\n\n"
         + table(
-            ["context length", "blocks per sequence", "slots wasted per sequence", "measured batch",
-             "paged KV for it (GiB)", "contiguous max-model-len reservation for it (GiB)",
-             "batch a contiguous reservation allows", "paging's gain"],
+            ["context length (prompt + cap)", "measured batch", "output tokens mean / p99 of the cap",
+             "KV held at its peak (GiB, server gauge)", "prompt + max_tokens reservation for it (GiB)",
+             "max-model-len reservation for it (GiB)", "batch a prompt + max_tokens reservation allows",
+             "batch a max-model-len reservation allows", "paging's gain over prompt + max_tokens",
+             "paging's gain over max-model-len"],
             rows,
         )  # fmt: skip
+        + f"\nKV held is {_server(r)} KV-usage gauge at its peak in the measured wave (sampled every "
+        f"{p.scrape_interval_s:g} s) times the pool; the reservations are what the same batch would need.\n"
     )
 
 
@@ -189,7 +220,8 @@ def max_batch_plot(r: KvResult, path: Path) -> None:
     """Left: the largest batch against length. Right: where the GPU's memory goes at each length."""
     fig, (ax, mem) = plt.subplots(1, 2, figsize=(12, 4.8), gridspec_kw={"width_ratios": [1.25, 1]})
     lens = [x.context_len for x in r.lengths]
-    ax.plot(lens, [x.predicted_max_batch for x in r.lengths], color="#3182bd", marker="s", label="predicted (vLLM's blocks)")
+    ax.plot(lens, [x.predicted_max_batch for x in r.lengths], color="#3182bd", marker="s",
+            label=f"predicted at the cap ({_server(r)} blocks)")  # fmt: skip
     measured = [(x.context_len, x.measured_max_batch) for x in r.lengths if x.measured_max_batch]
     if measured:
         ax.plot(*zip(*measured), linestyle="none", marker="o", markersize=9, color="#31a354",
@@ -197,7 +229,9 @@ def max_batch_plot(r: KvResult, path: Path) -> None:
     over = [(x.context_len, x.preemption_from) for x in r.lengths if x.preemption_from]
     if over:
         ax.plot(*zip(*over), linestyle="none", marker="x", markersize=9, color="#de2d26", label="a wave that preempted")
-    ax.plot(lens, [x.contiguous_max_batch for x in r.lengths], color="#636363", linestyle="--",
+    ax.plot(lens, [x.contiguous_request_max_batch for x in r.lengths], color="#636363", linestyle=":",
+            label="contiguous prompt + max_tokens reservation per sequence")  # fmt: skip
+    ax.plot(lens, [x.contiguous_max_len_max_batch for x in r.lengths], color="#636363", linestyle="--",
             label=f"contiguous {r.params.max_model_len:,}-token reservation per sequence")  # fmt: skip
     ax.set_xscale("log", base=2)
     ax.set_xticks(lens, [f"{n:,}" for n in lens])
@@ -216,11 +250,11 @@ def max_batch_plot(r: KvResult, path: Path) -> None:
         weights = s.weight_bytes / GIB
         reserve = (s.activation_peak_bytes + s.non_torch_bytes) / GIB
         pool = r.kv_cache_tokens * s.kv_bytes_per_token / GIB
-        held = [(x.paged_bytes_for_measured or 0) / GIB for x in r.lengths]
+        held = [(x.held_bytes_at_measured or 0) / GIB for x in r.lengths]
         x = list(range(len(lens)))
         mem.bar(x, [weights] * len(x), color="#756bb1", label=f"weights: {weights:.2f} GiB, {weights / gpu:.0%} at every length")
         mem.bar(x, [reserve] * len(x), bottom=[weights] * len(x), color="#bdbdbd", label="activations, CUDA (vLLM's reserve)")
-        mem.bar(x, held, bottom=[weights + reserve] * len(x), color="#fd8d3c", label="KV held by the measured batch")
+        mem.bar(x, held, bottom=[weights + reserve] * len(x), color="#fd8d3c", label="KV held by the measured batch (peak)")
         mem.bar(x, [pool - h for h in held], bottom=[weights + reserve + h for h in held], color="#fdd0a2",
                 label=f"KV pool left ({pool:.2f} GiB in all)")  # fmt: skip
         mem.axhline(s.memory_budget_bytes / GIB, color="#636363", linestyle="--", linewidth=1,

@@ -17,6 +17,7 @@ from benchmarks.g6.report import (  # noqa: E402
     throughput_cell,
 )  # fmt: skip
 from benchmarks.g6.result import G6Point  # noqa: E402
+from benchmarks.g6.shape import asked_text  # noqa: E402
 from benchmarks.harness.evidence import markdown as evidence_section  # noqa: E402
 from benchmarks.harness.markdown import num, table  # noqa: E402
 from benchmarks.labs.phases_report import waited_first  # noqa: E402
@@ -69,8 +70,7 @@ def _header(r: QuantResult) -> str:
         "",
         f"- Variants, the first the baseline: {', '.join(f'{v.variant} ({_setting(v)})' for v in r.variants)}",
         f"- Per variant: closed-loop points at concurrency {p.concurrency or list(_levels(r))}, {p.requests if p.requests is not None else 'max(64, 8 x concurrency)'} counted "
-        f"requests each after a warm-up, {p.input_len} prompt token ids and exactly {p.output_len} output tokens "
-        f"(`ignore_eos`); server at gpu-memory-utilization {p.gpu_memory_utilization:g}"
+        f"requests each after a warm-up, {asked_text(p)}; server at gpu-memory-utilization {p.gpu_memory_utilization:g}"
         + (f", max-model-len {p.max_model_len}" if p.max_model_len else ""),
         f"- Quality: {quality}",
         *context_lines(m, p, [point for v in r.variants for point in v.points]),

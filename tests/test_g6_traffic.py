@@ -1,0 +1,338 @@
+"""Traffic that looks like production: seeded length distributions, requests stopping at EOS, and
+the saturation search against a loopback server of known capacity."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import math
+import statistics
+import threading
+from collections.abc import Iterator
+from contextlib import contextmanager
+from pathlib import Path
+
+import pytest
+
+from benchmarks.g6 import main
+from benchmarks.g6.experiments.saturation import SaturationResult
+from benchmarks.g6.experiments.saturation_report import PLOTS as SATURATION_PLOTS
+from benchmarks.g6.experiments.saturation_report import render_saturation_report
+from benchmarks.g6.result import G6Result
+from benchmarks.harness import load_result
+from benchmarks.loadgen import LoadgenError, LoadSpec
+from benchmarks.loadgen import core
+from benchmarks.loadgen.lengths import parse_lengths
+
+FAST = ["--speedup", "20", "--scrape-interval", "0.1", "--quiet"]
+PNG = b"\x89PNG\r\n\x1a\n"
+
+
+def _spec(**kw) -> LoadSpec:
+    defaults = dict(base_url="http://127.0.0.1:1", model="m", concurrency=4, requests=4000, warmup=0)
+    return LoadSpec(**{**defaults, **kw})
+
+
+def test_drawn_lengths_follow_the_asked_distribution():
+    """4,000 draws: the mean within 3 standard errors, the spread within 10%, the bounds held."""
+    ins, outs = _spec(input_len="lognormal:256,128", output_len="uniform:16,256").lengths()
+    se = 128 / math.sqrt(4000)
+    assert abs(statistics.fmean(ins) - 256) < 3 * se + 0.5  # + rounding to whole tokens
+    assert statistics.pstdev(ins) == pytest.approx(128, rel=0.1)
+    # Uniform on 16..256: mean 136, standard deviation sqrt((241^2 - 1) / 12) = 69.6.
+    assert abs(statistics.fmean(outs) - 136) < 3 * 69.6 / math.sqrt(4000)
+    assert statistics.pstdev(outs) == pytest.approx(69.6, rel=0.05)
+    assert min(outs) == 16 and max(outs) == 256
+    # Clipped to the context: a prompt leaves a token for output, the output what the prompt leaves.
+    ins, outs = _spec(input_len="lognormal:256,512", output_len="200", max_model_len=512).lengths()
+    assert max(ins) == 511 and all(1 <= i and 1 <= o <= 200 and i + o <= 512 for i, o in zip(ins, outs))
+
+
+def test_a_file_of_lengths_is_sampled_with_the_seed(tmp_path):
+    path = tmp_path / "lengths.txt"
+    path.write_text("10\n20\n\n30\n")
+    ins, _ = _spec(input_len=f"file:{path}", requests=3000).lengths()
+    assert set(ins) == {10, 20, 30} and statistics.fmean(ins) == pytest.approx(20, abs=1.0)
+
+
+def test_the_same_seed_sends_the_same_requests_and_another_seed_others():
+    shape = dict(input_len="lognormal:64,32", output_len="uniform:4,64", requests=50, eos=True)
+    one, again, other = (core.build_bodies(_spec(seed=s, **shape).plan()) for s in (7, 7, 8))
+    assert one == again and one != other
+    bodies = [json.loads(b) for b in one]
+    # --eos: the cap only, no forced length.
+    assert all("ignore_eos" not in b and "min_tokens" not in b and 4 <= b["max_tokens"] <= 64 for b in bodies)
+    fixed = json.loads(core.build_bodies(_spec(input_len=8, output_len=5, requests=1).plan())[0])
+    assert (len(fixed["prompt"]), fixed["max_tokens"], fixed["min_tokens"], fixed["ignore_eos"]) == (8, 5, 5, True)
+
+
+@pytest.mark.parametrize(
+    "text, says",
+    [("uniform:10", "expected 2 positive numbers"), ("uniform:20,10", "1 <= LO <= HI"), ("poisson:3", "unknown form"),
+     ("0", "expected a whole number >= 1"), ("file:/nonexistent/lengths", "No such file")],
+)
+def test_a_bad_length_is_one_line_naming_what_is_allowed(text, says):
+    with pytest.raises(LoadgenError, match=says):
+        parse_lengths(text)
+
+
+def test_a_sweep_with_distributions_and_eos_reports_the_lengths_it_sent_and_received(tmp_path, capsys):
+    """The issue's own command, small: what the simulator's usage counted, per point, in result and report."""
+    rc = main(["--sim", "--model", "Qwen/Qwen2.5-0.5B-Instruct", "--max-num-seqs", "32", "--concurrency", "8",
+               "--requests", "96", "--input-len", "lognormal:256,128", "--output-len", "uniform:16,256", "--eos",
+               "--out", str(tmp_path), *FAST])  # fmt: skip
+    assert rc == 0
+    (folder,) = tmp_path.iterdir()
+    (point,) = load_result(G6Result, folder).points
+    got = point.realised
+    assert point.eos and point.input_len.describe() == "lognormal:256,128"
+    # Prompts as token ids: the server counts exactly what was drawn (96 requests: the mean within 4 standard errors).
+    assert got.input_tokens.n == 96 and abs(got.input_tokens.mean - 256) < 4 * 128 / math.sqrt(96)
+    # The simulator stops uniformly between 1 and each cap (caps uniform on 16..256): outputs average
+    # about (1 + 136) / 2 = 68.5 tokens, far below the caps, and never above 256.
+    assert 45 < got.output_tokens.mean < 95 and got.output_tokens.p99 <= 256
+    assert point.output_tokens == round(got.output_tokens.mean * 96)
+    report = (folder / "report.md").read_text()
+    assert "stopping at EOS under a cap (max_tokens) of uniform:16,256" in report
+    assert f"| {got.output_tokens.mean:,.1f} / {got.output_tokens.p50:,.0f} / {got.output_tokens.p99:,.0f} |" in report
+
+
+# -- saturation against a server of known capacity ---------------------------------------------------
+
+CAPACITY = 20.0  # requests per second: one at a time, 50 ms each
+
+
+@contextmanager
+def capacity_server() -> Iterator[str]:
+    """Serves one request at a time for 1/CAPACITY s, first come first served, then sends its tokens at
+    once: TTFT is the queue wait plus the service time, and it grows without bound past CAPACITY."""
+    state: dict = {}
+    started = threading.Event()
+    head = b"HTTP/1.1 200 OK\r\nContent-Type: %s\r\nContent-Length: %d\r\n\r\n"
+
+    async def handle(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        try:
+            while True:
+                request = await reader.readuntil(b"\r\n\r\n")
+                length = next((int(v) for k, _, v in (line.partition(b":") for line in request.split(b"\r\n"))
+                               if k.lower() == b"content-length"), 0)  # fmt: skip
+                body = json.loads(await reader.readexactly(length)) if length else {}
+                path = request.split(b" ")[1]
+                if path == b"/v1/models":
+                    data = json.dumps({"data": [{"id": "cap", "object": "model", "max_model_len": 4096}]}).encode()
+                    writer.write(head % (b"application/json", len(data)) + data)
+                    continue
+                if path == b"/health":
+                    writer.write(head % (b"text/plain", 0))
+                    continue
+                if not path.startswith(b"/v1/"):  # no /metrics: a server of one's own may have none
+                    writer.write(head.replace(b"200 OK", b"404 Not Found") % (b"text/plain", 0))
+                    continue
+                # First come, first served on a clock of its own: a late wake-up delays one answer, never
+                # the next one's service, so the capacity is CAPACITY however busy this machine is.
+                now = state["loop"].time()
+                state["free_at"] = done = max(now, state["free_at"]) + 1 / CAPACITY
+                await asyncio.sleep(done - now)
+                n = body.get("max_tokens", 4) if not body.get("ignore_eos") else body["max_tokens"]
+                events = b"".join(b'data: {"choices":[{"index":0,"text":" x"}]}\n\n' for _ in range(n))
+                events += b'data: {"choices":[],"usage":{"prompt_tokens":%d,"completion_tokens":%d}}\n\ndata: [DONE]\n\n' % (
+                    len(body.get("prompt", [])), n)
+                writer.write(head % (b"text/event-stream", len(events)) + events)
+                await writer.drain()
+        except (asyncio.IncompleteReadError, ConnectionError):
+            pass
+        finally:
+            writer.close()
+
+    async def serve() -> None:
+        state["free_at"] = 0.0
+        server = await asyncio.start_server(handle, "127.0.0.1", 0)
+        state["url"] = f"http://127.0.0.1:{server.sockets[0].getsockname()[1]}"
+        state["stop"] = asyncio.Event()
+        state["loop"] = asyncio.get_running_loop()
+        started.set()
+        async with server:
+            await state["stop"].wait()
+
+    thread = threading.Thread(target=asyncio.run, args=(serve(),), daemon=True)
+    thread.start()
+    started.wait(5)
+    try:
+        yield state["url"]
+    finally:
+        state["loop"].call_soon_threadsafe(state["stop"].set)
+        thread.join(5)
+
+
+@pytest.fixture(scope="module")
+def saturation_run(tmp_path_factory) -> Path:
+    out = tmp_path_factory.mktemp("saturation")
+    with capacity_server() as url:
+        rc = main(["--target", url, "--experiment", "saturation", "--start-rate", "5", "--input-len", "8",
+                   "--output-len", "4", "--requests", "48", "--point-seconds", "3", "--out", str(out), "--quiet"])  # fmt: skip
+    assert rc == 0
+    (folder,) = out.iterdir()
+    return folder
+
+
+def test_the_saturation_search_finds_the_servers_capacity(saturation_run):
+    """5, 10, 20 (capacity exactly: a queue that never drains) doubling, then bisection between 10 and 20
+    to within 10%. Stated tolerance: the rate found within 25% below the capacity (the bisection's 10%
+    plus a queue that near capacity grows by chance over 60 requests) and never above it by more than 5%."""
+    result = load_result(SaturationResult, saturation_run)
+    assert [p.rate for p in result.points][:2] == [5.0, 10.0]
+    assert 0.75 * CAPACITY <= result.saturation_rate <= 1.05 * CAPACITY
+    assert result.first_failing_rate is not None
+    assert (result.first_failing_rate - result.saturation_rate) / result.saturation_rate <= 0.1
+    # A rate the server did not keep up with finished at its capacity, not at the rate offered.
+    behind = [p for p in result.points if not p.kept_up]
+    assert behind and all(0.75 * CAPACITY <= p.served_rate <= 1.05 * CAPACITY for p in behind)
+    assert all(p.kept_up and p.passed for p in result.points if p.rate <= 0.5 * CAPACITY)
+    assert all(p.point.rate == p.rate for p in result.points)  # a server of our own runs in real time
+
+
+def test_the_saturation_report_names_the_rate_and_plots_the_knee(saturation_run):
+    result = load_result(SaturationResult, saturation_run)
+    report = (saturation_run / "report.md").read_text()
+    assert report == render_saturation_report(result)
+    assert f"**Saturation rate: {result.saturation_rate:,.2f} requests/s**" in report
+    assert "did not keep up" in report
+    for name in SATURATION_PLOTS:
+        assert (saturation_run / name).read_bytes()[:8] == PNG
+    data = json.loads((saturation_run / "result.json").read_text())
+    assert data["saturation_rate"] == result.saturation_rate and all("rate" in p for p in data["points"])
+
+
+def test_saturation_against_the_simulator_judges_the_slo_in_gpu_time(tmp_path):
+    """--slo-ttft-ms 500 on the GPU's clock: a rate that passed kept its TTFT p99 (GPU time: the simulator's x20)
+    within 500 ms."""
+    rc = main(["--sim", "--experiment", "saturation", "--model", "Qwen/Qwen2.5-0.5B-Instruct", "--slo-ttft-ms", "500",
+               "--start-rate", "2", "--max-points", "5", "--point-seconds", "2", "--requests", "32", "--input-len", "128", "--output-len", "32",
+               "--out", str(tmp_path), *FAST])  # fmt: skip
+    (folder,) = tmp_path.iterdir()
+    result = load_result(SaturationResult, folder)
+    assert rc == 0 and result.points
+    for p in result.points:
+        assert p.point.rate == pytest.approx(p.rate * 20)  # sent at 20x: the simulator's clock
+        if p.passed:
+            assert p.point.ttft_ms.p99 <= 500 and p.point.ttft_ms.p99 > 20 * 1  # GPU time: at least 20x a 1 ms TTFT
+        elif p.kept_up:
+            assert any("TTFT p99" in miss for miss in p.misses)
+
+
+# -- shared prefixes and the prefix cache ------------------------------------------------------------
+
+QWEN_05 = "Qwen/Qwen2.5-0.5B-Instruct"
+
+
+def test_the_simulated_prefix_cache_shares_whole_blocks_once_and_counts_as_vllm_does():
+    from benchmarks.sim.config import SimConfig
+    from benchmarks.sim.engine import Scheduler
+
+    sizing = SimConfig(model=QWEN_05).sizing()
+    s = Scheduler(sizing, seed=0, prefix_caching=True)
+    total = s.free_blocks
+
+    def submit(hashes: tuple[int, ...]):
+        return s.new_request(prompt_tokens=64, max_tokens=4, min_tokens=0, ignore_eos=True, arrival_s=0.0,
+                             ready_s=0.0, block_hashes=hashes)  # fmt: skip
+
+    first = submit((1, 2, 3, 4))
+    s.complete(s.schedule(0.0), 0.01)  # its 64-token prefill: 4 full blocks join the cache
+    assert first.registered and total - s.free_blocks == 4
+    second = submit((1, 2, 3, 4))
+    s.schedule(0.02)
+    # The whole prompt is cached, but its last token is computed again: 63 tokens served, no new block.
+    assert second.cached_tokens == 63 and total - s.free_blocks == 4 + 1  # + first's first output block
+    assert (s.prefix_queries, s.prefix_hits) == (128, 63)
+    other = submit((9, 2, 3, 4))  # another first block: nothing after it can match
+    s.schedule(0.03)
+    assert other.cached_tokens == 0
+    for r in (first, second, other):
+        s.abort(r, 0.04)
+    # Everything is free again; the cached blocks stay until a new block needs their room.
+    assert s.free_blocks == total and set(s.evictable) >= {1, 2, 3, 4}
+
+
+def test_prefix_counters_are_read_from_vllm_0_33_0_exposition():
+    """The counters as vLLM v0.33.0's /metrics serves them (tests/data/vllm/v0.33.0/metrics.txt: a _total
+    sample and a _created one), over a point: the window's increase."""
+    from benchmarks.metrics.scrape import Scrape, metrics_from_scrapes
+
+    def text(queries: float, hits: float) -> str:
+        labels = '{engine="0",model_name="Qwen/Qwen2.5-1.5B-Instruct"}'
+        return (
+            "# HELP vllm:prefix_cache_queries_total Prefix cache queries, in terms of number of queried tokens.\n"
+            "# TYPE vllm:prefix_cache_queries_total counter\n"
+            f"vllm:prefix_cache_queries_total{labels} {queries}\n"
+            "# HELP vllm:prefix_cache_queries_created Prefix cache queries, in terms of number of queried tokens.\n"
+            "# TYPE vllm:prefix_cache_queries_created gauge\n"
+            f"vllm:prefix_cache_queries_created{labels} 1.764e+09\n"
+            "# HELP vllm:prefix_cache_hits_total Prefix cache hits, in terms of number of cached tokens.\n"
+            "# TYPE vllm:prefix_cache_hits_total counter\n"
+            f"vllm:prefix_cache_hits_total{labels} {hits}\n"
+        )
+
+    m = metrics_from_scrapes([Scrape(0.0, text(1000.0, 200.0)), Scrape(1.0, text(5608.0, 4040.0))])
+    assert (m.prefix_cache_queries, m.prefix_cache_hits) == (4608.0, 3840.0)
+
+
+@pytest.fixture(scope="module")
+def prefix_run(tmp_path_factory) -> Path:
+    """Two groups sharing 512-token prefixes, 64 tokens of their own each: at most 512 / 576 of the
+    tokens can hit, fewer while a group's first requests are still in prefill together."""
+    out = tmp_path_factory.mktemp("prefix")
+    rc = main(["--sim", "--experiment", "prefix", "--model", QWEN_05, "--prefix-len", "512", "--prefix-groups", "2",
+               "--concurrency", "4", "--requests", "24", "--input-len", "64", "--output-len", "16", "--out", str(out),
+               *FAST])  # fmt: skip
+    assert rc == 0
+    (folder,) = out.iterdir()
+    return folder
+
+
+def test_prefix_caching_on_hits_and_cuts_ttft_off_never_hits(prefix_run):
+    from benchmarks.g6.experiments.prefix import PrefixResult
+    from benchmarks.g6.experiments.prefix_report import PLOTS as PREFIX_PLOTS
+    from benchmarks.g6.experiments.prefix_report import render_prefix_report
+
+    result = load_result(PrefixResult, prefix_run)
+    on, off = result.arm(True), result.arm(False)
+    assert on.cache.enable_prefix_caching is True and off.cache.enable_prefix_caching is False  # as the server says
+    assert 0.5 < on.prefix_cache_hit_rate <= 512 / 576
+    assert off.prefix_cache_hit_rate is None and off.points[0].server.prefix_cache_queries == 0
+    assert on.points[0].ttft_ms.p50 < off.points[0].ttft_ms.p50
+    data = json.loads((prefix_run / "result.json").read_text())
+    assert [a["prefix_caching"] for a in data["arms"]] == [True, False] and all(a["points"] for a in data["arms"])
+    report = (prefix_run / "report.md").read_text()
+    assert report == render_prefix_report(result)
+    assert f"| on | {on.prefix_cache_hit_rate:.1%} |" in report and "| off | none: no lookups |" in report
+    assert "not a measurement of vLLM" in report
+    for name in PREFIX_PLOTS:
+        assert (prefix_run / name).read_bytes()[:8] == PNG
+
+
+@pytest.mark.parametrize("experiment, extra", [
+    ("kv", ["--context-len", "256", "--gpu-memory-utilization", "0.07", "--max-num-seqs", "8", "--max-model-len", "1024"]),
+    ("quant", ["--variants", "bf16", "--concurrency", "2", "--requests", "4", "--input-len", "32", "--output-len", "8"]),
+    ("saturation", ["--start-rate", "4", "--max-points", "2", "--point-seconds", "1", "--requests", "8",
+                    "--input-len", "32", "--output-len", "8"]),
+    ("prefix", ["--prefix-len", "64", "--concurrency", "2", "--requests", "6", "--input-len", "16", "--output-len", "8"]),
+])  # fmt: skip
+def test_every_experiment_runs_with_the_chat_api_and_counts_the_servers_prompt_tokens(tmp_path, experiment, extra):
+    rc = main(["--sim", "--api", "chat", "--experiment", experiment, "--model", QWEN_05, *extra, "--out", str(tmp_path),
+               *FAST])  # fmt: skip
+    assert rc in (0, 1)  # a kv or saturation search may stop at its budget
+    (folder,) = tmp_path.iterdir()
+    data = json.loads((folder / "result.json").read_text())
+    assert data["params"]["api"] == "chat"
+    points = [p for p in _points(data) if p["completed"]]
+    assert points and all(p["realised"]["input_tokens"]["n"] == p["completed"] for p in points)
+
+
+def _points(data: dict) -> list[dict]:
+    """Every load point of any g6 result.json."""
+    found = []
+    for key in ("points", "probes", "variants", "arms"):
+        for item in data.get(key, []):
+            found += [item["point"]] if "point" in item else item.get("points", [item] if "completed" in item else [])
+    return found
