@@ -13,7 +13,7 @@ from labs_fakes import FakeCluster, fixture_outputs, recording_path
 from pod_security import findings
 
 from benchmarks.cluster import RunScope
-from benchmarks.g6 import cli
+from benchmarks.g6 import cli, run
 from benchmarks.harness import RunMeta
 from benchmarks.harness.evidence import SIMULATOR, UNKNOWN, Evidence, first_time_problems, from_cluster
 from benchmarks.labs import g1
@@ -127,9 +127,8 @@ def test_an_on_demand_node_and_a_cluster_without_gpu_node_say_so():
 
 
 def test_offline_the_evidence_says_simulator_or_not_known():
-    args = cli.parser().parse_args(["--sim", "--model", "Qwen/Qwen2.5-1.5B-Instruct"])
-    params = cli.resolve_params(args, None)
-    sim = cli.run_evidence(params, None, cli.ClientSide(None, None, None), STARTED)
+    params = run.resolve_params(cli.parse(["--sim", "--model", "Qwen/Qwen2.5-1.5B-Instruct"]), None)
+    sim = run.run_evidence(params, None, run.ClientSide(None, None, None), STARTED)
     assert sim.model_dump() == {k: SIMULATOR for k in KEYS}
     # A result written before meta.evidence existed reads as not known, never as a made-up value.
     old = json.loads(RunMeta(lab="g6", target="t", model="m", started_at=STARTED, finished_at=FINISHED,

@@ -294,14 +294,15 @@ def test_analysis_labels_what_bounds_a_point():
 
 def test_reads_what_the_g6_stack_file_really_exports(tmp_path):
     """The contract: the outputs of Pulumi.g6.yaml (run under mocks) drive a sweep without any flag."""
-    from benchmarks.g6.cli import cost_section, parser, read_stack_outputs, resolve_params, stack_gpu_price
+    from benchmarks.g6.cli import parse
+    from benchmarks.g6.run import cost_section, read_stack_outputs, resolve_params, stack_gpu_price
     from stacks.mockrun import run_stack
 
     outputs = run_stack("g6").outputs
     path = tmp_path / "outputs.json"
     path.write_text(json.dumps(outputs))
-    args = parser().parse_args(["--outputs", str(path)])
-    params = resolve_params(args, read_stack_outputs(args))
+    inv = parse(["--outputs", str(path)])
+    params = resolve_params(inv, read_stack_outputs(inv))
     assert params.target == "http://vllm.llm.svc.cluster.local:8000", "the client adds /v1/... itself"
     assert params.prometheus == "http://kps-prometheus.monitoring.svc.cluster.local:9090"
     assert params.model == outputs["benchmark"]["model"] and params.gpu == "l4"

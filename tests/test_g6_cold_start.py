@@ -12,6 +12,7 @@ import yaml
 
 from benchmarks.cluster import ClusterError
 from benchmarks.g6 import cli
+from benchmarks.g6 import run as g6run
 from benchmarks.g6.experiments import cold_start as cs
 from benchmarks.g6.experiments.cold_start_report import render_cold_start_report
 from benchmarks.g6.incluster import proxy_server
@@ -257,9 +258,9 @@ def test_first_serving_keeps_the_phases_only_when_the_node_came_up_during_the_ru
 
 def test_the_plan_preview_says_what_changes_and_what_is_put_back(tmp_path, g6_outputs):
     outputs = g6_outputs
-    args = cli.parser().parse_args(["--outputs", "o.json", "--experiment", "cold-start", "--settings",
-                                    "as-configured,image-streaming", "--repeats", "2"])  # fmt: skip
-    path = cli.write_cold_start_plan(tmp_path / "plan", outputs, _params(), cli.cold_start_params(args))
+    inv = cli.parse(["--outputs", "o.json", "--experiment", "cold-start", "--settings",
+                     "as-configured,image-streaming", "--repeats", "2"])  # fmt: skip
+    path = g6run.write_cold_start_plan(tmp_path / "plan", outputs, _params(), g6run.cold_start_params(inv))
     plan = yaml.safe_load(path.read_text())
     assert plan["steps"][1] == {"config": {"vllm.image_streaming": "true"}, "then": "pulumi up -s STACK"}
     assert plan["steps"][0]["each"][0] == "kubectl scale deployment/vllm -n llm --replicas=0"

@@ -172,14 +172,15 @@ def test_both_transports_read_the_same_prometheus(sim_and_prometheus, api_server
 def test_an_in_cluster_g6_run_reads_its_windows_through_the_api_server(sim_and_prometheus, kubeconfig, tmp_path):
     """What a g6 run with its client in the cluster reads: the window's server and GPU figures from the
     stack's Prometheus through the API server, the same as a direct read of that Prometheus."""
-    from benchmarks.g6.cli import client_side, parser, resolve_params
+    from benchmarks.g6.cli import parse
+    from benchmarks.g6.run import client_side, resolve_params
     from stacks.mockrun import run_stack
 
     outputs = {**run_stack("g6").outputs, "kubeconfig": kubeconfig}
     outputs["prometheus"] = {"namespace": "monitoring", "service": "kps-prometheus", "port": 9090}
     path = tmp_path / "outputs.json"
     path.write_text(json.dumps(outputs))
-    params = resolve_params(parser().parse_args(["--outputs", str(path)]), outputs)
+    params = resolve_params(parse(["--outputs", str(path)]), outputs)
     client = client_side(params, outputs, cpus=2, log=lambda m: None)
     assert params.client == "in-cluster" and client.runner.namespace == "llm"
     end = time.time() - 2  # a window Prometheus has scraped past

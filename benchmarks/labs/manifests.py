@@ -31,11 +31,11 @@ def workloads(lab: str, outputs: dict[str, Any]) -> list[dict[str, Any]]:
     """The objects `python -m benchmarks <lab>` creates first, built from the stack's outputs, and the
     one-shot nvidia-smi pod every run may end with (the evidence of its report)."""
     if lab == "g6":
-        from benchmarks.g6 import cli
+        from benchmarks.g6 import cli, run
 
-        args = cli.parser().parse_args(["--outputs", "outputs.json", "--concurrency", "1"])
-        params = cli.resolve_params(args, outputs)
-        own = cli.client_manifest(outputs, params, cli.experiment_params(args, params), args.client_cpus)
+        inv = cli.parse(["--outputs", "outputs.json", "--concurrency", "1"])
+        params = run.resolve_params(inv, outputs)
+        own = run.client_manifest(outputs, params, run.experiment_params(inv, params), inv.client_cpus)
     else:
         own = importlib.import_module(f"benchmarks.labs.{lab}").build_workloads(outputs, run_id=RUN_ID)
     return own + [evidence.nvidia_smi_pod(outputs, RUN_ID)]
