@@ -189,6 +189,9 @@ def test_the_saturation_search_finds_the_servers_capacity(saturation_run):
     assert behind and all(0.75 * CAPACITY <= p.served_rate <= 1.05 * CAPACITY for p in behind)
     assert all(p.kept_up and p.passed for p in result.points if p.rate <= 0.5 * CAPACITY)
     assert all(p.point.rate == p.rate for p in result.points)  # a server of our own runs in real time
+    # Every figure of a point at the pace it served: 4 tokens a request, so tok/s is 4x its req/s.
+    assert all(p.point.requests_per_s == pytest.approx(p.served_rate) for p in result.points)
+    assert all(p.point.output_tokens_per_s == pytest.approx(4 * p.served_rate) for p in result.points)
 
 
 def test_the_saturation_report_names_the_rate_and_plots_the_knee(saturation_run):
@@ -218,6 +221,14 @@ def test_saturation_against_the_simulator_judges_the_slo_in_gpu_time(tmp_path):
             assert p.point.ttft_ms.p99 <= 500 and p.point.ttft_ms.p99 > 20 * 1  # GPU time: at least 20x a 1 ms TTFT
         elif p.kept_up:
             assert any("TTFT p99" in miss for miss in p.misses)
+    # One rate per point: its requests/s is the pace it served, each request returned exactly 32 tokens,
+    # and a million of them cost the spot GPU node's hour over that many tokens an hour.
+    spot = result.gpu_price.gpu_node_spot
+    for p in result.points:
+        assert p.point.requests_per_s == pytest.approx(p.served_rate)
+        assert p.point.output_tokens_per_s == pytest.approx(32 * p.served_rate)
+        usd = p.point.usd_per_million_output_tokens.gpu_node_spot
+        assert usd == pytest.approx(spot / (32 * p.served_rate * 3600) * 1e6)
 
 
 # -- shared prefixes and the prefix cache ------------------------------------------------------------
@@ -279,12 +290,14 @@ def test_prefix_counters_are_read_from_vllm_0_33_0_exposition():
 
 @pytest.fixture(scope="module")
 def prefix_run(tmp_path_factory) -> Path:
-    """Two groups sharing 512-token prefixes, 64 tokens of their own each: at most 512 / 576 of the
-    tokens can hit, fewer while a group's first requests are still in prefill together."""
+    """Two groups sharing 2,048-token prefixes, 64 tokens of their own each: at most 2048 / 2112 of the
+    tokens can hit, fewer while a group's first requests are still in prefill together. In real time (x1):
+    the prefill a hit skips is milliseconds of the simulated L4, which this machine's scheduling jitter,
+    multiplied by a speed-up, would drown."""
     out = tmp_path_factory.mktemp("prefix")
-    rc = main(["--sim", "--experiment", "prefix", "--model", QWEN_05, "--prefix-len", "512", "--prefix-groups", "2",
+    rc = main(["--sim", "--experiment", "prefix", "--model", QWEN_05, "--prefix-len", "2048", "--prefix-groups", "2",
                "--concurrency", "4", "--requests", "24", "--input-len", "64", "--output-len", "16", "--out", str(out),
-               *FAST])  # fmt: skip
+               *FAST, "--speedup", "1"])  # fmt: skip
     assert rc == 0
     (folder,) = out.iterdir()
     return folder
@@ -298,7 +311,7 @@ def test_prefix_caching_on_hits_and_cuts_ttft_off_never_hits(prefix_run):
     result = load_result(PrefixResult, prefix_run)
     on, off = result.arm(True), result.arm(False)
     assert on.cache.enable_prefix_caching is True and off.cache.enable_prefix_caching is False  # as the server says
-    assert 0.5 < on.prefix_cache_hit_rate <= 512 / 576
+    assert 0.5 < on.prefix_cache_hit_rate <= 2048 / 2112
     assert off.prefix_cache_hit_rate is None and off.points[0].server.prefix_cache_queries == 0
     assert on.points[0].ttft_ms.p50 < off.points[0].ttft_ms.p50
     data = json.loads((prefix_run / "result.json").read_text())

@@ -52,7 +52,7 @@ def _header(r: PrefixResult) -> str:
         "",
         f"- {x.groups} groups of requests, dealt in turn; every prompt of a group starts with the group's "
         f"{x.prefix_len:,}-token prefix (a system prompt), then {asked_text(p)}",
-        f"- One closed-loop point per arm at concurrency {p.concurrency[0]}, {p.requests} counted requests after "
+        f"- One closed-loop point per arm at concurrency {p.concurrency[0]}, {p.requests_at(p.concurrency[0])} counted requests after "
         f"a warm-up; the arms: prefix caching {', '.join(_name(a) for a in r.arms) or 'none measured'}, each on "
         "its own server start (" + {"sim": "the simulator with --enable-/--disable-prefix-caching",
                                     "stack": "the stack's vllm.enable_prefix_caching and `pulumi up`, restored after",

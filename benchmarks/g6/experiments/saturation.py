@@ -25,7 +25,7 @@ from pydantic import BaseModel, ConfigDict, Field
 
 from benchmarks.g6.analysis import predict
 from benchmarks.g6.config import G6Params
-from benchmarks.g6.price import slo_misses
+from benchmarks.g6.price import prices_per_million, slo_misses
 from benchmarks.g6.result import ExperimentResult, G6Point, GpuPrice
 from benchmarks.g6.sweep import Measurement, Outcome, PointContext, Target, interruptible, load_spec, measure_point
 from benchmarks.g6.targets import ServerSettings
@@ -77,11 +77,33 @@ class SaturationResult(ExperimentResult):
         return next((p for p in self.points if p.rate == self.saturation_rate), None)
 
 
-def judge(point: G6Point, rate: float, params: G6Params) -> SaturationPoint:
-    """Whether the server kept up with `rate` and met the SLOs (latencies in GPU time)."""
+def at_served_rate(point: G6Point, served: float, price: GpuPrice | None) -> G6Point:
+    """`point` with its rates at the pace the server finished its requests, and priced at it. Its window
+    (first answer to last end) also holds the tail after the arrivals stop, one end-to-end latency in
+    which nothing new arrives, so over a few seconds of arrivals it reads low by that share; what the
+    server sustained is the served rate. Tokens per second are that rate times the tokens each request
+    returned (the server's counts), goodput its share of that rate; the window's relative interval is kept."""
+    if not point.completed or point.requests_per_s <= 0:
+        return point
+    scale = served / point.requests_per_s
+    ci = {name: None if (iv := getattr(point, name)) is None else (iv[0] * scale, iv[1] * scale)
+          for name in ("requests_per_s_ci95", "output_tokens_per_s_ci95")}  # fmt: skip
+    tokens_per_request = point.output_tokens_per_s / point.requests_per_s
+    goodput = point.goodput and point.goodput.model_copy(update={"requests_per_s": served * point.goodput.fraction})
+    served_point = point.model_copy(
+        update={"requests_per_s": served, "output_tokens_per_s": served * tokens_per_request, "goodput": goodput, **ci}
+    )
+    return served_point.model_copy(update={"usd_per_million_output_tokens": prices_per_million(price, served_point)})
+
+
+def judge(point: G6Point, rate: float, params: G6Params, price: GpuPrice | None) -> SaturationPoint:
+    """Whether the server kept up with `rate` and met the SLOs (latencies in GPU time); the point's rates
+    and prices at the pace it served."""
     slope = point.end_slope
     kept_up = slope is not None and slope <= 1 / KEEP_UP
     served = None if not slope else rate / slope
+    if served is not None:
+        point = at_served_rate(point, served, price)
     # The point's latencies are the GPU's already (sweep.measure_point converts them once).
     misses = [] if kept_up else [f"did not keep up: finished {served or 0:,.2f} req/s of the {rate:,.2f} offered"]
     misses += slo_misses(point, params)
@@ -151,7 +173,7 @@ def run_saturation(params: G6Params, sat: SaturationParams, target: Target, how:
             point, errors = measure_point(params, point_spec(params, sat, server.base_url, rate), server, label,
                                           PointContext(mns, sizing), how)  # fmt: skip
             outcome.errors += errors
-            judged = judge(point, rate, params)
+            judged = judge(point, rate, params, how.price)
             outcome.points.append(judged)
             how.progress.log(f"g6: {label}: {'passed' if judged.passed else 'failed: ' + '; '.join(judged.misses)}")
         if next_rate(outcome.points, sat) is not None:

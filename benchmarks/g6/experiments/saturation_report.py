@@ -37,7 +37,7 @@ def _header(r: SaturationResult) -> str:
         f"- Open-loop Poisson arrivals at offered rates doubling from {s.start_rate:g} requests/s until one fails, "
         f"then a bisection between the highest rate that passed and the lowest that failed, until they are within "
         f"{s.tolerance:.0%} (at most {s.max_points} points, no new point after {s.max_seconds:g} s). Each point "
-        f"sends at least {s.point_seconds:g} s of arrivals (at least {p.requests} counted requests) after one second's "
+        f"sends at least {s.point_seconds:g} s of arrivals (at least {p.requests_at(None)} counted requests) after one second's "
         "warm-up.",
         f"- A rate passes when the server kept up (its counted requests' completions kept pace with their "
         f"arrivals: the least-squares slope of end against scheduled send time at most 1/{KEEP_UP:g}; past "
