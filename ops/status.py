@@ -1,17 +1,18 @@
 """Proof that everything is down: what of gke-ml-labs still exists and bills, and what it has cost so far.
 
-    python -m ops.status [--project P ...] [--stack S ...] [--gpu-only]
+    python -m ops.status [--project P ...] [--stack S ...] [--gpu-only] [--json]
 
 Checks every project named by a stack file (gcp:project, read even from a stack file whose lab config
-is invalid) and every --project, in every zone and region: GKE clusters, VMs, persistent disks,
-static addresses, forwarding rules and buckets labelled app=gke-ml-labs, and HMAC keys of the
-stacks' service accounts (ops.inventory), each with
-where, since when, its list price and its cost so far. Pulumi state is reported beside it, but the
-proof is the cloud's own answer: a failed destroy can leave state wrong.
+is invalid) and every --project, in every zone and region, for every kind any lab can create and what
+GKE creates for our clusters without our label (ops.inventory says what is ours and how it knows), each
+with where, since when, its list price (or that facts/prices.py has none) and its cost so far. Pulumi
+state is reported beside it, but the proof is the cloud's own answer: a failed destroy can leave state
+wrong.
 
-Exit status: 0 only when every project was checked and nothing billable of ours exists; 1 while
-something billable exists; 2 when the proof is incomplete (a stack file that cannot be read, a
-project or a kind of resource that could not be listed, a Pulumi backend that cannot be read).
+Exit status: 0 only when every project and kind was checked and nothing of ours is left (the verdict
+line names what status does not list); 1 while anything of ours is left, priced or not; 2 when the
+proof is incomplete (a stack file that cannot be read, a project or a kind that could not be listed,
+an answer Google would not give, a Pulumi backend that cannot be read).
 """
 
 from __future__ import annotations
@@ -24,15 +25,17 @@ import sys
 from dataclasses import dataclass, field
 from datetime import datetime, timezone
 from pathlib import Path
+from typing import Literal
 
 from facts import prices
 from ops import inventory
-from ops.gcp import ApiDisabled, CredentialsError, GcpClient, GcpError
+from ops.gcp import ApiDisabled, CredentialsError, GcpClient, GcpError, host
 from ops.inventory import Billable
 from stacks.loader import ConfigError
-from stacks.stackfile import REPO, stack_config, stack_names
+from stacks.stackfile import REPO, misnamed_stack_files, stack_config, stack_names
 
 PULUMI_TIMEOUT_S = 60
+SCHEMA_VERSION = 1
 
 
 @dataclass(frozen=True)
@@ -98,49 +101,53 @@ class ProjectCheck:
     project: str
     found: list[Billable] = field(default_factory=list)
     checked: list[str] = field(default_factory=list)  # the kinds listed
-    not_checked: list[str] = field(default_factory=list)  # what could not be listed, and why
+    not_checked: list[tuple[str, str]] = field(default_factory=list)  # (kind, why it could not be listed)
+
+    def per_hour(self) -> float:
+        return sum(b.hourly_usd for b in self.found if b.hourly_usd is not None)
+
+    def so_far(self, now: datetime) -> float:
+        return sum(c for b in self.found if (c := b.cost_so_far(now)) is not None)
+
+    def unpriced(self) -> list[Billable]:
+        return [b for b in self.found if b.hourly_usd is None]
 
 
-def check_project(client: GcpClient, project: str, gpu_only: bool) -> ProjectCheck:
+def check_project(client: GcpClient, project: str, gpu_only: bool, stacks: list[str]) -> ProjectCheck:
+    """Lists every kind (inventory.LISTERS), each on its own: one that cannot be listed is NOT CHECKED with
+    why, and what it did answer in part is kept; then resolves what of it is ours."""
     result = ProjectCheck(project)
-
-    def attempt(what: str, api: str, call):
+    raw: dict[str, list] = {}
+    own = inventory.Ownership(stacks)
+    for kind, lister in inventory.LISTERS.items():
+        if gpu_only and kind != "VMs":
+            continue
         try:
-            found = call()
-            result.checked.append(what)
-            return found
+            raw[kind] = lister.fetch(client, project, own)
+            result.checked.append(kind)
         except ApiDisabled as e:
-            result.not_checked.append(
-                f"{what}: {api} is not enabled, so they could not be listed "
-                f"(`gcloud services enable {api} --project {project}`): {e}"
-            )
+            result.not_checked.append((kind, f"{host(lister.api)} is not enabled, so they could not be listed "
+                                             f"(`gcloud services enable {host(lister.api)} --project {project}`): {e}"))  # fmt: skip
         except CredentialsError:
             raise
         except inventory.Incomplete as e:
-            result.not_checked.append(f"{what}: {e}")
-            return e.found
+            result.not_checked.append((kind, str(e)))
+            raw[kind] = e.found
         except GcpError as e:
-            result.not_checked.append(f"{what}: {e}")
-        return []
-
-    nodes = attempt("VMs", "compute.googleapis.com", lambda: inventory.vms(client, project))
-    if gpu_only:
-        result.found = [n for n in nodes if n.gpus]
-        return result
-    counted = nodes if "VMs" in result.checked else None  # no node counts when the VMs could not be listed
-    result.found += attempt("clusters", inventory.CLUSTER_API, lambda: inventory.clusters(client, project, counted))
-    result.found += nodes
-    for what, (api, lister) in inventory.LISTERS.items():
-        if what != "VMs":
-            result.found += attempt(what, api, lambda lister=lister: lister(client, project))
+            result.not_checked.append((kind, str(e)))
+    found = inventory.leftovers(raw, stacks, nodes_known="VMs" in result.checked)
+    result.found = [b for b in found if b.gpus] if gpu_only else found
     return result
 
 
+def scope(gpu_only: bool) -> str:
+    return "GPU VMs" if gpu_only else ", ".join(inventory.LISTERS)
+
+
 def report(check: ProjectCheck, named_by: list[str], now: datetime, gpu_only: bool) -> list[str]:
-    scope = "GPU VMs" if gpu_only else "clusters, VMs, disks, addresses, forwarding rules, buckets, HMAC keys"
-    lines = [f"project {check.project} (named by {', '.join(named_by)}; {scope}, every zone and region):"]
-    for line in check.not_checked:
-        lines.append(f"  NOT CHECKED {line}")
+    lines = [f"project {check.project} (named by {', '.join(named_by)}; {scope(gpu_only)}; every zone and region):"]
+    for kind, why in check.not_checked:
+        lines.append(f"  NOT CHECKED {kind}: {why}")
     for b in check.found:
         lines.append(f"  {b.line(now)}")
     if not check.found:
@@ -149,15 +156,83 @@ def report(check: ProjectCheck, named_by: list[str], now: datetime, gpu_only: bo
         elif check.checked:
             lines.append("  none of ours")
         return lines
-    priced = [b.cost_so_far(now) for b in check.found if b.hourly_usd is not None]
-    unpriced = len(check.found) - len(priced)
-    per_hour = sum(b.hourly_usd for b in check.found if b.hourly_usd is not None)
+    unpriced = check.unpriced()
     lines.append(
-        f"  {len(check.found)} billable ({inventory.count_by_kind(check.found)}): ${per_hour:.4f}/h now and "
-        f"${sum(priced):.2f} so far at list price (facts/prices.py, prices of {prices.PRICE_DATE} or later)"
-        + (f"; {unpriced} of them with no list price there, not in these figures" if unpriced else "")
+        f"  {len(check.found)} of ours ({inventory.count_by_kind(check.found)}): ${check.per_hour():.4f}/h now and "
+        f"${check.so_far(now):.2f} so far at list price (facts/prices.py, prices of {prices.PRICE_DATE} or later)"
+        + (f"; {len(unpriced)} of them without a list price there ({inventory.count_by_kind(unpriced)}), not in "
+           "these figures but counted all the same" if unpriced else "")
     )
     return lines
+
+
+@dataclass(frozen=True)
+class Verdict:
+    word: Literal["DOWN", "NOT DOWN", "NOT PROVEN"]
+    code: int
+    line: str
+
+
+def verdict(checks: list[ProjectCheck], unread: list[str], unchecked: list[str], gpu_only: bool) -> Verdict:
+    """Never DOWN while anything of ours was found, or anything could not be checked; and a DOWN names, in
+    its own line, what it did not look at."""
+    found = [b for c in checks for b in c.found]
+    missing = [f"{kind} in {c.project}" for c in checks for kind, _ in c.not_checked] + [
+        f"project {p}" for p in unchecked] + unread  # fmt: skip
+    if found:
+        labs = sorted({b.lab for b in found} - {"?"})
+        unpriced = [b for b in found if b.hourly_usd is None]
+        per_hour = sum(b.hourly_usd for b in found if b.hourly_usd is not None)
+        return Verdict("NOT DOWN", 1, (
+            f"NOT DOWN: {len(found)} thing(s) of gke-ml-labs remain (${per_hour:.4f}/h at list price"
+            + (f", and {len(unpriced)} without a price: {inventory.count_by_kind(unpriced)}" if unpriced else "")
+            + "); " + "".join(f"`make down LAB={lab}`, " for lab in labs) + "or delete them as their lines say"
+            + (f"; not checked: {'; '.join(missing)}" if missing else "")))  # fmt: skip
+    if missing:
+        return Verdict("NOT PROVEN", 2, "NOT PROVEN: nothing of ours found in what could be checked, but not "
+                       f"checked: {'; '.join(missing)} (see above)")  # fmt: skip
+    projects = ", ".join(c.project for c in checks)
+    if gpu_only:
+        return Verdict("DOWN", 0, f"DOWN for GPU VMs only: none of gke-ml-labs in {projects}; not checked: every "
+                       "other kind (run without --gpu-only)")  # fmt: skip
+    not_listed = "; ".join(f"{kind} ({why})" for kind, why in inventory.NOT_LISTED.items())
+    return Verdict("DOWN", 0, f"DOWN: nothing billable of gke-ml-labs in {projects}, for the {len(inventory.LISTERS)} "
+                   f"kinds listed; not checked: {not_listed}")  # fmt: skip
+
+
+def as_json(state: PulumiState, unread: list[str], checks: list[ProjectCheck], projects: dict[str, list[str]],
+            unchecked: list[str], result: Verdict, now: datetime, gpu_only: bool) -> str:  # fmt: skip
+    """The report for scripts and dashboards: docs/schemas/status.schema.json."""
+    document = {
+        "schema_version": SCHEMA_VERSION,
+        "verdict": result.word,
+        "exit_status": result.code,
+        "verdict_line": result.line,
+        "checked_at": now.isoformat(),
+        "price_date": prices.PRICE_DATE,
+        "scope": "GPU VMs" if gpu_only else list(inventory.LISTERS),
+        "not_listed": {} if gpu_only else inventory.NOT_LISTED,
+        "pulumi_state": {"cli_missing": state.cli_missing, "error": state.error, "resources": state.resources},
+        "stack_files_unreadable": unread,
+        "projects": [
+            {
+                "project": c.project,
+                "named_by": projects[c.project],
+                "checked": c.checked,
+                "not_checked": [{"kind": kind, "why": why} for kind, why in c.not_checked],
+                "found": [
+                    {**b.model_dump(mode="json", exclude={"node_of"}), "cost_so_far_usd": b.cost_so_far(now)}
+                    for b in c.found
+                ],
+                "per_hour_usd": c.per_hour(),
+                "so_far_usd": c.so_far(now),
+                "unpriced": len(c.unpriced()),
+            }
+            for c in checks
+        ],
+        "projects_not_checked": unchecked,
+    }
+    return json.dumps(document, indent=2)
 
 
 def main(argv: list[str] | None = None, client: GcpClient | None = None, now: datetime | None = None,
@@ -167,53 +242,47 @@ def main(argv: list[str] | None = None, client: GcpClient | None = None, now: da
     parser.add_argument("--stack", action="append", default=[],
                         help="check the project of this stack file only (repeatable; default: every stack file)")  # fmt: skip
     parser.add_argument("--gpu-only", action="store_true", help="only GPU VMs (the narrower, faster check)")
+    parser.add_argument("--json", action="store_true", help="print one JSON document (docs/schemas/status.schema.json)")
     args = parser.parse_args(argv)
     stacks = args.stack or stack_names(directory)
     named, unreadable = stack_projects(stacks, directory)
+    unreadable += misnamed_stack_files(directory)
     projects = {p: [] for p in args.project} | named
     for p in args.project:
         projects[p] = [*projects[p], "--project"]
     state = pulumi_state(directory)
-    print("\n".join(state.lines(stacks)))
+    say = (lambda *_: None) if args.json else print
+    say("\n".join(state.lines(stacks)))
     for line in unreadable:
-        print(f"stack file {line}")
-    if not projects:
-        print("no project to check: pass --project (make status PROJECT=...) or set gcp:project in a stack file")
-        return 2
+        say(f"stack file {line}")
+    unread = unreadable + ([f"Pulumi state: {state.error}"] if state.error else [])
     now = now or datetime.now(timezone.utc)
     checks: list[ProjectCheck] = []
+    if not projects:
+        result = Verdict("NOT PROVEN", 2, "NOT PROVEN: no project to check: pass --project (make status PROJECT=...) "
+                         "or set gcp:project in a stack file")  # fmt: skip
+        print(as_json(state, unread, checks, projects, [], result, now, args.gpu_only) if args.json else result.line)
+        return result.code
     try:
         with client or GcpClient.from_environment() as gcp:
             for project in sorted(projects):
                 try:
-                    checks.append(check_project(gcp, project, args.gpu_only))
+                    checks.append(check_project(gcp, project, args.gpu_only, stacks))
                 except CredentialsError as e:
-                    checks.append(ProjectCheck(project, not_checked=[f"anything: {e}"]))
+                    checks.append(ProjectCheck(project, not_checked=[("anything", str(e))]))
                     break  # the same credentials would fail for every other project
     except GcpError as e:  # a bad endpoint override, before any call
-        print(f"cannot check any project: {e}")
-        return 2
+        result = Verdict("NOT PROVEN", 2, f"NOT PROVEN: cannot check any project: {e}")
+        print(as_json(state, unread, [], projects, sorted(projects), result, now, args.gpu_only) if args.json else result.line)
+        return result.code
     for check in checks:
-        print("\n" + "\n".join(report(check, projects[check.project], now, args.gpu_only)))
+        say("\n" + "\n".join(report(check, projects[check.project], now, args.gpu_only)))
     unchecked = sorted(set(projects) - {c.project for c in checks})
     for project in unchecked:
-        print(f"project {project}: NOT CHECKED (credentials failed above)")
-    return _verdict(checks, unreadable + ([f"Pulumi state: {state.error}"] if state.error else []), unchecked)
-
-
-def _verdict(checks: list[ProjectCheck], unread: list[str], unchecked: list[str]) -> int:
-    found = [b for c in checks for b in c.found]
-    incomplete = unread or unchecked or any(c.not_checked for c in checks)
-    if found:
-        labs = sorted({b.lab for b in found} - {"?"})
-        print(f"\nNOT DOWN: {len(found)} billable thing(s) of gke-ml-labs remain; "
-              + "".join(f"`make down LAB={lab}`, " for lab in labs) + "or delete them as their lines say")  # fmt: skip
-        return 1
-    if incomplete:
-        print("\nNOT PROVEN: nothing of ours found in what could be checked, but the check is incomplete (see above)")
-        return 2
-    print(f"\nDOWN: nothing billable of gke-ml-labs in {', '.join(c.project for c in checks)}")
-    return 0
+        say(f"project {project}: NOT CHECKED (credentials failed above)")
+    result = verdict(checks, unread, unchecked, args.gpu_only)
+    print(as_json(state, unread, checks, projects, unchecked, result, now, args.gpu_only) if args.json else f"\n{result.line}")
+    return result.code
 
 
 if __name__ == "__main__":

@@ -99,11 +99,20 @@ def check(
     if cost_exporter.enabled:
         # The exporter serves the price table's figures for the stack's machines: without them it
         # would export nothing true, so it is refused here rather than dropped with a warning.
-        try:
-            for machine in machine_types:
-                prices.machine_price(region, machine)
-        except prices.PricingError as e:
-            problems.append(f"gke-ml-labs:cost_exporter.enabled: {e}, so the exporter has no figures to serve: set cost_exporter.enabled: false to deploy without it")
+        if region not in prices.PRICES:
+            # The region is the culprit: without L4 rows in the catalogue it has no GPU node to price.
+            problems.append(
+                f"gcp:region: {region!r} is not among the regions where the catalogue in facts/prices.py lists L4 "
+                f"GPUs ({', '.join(prices.L4_REGIONS)}), which every lab's GPU pool needs: pick one of them, or, if Google "
+                "offers L4 there now, set cost_exporter.enabled: false (the cost exporter serves that catalogue's prices)"
+            )
+        else:
+            try:
+                for machine in machine_types:
+                    prices.machine_price(region, machine)
+            except prices.PricingError as e:
+                problems.append(f"gke-ml-labs:cost_exporter.enabled: {e}, so the exporter has no figures to serve: "
+                                "set cost_exporter.enabled: false to deploy without it")  # fmt: skip
     if cost_exporter.enabled and not observability_enabled:
         problems.append(
             "gke-ml-labs:cost_exporter.enabled: needs gke-ml-labs:observability.enabled (the in-cluster "

@@ -16,9 +16,11 @@ from pulumi.runtime import config as runtime_config
 from pydantic import BaseModel, ValidationError
 
 from stacks.config import LabConfig
-from stacks.labs import with_lab_defaults
+from stacks.labs import LABS, with_lab_defaults
 
 PROJECT = "gke-ml-labs"
+# The config namespaces the program reads: its own and the Google provider's (checked by unknown_gcp_keys).
+NAMESPACES = (PROJECT, "gcp")
 # Keys that may only be given as Pulumi secrets (`pulumi config set --secret`); never in LabConfig.
 SECRET_KEYS = ("hf_token",)
 
@@ -29,9 +31,12 @@ class ConfigError(Exception):
     def __init__(self, stack_file: str, problems: list[str]):
         self.stack_file = stack_file
         self.problems = problems
+        if len(problems) == 1:  # one line, as every bad input should be
+            super().__init__(f"{stack_file}: {problems[0]} (nothing was created)")
+            return
         lines = "\n".join(f"  - {p}" for p in problems)
         super().__init__(
-            f"{stack_file}: {len(problems)} problem(s) in the lab config; nothing was created:\n{lines}"
+            f"{stack_file}: {len(problems)} problems in the lab config; nothing was created:\n{lines}"
         )
 
 
@@ -115,10 +120,41 @@ def unknown_gcp_keys(keys: Iterable[str]) -> list[str]:
     return problems
 
 
+def unknown_namespaces(keys: Iterable[str]) -> list[str]:
+    """A key in a namespace nothing reads is silently ignored (`gke-ml-lab:zone` leaves the default zone)."""
+    problems = []
+    for key in keys:
+        namespace, _, name = key.rpartition(":")
+        if namespace in NAMESPACES or not namespace:  # Pulumi puts a key without one in the project's
+            continue
+        near = difflib.get_close_matches(namespace, NAMESPACES, n=1, cutoff=0.6)
+        hint = f"did you mean {near[0]}:{name}? " if near else ""
+        problems.append(f"{key}: no program reads the namespace {namespace!r}, so the key would be ignored; {hint}"
+                        f"the labs read {' and '.join(f'{n}:*' for n in NAMESPACES)}")  # fmt: skip
+    return problems
+
+
+def plaintext_secrets(stack: str, keys: Iterable[str], secret_keys: Iterable[str]) -> list[str]:
+    """A secret key (the Hugging Face token) stored in plain text in the stack file."""
+    secret = set(secret_keys)
+    return [
+        f"{PROJECT}:{key} is stored in plain text: set it with `pulumi config set --secret {key} ... -s {stack}` "
+        "(and remove the plain value)"
+        for key in SECRET_KEYS
+        if f"{PROJECT}:{key}" in keys and f"{PROJECT}:{key}" not in secret
+    ]
+
+
 def parse(raw: dict[str, Any], *, stack: str, project: str | None, region: str | None) -> LabConfig:
     """Validate decoded config keys; pure, so tests and the offline plan share it."""
     stack_file = f"Pulumi.{stack}.yaml"
     problems = []
+    lab = raw.get("lab")
+    if stack in LABS and lab is not None and lab != stack:
+        # The stack's names, labels, reports and `make down LAB=` all say the stack's name.
+        problems.append(f"{PROJECT}:lab: {lab!r} in the stack named {stack}: a stack named after a lab runs that lab; "
+                        f"set lab: {stack}, or run {lab} in a stack of its own (`pulumi stack init {lab}`, or "
+                        f"{lab}-mine)")  # fmt: skip
     for key in ("stack", "project", "region"):
         if key in raw:
             problems.append(f"{PROJECT}:{key}: not set here; use gcp:{key} (stack name for 'stack')")
@@ -140,16 +176,11 @@ def parse(raw: dict[str, Any], *, stack: str, project: str | None, region: str |
 def load() -> tuple[LabConfig, Secrets]:
     """The edge: read this stack's config (and secrets) from the Pulumi engine."""
     stack = pulumi.get_stack()
-    problems = unknown_gcp_keys({**runtime_config.get_config_env(), **runtime_config.CONFIG.get()})
+    keys = {**runtime_config.get_config_env(), **runtime_config.CONFIG.get()}
+    secret = [k for k in keys if runtime_config.is_config_secret(k)]
+    problems = unknown_namespaces(keys) + unknown_gcp_keys(keys) + plaintext_secrets(stack, keys, secret)
     if problems:
         raise ConfigError(f"Pulumi.{stack}.yaml", problems)
     gcp = pulumi.Config("gcp")
     cfg = parse(raw_project_config(), stack=stack, project=gcp.get("project"), region=gcp.get("region"))
-    own = pulumi.Config(PROJECT)
-    for key in SECRET_KEYS:
-        if own.get(key) is not None and not runtime_config.is_config_secret(f"{PROJECT}:{key}"):
-            raise ConfigError(
-                f"Pulumi.{stack}.yaml",
-                [f"{PROJECT}:{key} is stored in plain text: set it with `pulumi config set --secret {key} ...`"],
-            )
-    return cfg, Secrets(hf_token=own.get_secret("hf_token"))
+    return cfg, Secrets(hf_token=pulumi.Config(PROJECT).get_secret("hf_token"))

@@ -1,10 +1,16 @@
 """A local HTTP server on loopback that answers like the Google REST APIs the operator commands
-call (Cloud Resource Manager, Service Usage, Compute, Container, Cloud Storage, BigQuery), with the
-response shapes of Google's API references: list pages with `nextPageToken` (Compute's aggregated
-lists one scope per page, so every caller must follow the token), a `filter` on labels honoured as
+call (Cloud Resource Manager, Service Usage, Compute, Container, Cloud Storage, BigQuery, Artifact
+Registry, Filestore, IAM, Cloud Billing), with the response shapes of Google's API references (the
+discovery documents of google-api-python-client 2.202.0: compute v1 revision 20261106, and so on):
+list pages with `nextPageToken` (Compute's aggregated lists one scope per page, so every caller must
+follow the token), each Compute and Storage page with its `kind`, a `filter` on labels honoured as
 Compute honours it, errors as {"error": {code, message, status, details}}, a 401 for an expired token.
 It also answers like the Compute Engine metadata server (GCE_METADATA_HOST), the Application
 Default Credentials of a VM: a service-account token.
+
+`GoogleState.faults` makes it answer as a broken or busy Google does, at the calls whose path holds a
+given text: an empty body, cut-off JSON, a JSON array, a page of the wrong shape, a page token repeated
+forever, 403, 429, 500, 503, or no answer before the client's timeout.
 Tests set its state and read the calls it saw."""
 
 from __future__ import annotations
@@ -12,12 +18,13 @@ from __future__ import annotations
 import json
 import re
 import threading
+import time
 from dataclasses import dataclass, field
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any
 from urllib.parse import parse_qs, unquote, urlparse
 
-from ops.gcp import ENDPOINT_ENV_PREFIX, TOKEN_ENV, GcpClient, endpoint_overrides
+from ops.gcp import DEFAULT_BASE_URLS, ENDPOINT_ENV_PREFIX, TOKEN_ENV, GcpClient, endpoint_overrides
 
 VALID_TOKEN = "ya29.valid-token"
 EXPIRED_TOKEN = "ya29.expired-token"
@@ -26,6 +33,29 @@ EXPIRED_TOKEN = "ya29.expired-token"
 def google_error(code: int, status: str, message: str, reason: str | None = None) -> dict:
     details = [{"@type": "type.googleapis.com/google.rpc.ErrorInfo", "reason": reason, "domain": "googleapis.com"}] if reason else []
     return {"error": {"code": code, "message": message, "status": status, "details": details}}
+
+
+FAULTS = ("empty body", "cut-off JSON", "JSON array", "wrong shape", "repeated page token", "403", "429", "500",
+          "503", "timeout")  # fmt: skip
+# Also "endless pages" (a new nextPageToken on every page, for the client's bound on pages) and
+# "unreachable" (an aggregated list naming a zone it could not reach).
+TIMEOUT_DELAY_S = 2.0  # how long a "timeout" fault keeps the caller waiting; tests give the client less
+
+
+@dataclass
+class Fault:
+    """Answer the calls whose path holds `where` this way (`times` of them; None: every one)."""
+
+    where: str
+    mode: str
+    times: int | None = None
+    retry_after: str | None = None  # a Retry-After header with a 429 or 503
+    hits: int = 0
+
+
+# The field holding a list answer's items, per API (the first path segment) and, for Artifact Registry, the call.
+_ITEMS = {"compute": "items", "storage": "items", "container": "clusters", "file": "instances", "iam": "accounts",
+          "serviceusage": "services"}  # fmt: skip
 
 
 @dataclass
@@ -46,6 +76,20 @@ class GoogleState:
     disabled: set[str] = field(default_factory=set)  # first path segments ("storage", ...) of APIs turned off
     objects: dict[str, list[dict]] = field(default_factory=dict)  # bucket -> objects (+ "content" for media)
     bigquery_responses: list[dict] = field(default_factory=list)  # answered in order
+    project_quotas: list[dict] = field(default_factory=list)  # compute projects.get quotas (GPUS_ALL_REGIONS, ...)
+    billing: dict | None = None  # cloudbilling projects.getBillingInfo; None: a project without a billing account
+    target_pools: dict[str, list[dict]] = field(default_factory=dict)  # region -> target pools
+    subnetworks: dict[str, list[dict]] = field(default_factory=dict)  # region -> subnetworks
+    health_checks: dict[str, list[dict]] = field(default_factory=dict)  # region, or "global" -> health checks
+    http_health_checks: list[dict] = field(default_factory=list)  # the legacy global kind
+    firewalls: list[dict] = field(default_factory=list)
+    networks: list[dict] = field(default_factory=list)
+    service_accounts: list[dict] = field(default_factory=list)
+    ar_locations: list[str] = field(default_factory=lambda: ["europe-west4", "us", "us-central1"])
+    repositories: dict[str, list[dict]] = field(default_factory=dict)  # location -> repositories
+    filestore: list[dict] = field(default_factory=list)  # instances, any location
+    filestore_unreachable: list[str] = field(default_factory=list)
+    faults: list[Fault] = field(default_factory=list)
     calls: list[tuple[str, str, dict, Any]] = field(default_factory=list)
 
 
@@ -55,12 +99,14 @@ class _Handler(BaseHTTPRequestHandler):
     def log_message(self, *args: Any) -> None:  # keep test output clean
         pass
 
-    def _send(self, code: int, body: dict | str) -> None:
-        data = body.encode() if isinstance(body, str) else json.dumps(body).encode()
+    def _send(self, code: int, body: dict | list | str | bytes, headers: dict[str, str] | None = None) -> None:
+        data = body if isinstance(body, bytes) else body.encode() if isinstance(body, str) else json.dumps(body).encode()
         self.send_response(code)
         self.send_header("Metadata-Flavor", "Google")
         self.send_header("Content-Type", "text/plain" if isinstance(body, str) else "application/json; charset=UTF-8")
         self.send_header("Content-Length", str(len(data)))
+        for name, value in (headers or {}).items():
+            self.send_header(name, value)
         self.end_headers()
         self.wfile.write(data)
 
@@ -85,8 +131,47 @@ class _Handler(BaseHTTPRequestHandler):
                 401, "UNAUTHENTICATED",
                 "Request had invalid authentication credentials. Expected OAuth 2 access token, login cookie "
                 "or other valid authentication credential.", "ACCESS_TOKEN_EXPIRED"))
+        fault = next((f for f in self.state.faults if f.where in url.path and (f.times is None or f.hits < f.times)), None)
+        if fault is not None:
+            fault.hits += 1
+            if self._fault(fault, method, url.path, query, body):
+                return
         code, answer = self._route(method, url.path.split("/"), query, body)  # path still %-encoded
         self._send(code, answer)
+
+    def _fault(self, fault: Fault, method: str, path: str, query: dict, body: Any) -> bool:
+        """Answer as `fault` says; False where the answer is the real one, corrupted afterwards."""
+        mode = fault.mode
+        if mode == "timeout":
+            time.sleep(TIMEOUT_DELAY_S)
+        errors = {"403": (403, "PERMISSION_DENIED", "The caller does not have permission"),
+                  "429": (429, "RESOURCE_EXHAUSTED", "Quota exceeded for quota metric 'Read requests' and limit "
+                          "'Read requests per minute'"),
+                  "500": (500, "INTERNAL", "Internal error encountered."),
+                  "503": (503, "UNAVAILABLE", "The service is currently unavailable.")}  # fmt: skip
+        if mode in errors:
+            code, status, message = errors[mode]
+            headers = {"Retry-After": fault.retry_after} if fault.retry_after else None
+            self._send(code, google_error(code, status, message), headers)
+            return True
+        if mode in ("empty body", "cut-off JSON", "JSON array"):
+            self._send(200, {"empty body": b"", "cut-off JSON": b'{"items": {"zones/us-cen', "JSON array": [1, 2]}[mode])
+            return True
+        if mode in ("repeated page token", "endless pages"):
+            query = {k: v for k, v in query.items() if k != "pageToken"}  # the fault's own tokens: page one again
+        code, answer = self._route(method, path.split("/"), query, body)
+        if mode == "wrong shape":
+            segment = path.split("/")[1]
+            key = path.rsplit("/", 1)[-1] if segment == "artifactregistry" else _ITEMS.get(segment, "items")
+            answer = {**answer, key: [1, 2]}
+        elif mode == "repeated page token":
+            answer = {**answer, "nextPageToken": "same-token"}
+        elif mode == "endless pages":
+            answer = {**answer, "nextPageToken": f"page-{fault.hits}"}
+        elif mode == "unreachable":  # an aggregated list with returnPartialSuccess's gap
+            answer = {**answer, "unreachables": ["zones/us-central1-b"]}
+        self._send(code, answer)
+        return True
 
     def _metadata(self, path: str) -> None:
         # The metadata server refuses a request without this header (documented, and what it checks).
@@ -146,16 +231,47 @@ class _Handler(BaseHTTPRequestHandler):
             else:
                 answer["warning"] = {"code": "NO_RESULTS_ON_PAGE", "message": "There are no results for scope on this page."}
             return 200, answer
-        compute_lists = {"instances": ("zones", s.instances), "disks": ("zones", s.disks),
-                         "addresses": ("regions", s.addresses), "forwardingRules": ("regions", s.forwarding_rules)}
+        # collection -> (its scopes, items by scope, its kinds' stem, the aggregated kind's suffix)
+        compute_lists = {
+            "instances": ("zones", s.instances, "instance", "AggregatedList"),
+            "disks": ("zones", s.disks, "disk", "AggregatedList"),
+            "addresses": ("regions", s.addresses, "address", "AggregatedList"),
+            "forwardingRules": ("regions", s.forwarding_rules, "forwardingRule", "AggregatedList"),
+            "targetPools": ("regions", s.target_pools, "targetPool", "AggregatedList"),
+            "subnetworks": ("regions", s.subnetworks, "subnetwork", "AggregatedList"),
+            "healthChecks": ("regions", s.health_checks, "healthCheck", "sAggregatedList"),  # compute#healthChecksAggregatedList
+            "firewalls": ("", {"global": s.firewalls}, "firewall", ""),
+            "networks": ("", {"global": s.networks}, "network", ""),
+            "httpHealthChecks": ("", {"global": s.http_health_checks}, "httpHealthCheck", ""),
+        }  # fmt: skip
         if parts[:6] == ["", "compute", "v1", "projects", s.project, "aggregated"] and parts[6:7] and parts[6] in compute_lists:
             kind = parts[6]
-            scope, by_scope = compute_lists[kind]
-            return 200, _aggregated(kind, scope, {k: v for k, v in by_scope.items() if k != "global"}, query)
+            scope, by_scope, stem, suffix = compute_lists[kind]
+            return 200, _aggregated(kind, scope, f"compute#{stem}{suffix}",
+                                    {k: v for k, v in by_scope.items() if k != "global"}, query)  # fmt: skip
         if parts[:6] == ["", "compute", "v1", "projects", s.project, "global"] and parts[6:7] and parts[6] in compute_lists:
             kind = parts[6]
             items = _filtered(compute_lists[kind][1].get("global", []), query)
-            return 200, {"kind": f"compute#{kind[:-1]}List", "items": items} if items else {"kind": f"compute#{kind[:-1]}List"}
+            answer = {"kind": f"compute#{compute_lists[kind][2]}List", "id": f"projects/{s.project}/global/{kind}",
+                      "selfLink": f"https://www.googleapis.com/compute/v1/projects/{s.project}/global/{kind}"}  # fmt: skip
+            return 200, {**answer, "items": items} if items else answer
+        if p == f"/compute/v1/{project_prefix}":
+            return 200, {"kind": "compute#project", "id": "100", "name": s.project, "quotas": s.project_quotas,
+                         "selfLink": f"https://www.googleapis.com/compute/v1/projects/{s.project}"}  # fmt: skip
+        if p == f"/cloudbilling/v1/{project_prefix}/billingInfo":
+            info = {"name": f"{project_prefix}/billingInfo", "projectId": s.project}
+            # proto3 JSON leaves out a false billingEnabled and an empty account name
+            return 200, {**info, **(s.billing or {})}
+        if p == f"/iam/v1/{project_prefix}/serviceAccounts":
+            return 200, _proto_page("accounts", s.service_accounts, query)
+        if p == f"/artifactregistry/v1/{project_prefix}/locations":
+            locations = [{"name": f"{project_prefix}/locations/{loc}", "locationId": loc} for loc in s.ar_locations]
+            return 200, _proto_page("locations", locations, query)
+        if parts[:6] == ["", "artifactregistry", "v1", "projects", s.project, "locations"] and parts[7:] == ["repositories"]:
+            return 200, _proto_page("repositories", s.repositories.get(parts[6], []), query)
+        if p == f"/file/v1/{project_prefix}/locations/-/instances":
+            answer = _proto_page("instances", s.filestore, query)
+            return 200, {**answer, "unreachable": s.filestore_unreachable} if s.filestore_unreachable else answer
         if p == f"/container/v1/{project_prefix}/locations/-/clusters":
             answer = {"clusters": s.clusters} if s.clusters else {}
             return 200, {**answer, "missingZones": s.missing_zones} if s.missing_zones else answer
@@ -187,6 +303,14 @@ class _Handler(BaseHTTPRequestHandler):
         return 404, google_error(404, "NOT_FOUND", f"no route for storage {'/'.join(rest)}")
 
 
+def _proto_page(key: str, items: list[dict], query: dict, size: int = 2) -> dict:
+    """A page of an API whose JSON is proto3's (Artifact Registry, Filestore, IAM): no `kind`, empty
+    fields left out."""
+    start = int(query.get("pageToken") or 0)
+    page = {key: items[start : start + size]} if items[start : start + size] else {}
+    return {**page, "nextPageToken": str(start + size)} if start + size < len(items) else page
+
+
 def _page(kind: str, items: list[dict], query: dict, size: int = 2) -> dict:
     start = int(query.get("pageToken") or 0)
     page = {"kind": kind}
@@ -211,7 +335,7 @@ def _filtered(items: list[dict], query: dict) -> list[dict]:
     return [i for i in items if (i.get("labels") or {}).get(key) == value]
 
 
-def _aggregated(kind: str, scope: str, by_scope: dict[str, list[dict]], query: dict) -> dict:
+def _aggregated(kind: str, scope: str, list_kind: str, by_scope: dict[str, list[dict]], query: dict) -> dict:
     """An aggregatedList answer: one scope per page, an empty scope carrying Google's warning."""
     scopes = sorted(by_scope)
     start = int(query.get("pageToken") or 0)
@@ -221,7 +345,7 @@ def _aggregated(kind: str, scope: str, by_scope: dict[str, list[dict]], query: d
         items[f"{scope}/{name}"] = {kind: found} if found else {
             "warning": {"code": "NO_RESULTS_ON_PAGE", "message": "There are no results for scope on this page.",
                         "data": [{"key": "scope", "value": f"{scope}/{name}"}]}}
-    answer = {"kind": f"compute#{kind[:-1]}AggregatedList", "items": items}
+    answer = {"kind": list_kind, "items": items}
     if start + 1 < len(scopes):
         answer["nextPageToken"] = str(start + 1)
     return answer
@@ -246,18 +370,16 @@ class FakeGoogle:
         self.server.server_close()
 
     def endpoints(self) -> dict[str, str]:
-        """The overrides a command reads from the environment (ops.gcp.ENDPOINT_ENV_PREFIX) to come here."""
-        return {
-            f"{ENDPOINT_ENV_PREFIX}{api.upper()}": f"{self.url}{path}"
-            for api, path in {
-                "serviceusage": "/serviceusage/v1", "compute": "/compute/v1", "cloudresourcemanager": "/crm/v1",
-                "bigquery": "/bigquery/v2", "container": "/container/v1", "storage": "/storage/v1",
-            }.items()
-        }
+        """The overrides a command reads from the environment (ops.gcp.ENDPOINT_ENV_PREFIX) to come here:
+        each API under its first path segment, with Google's layout below it."""
+        paths = {"compute": "/compute/v1", "cloudresourcemanager": "/crm/v1", "bigquery": "/bigquery/v2",
+                 "storage": "/storage/v1"}  # fmt: skip
+        return {f"{ENDPOINT_ENV_PREFIX}{api.upper()}": f"{self.url}{paths.get(api, f'/{api}/v1')}" for api in DEFAULT_BASE_URLS}
 
     def environment(self, token: str = VALID_TOKEN) -> dict[str, str]:
         return {**self.endpoints(), TOKEN_ENV: token}
 
-    def client(self, token: str = VALID_TOKEN) -> GcpClient:
-        """A client with this server's endpoints and `token` as if from Application Default Credentials."""
-        return GcpClient(token_source=lambda: token, base_urls=endpoint_overrides(self.endpoints()))
+    def client(self, token: str = VALID_TOKEN, **options: Any) -> GcpClient:
+        """A client with this server's endpoints and `token` as if from Application Default Credentials;
+        `options` go to GcpClient (a short `timeout`, a recording `sleep`)."""
+        return GcpClient(token_source=lambda: token, base_urls=endpoint_overrides(self.endpoints()), **options)

@@ -55,7 +55,7 @@ def test_artefact_check_reads_objects_and_metadata_over_the_json_api(gcs):
 
 def test_artefact_check_reports_a_missing_bucket_as_a_finding(gcs):
     a = g7.check_artefact(gcs, "no-such-bucket", "iris-argo", "wf-1")
-    assert a.objects == {} and a.error.startswith("NotFound: GET ") and "The specified bucket does not exist." in a.error
+    assert a.objects == {} and a.error.startswith("NotFound: storage.googleapis.com: GET ") and "The specified bucket does not exist." in a.error
 
 
 def test_recorded_objects_have_the_api_shapes(rec):

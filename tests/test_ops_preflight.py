@@ -205,7 +205,7 @@ def test_a_token_but_no_route_to_the_api_says_the_network_is_the_problem(cfg):
     client = GcpClient(token_source=lambda: "ya29.valid-token",
                        base_urls={"cloudresourcemanager": f"http://127.0.0.1:{_closed_port()}/crm/v1"})
     (result,) = preflight.run_checks(client, cfg)
-    assert not result.ok and result.detail.startswith("the network is the problem: GET http://127.0.0.1:")
+    assert not result.ok and result.detail.startswith("the network is the problem: cloudresourcemanager.googleapis.com: GET http://127.0.0.1:")
     assert "could not reach Google (ConnectError" in result.detail and result.hint == preflight.NETWORK_HINT
 
 

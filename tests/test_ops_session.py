@@ -9,12 +9,16 @@ import os
 import subprocess
 from pathlib import Path
 
+import pytest
+
 from fake_google import FakeGoogle, GoogleState
 from fake_pulumi import pulumi_answering
 from ops import session
-from test_ops_status import NOW, OURS, PROJECT, cluster, disk
+from google_items import NOW, OURS, PROJECT, cluster, disk
 
 REPO = Path(__file__).resolve().parents[1]
+# Under `make test` the suite inherits the outer make's variables: run make as a user's shell would.
+MAKE_ENV = {k: v for k, v in os.environ.items() if k not in ("MAKELEVEL", "MAKEFLAGS", "MFLAGS", "MAKEOVERRIDES")}
 DESTROYED = "Destroying (g6):\n - 57 deleted\nThe resources in the stack have been deleted.\n"
 STACK_LS = (json.dumps([{"name": "g6", "current": False, "resourceCount": 0}]), "", 0)
 
@@ -41,15 +45,36 @@ def test_make_down_is_zero_only_when_nothing_is_left(tmp_path, monkeypatch):
     pulumi_answering(tmp_path, monkeypatch, {"destroy": (DESTROYED, "", 0), "stack ls": STACK_LS})
     state = GoogleState(project=PROJECT, clusters=[cluster("gml-g6", NOW, labels=OURS)])
     with FakeGoogle(state) as google:
-        env = {**os.environ, **google.environment()}
+        env = {**MAKE_ENV, "PATH": os.environ["PATH"], **google.environment()}
         left = subprocess.run(["make", "-s", "down", "LAB=g6", f"PROJECT={PROJECT}"], cwd=REPO, env=env,
                               capture_output=True, text=True, timeout=120)  # fmt: skip
         state.clusters = []
         gone = subprocess.run(["make", "-s", "down", "LAB=g6", f"PROJECT={PROJECT}"], cwd=REPO, env=env,
                               capture_output=True, text=True, timeout=120)  # fmt: skip
-    assert left.returncode != 0 and "cluster gml-g6" in left.stdout
+    assert left.returncode == 1 and "cluster gml-g6" in left.stdout, "make keeps status's NOT DOWN: 1"
     assert gone.returncode == 0, gone.stdout + gone.stderr
     assert f"DOWN: nothing billable of gke-ml-labs in {PROJECT}" in gone.stdout
+
+
+@pytest.mark.parametrize("goal", ["up", "down", "preflight"])
+def test_make_up_and_down_refuse_without_lab_before_anything_runs(tmp_path, monkeypatch, goal):
+    log = pulumi_answering(tmp_path, monkeypatch, {"destroy": (DESTROYED, "", 0), "up": ("", "", 0)})
+    done = subprocess.run(["make", goal], cwd=REPO, env={**MAKE_ENV, "PATH": os.environ["PATH"]},
+                          capture_output=True, text=True, timeout=60)  # fmt: skip
+    assert done.returncode == 2 and done.stdout == ""
+    (line,) = done.stderr.splitlines()
+    assert f"make {goal} needs LAB: e.g. make {goal} LAB=g6 PROJECT=my-lab-project" in line
+    assert not log.exists(), "nothing ran: no pulumi, no preflight"
+
+
+def test_make_plan_plans_the_lab_it_is_given():
+    done = subprocess.run(["make", "-s", "plan", "LAB=g6"], cwd=REPO, env=MAKE_ENV, capture_output=True, text=True,
+                          timeout=300)  # fmt: skip
+    assert done.returncode == 0, done.stderr
+    assert "resources for stack g6 (update)." in done.stdout and "vllm" in done.stdout
+    wrong = subprocess.run(["make", "-s", "plan", "LAB=g9"], cwd=REPO, env=MAKE_ENV, capture_output=True, text=True,
+                           timeout=300)  # fmt: skip
+    assert wrong.returncode == 2 and "no stack file Pulumi.g9.yaml" in wrong.stderr
 
 
 def test_a_failed_destroy_still_shows_what_is_left(tmp_path, monkeypatch, capsys):
