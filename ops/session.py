@@ -21,7 +21,7 @@ import sys
 
 from ops import preflight, status
 
-INSTALL_HINT = "install it (https://www.pulumi.com/docs/iac/download-install/) and run `pulumi login --local`"
+INSTALL_HINT = f"{preflight.PULUMI_INSTALL} and run `pulumi login --local`"
 
 
 def _pulumi(args: list[str]) -> int:

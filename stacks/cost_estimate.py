@@ -1,6 +1,9 @@
-"""What a lab costs per hour at list price: with the GPU pool at its minimum (normally zero) and with
-every GPU node up. Computed from the lab config and facts.prices; exported by the program
-(`cost_estimate`), shown by the offline plan and `python -m ops.estimate`, and carried by the
+"""What a lab costs per hour at list price, always on one basis, the whole stack (cluster fee, system and
+GPU nodes with their boot disks, the settings' storage): with the GPU pool at its minimum (normally zero),
+with every GPU node up, and from `pulumi up` on, which is the minimum unless a workload the stack itself
+deploys holds a GPU node (g6's vLLM Deployment does); and what one benchmark run adds. Computed from the
+lab config and facts.prices; exported by the program (`cost_estimate`), shown by the offline plan and
+`python -m ops.estimate` (whose --json the docs quote their cost figures from), and carried by the
 benchmark reports.
 """
 
@@ -42,6 +45,10 @@ class CostEstimate(BaseModel):
     gpu_min_nodes: int
     gpu_max_nodes: int
     notes: list[str]
+    # GPU nodes up from `pulumi up` on, and what holds them (defaults: a copy saved before these existed).
+    gpu_nodes_from_up: int = 0
+    held_by: str = ""
+    run_gpu_minutes: int | None = None  # what one benchmark run keeps a GPU node up; None: held from up anyway
 
     @property
     def base_per_hour(self) -> float:
@@ -56,6 +63,49 @@ class CostEstimate(BaseModel):
     def per_hour_gpu_up(self) -> float:
         """With every GPU node the pool may hold up (gpu_max_nodes)."""
         return self.base_per_hour + self.gpu_max_nodes * self.gpu_node.unit_per_hour
+
+    @property
+    def per_hour_from_up(self) -> float:
+        """From `pulumi up` on, with no benchmark running: the nodes the stack's own workloads hold."""
+        return self.base_per_hour + self.gpu_nodes_from_up * self.gpu_node.unit_per_hour
+
+    @property
+    def per_run(self) -> float | None:
+        """One benchmark run: the whole stack with its GPU node up, for the minutes the run keeps it up."""
+        return None if self.run_gpu_minutes is None else self.run_gpu_minutes / 60 * self.per_hour_gpu_up
+
+
+# GPU-node minutes one benchmark run keeps the node up, from the scale-up its first GPU pod causes to the
+# autoscaler's removal of the idle node (about 10 minutes after its last pod), as the lab chapters reckon
+# them from their runs' phases; not yet measured on GKE. g5 spends them only with a GPU runtime (Triton);
+# a lab whose stack holds the GPU node from `pulumi up` on (g6) adds none: its run costs the stack's
+# hourly figure for as long as it takes.
+RUN_GPU_MINUTES = {"dev": 0, "g1": 10, "g2": 10, "g3": 12, "g4": 7, "g5": 0, "g6": 0, "g7": 0, "g8": 17}
+GPU_RUNTIME_RUN_GPU_MINUTES = 30  # g5 with kserve.gpu (Triton): the ramp, the cold starts, the node's removal
+
+
+def held_from_up(cfg: LabConfig) -> tuple[int, str]:
+    """GPU nodes up from `pulumi up` on, and why: a workload the stack deploys that requests a GPU and
+    never scales to zero by itself (vLLM's Deployment, one replica; a KServe predictor on the GPU with
+    min_replicas above 0), else gpu_min_nodes."""
+    holders = []
+    if cfg.vllm.enabled:
+        holders.append("the vLLM Deployment (1 replica, 1 GPU) holds the GPU node")
+    if cfg.kserve.enabled and cfg.kserve.deploy_example and cfg.kserve.gpu and cfg.kserve.min_replicas > 0:
+        holders.append(f"the InferenceService's min_replicas {cfg.kserve.min_replicas} on the GPU hold the GPU node")
+    held = min(1, cfg.gpu_max_nodes) if holders else 0
+    if cfg.gpu_min_nodes >= held:
+        return cfg.gpu_min_nodes, (f"gpu_min_nodes {cfg.gpu_min_nodes}" if cfg.gpu_min_nodes else "nothing: the GPU pool "
+                                   "stays at zero until a benchmark asks for a GPU")  # fmt: skip
+    return held, "; ".join(holders) + " until `pulumi destroy` or the idle guard scales it to zero"
+
+
+def run_gpu_minutes(cfg: LabConfig, held: int) -> int | None:
+    if held:
+        return None
+    if cfg.lab == "g5" and cfg.kserve.gpu:
+        return GPU_RUNTIME_RUN_GPU_MINUTES
+    return RUN_GPU_MINUTES[cfg.lab]
 
 
 def _disk_per_hour(gib_month: float | None, size_gb: int) -> float:
@@ -98,6 +148,7 @@ def estimate(cfg: LabConfig) -> CostEstimate:
         ),
     ]
     base += _cold_start_settings(cfg, region, notes)
+    held, held_by = held_from_up(cfg)
     return CostEstimate(
         lab=cfg.lab,
         stack=cfg.stack,
@@ -113,6 +164,9 @@ def estimate(cfg: LabConfig) -> CostEstimate:
         gpu_min_nodes=cfg.gpu_min_nodes,
         gpu_max_nodes=cfg.gpu_max_nodes,
         notes=notes,
+        gpu_nodes_from_up=held,
+        held_by=held_by,
+        run_gpu_minutes=run_gpu_minutes(cfg, held),
     )
 
 
@@ -152,6 +206,8 @@ def markdown(est: CostEstimate) -> str:
         f"| each {est.gpu_node.item} ({est.gpu_node.note}) | ${est.gpu_node.unit_per_hour:.3f} |",
         f"| **GPU pool at {est.gpu_min_nodes} node(s)** | **${est.per_hour_gpu_at_zero:.3f}** |",
         f"| **GPU pool at {est.gpu_max_nodes} node(s)** | **${est.per_hour_gpu_up:.3f}** |",
+        *([f"| **from `pulumi up` on ({est.gpu_nodes_from_up} GPU node(s): {est.held_by})** | "
+           f"**${est.per_hour_from_up:.3f}** |"] if est.gpu_nodes_from_up > est.gpu_min_nodes else []),
         "",
         *(f"- {note}" for note in est.notes),
     ]

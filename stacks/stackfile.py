@@ -143,14 +143,18 @@ def stack_config(stack: str, directory: Path = REPO) -> tuple[dict[str, str], li
     return config, secret_keys
 
 
-def load_config(stack: str, project: str | None = None, directory: Path = REPO) -> LabConfig:
-    """The stack's LabConfig; `project` overrides gcp:project (a stack file often leaves it unset)."""
+def load_config(stack: str, project: str | None = None, directory: Path = REPO,
+                changes: dict[str, dict] | None = None) -> LabConfig:  # fmt: skip
+    """The stack's LabConfig; `project` overrides gcp:project (a stack file often leaves it unset);
+    `changes` sets fields of object keys over the stack file's (a variant the docs price: g5 on Triton)."""
     config, secret_keys = stack_config(stack, directory)
     plain = plaintext_secrets(stack, config, secret_keys)
     if plain:
         raise ConfigError(f"Pulumi.{stack}.yaml", plain)
     prefix = f"{PROJECT}:"
     raw = {k[len(prefix) :]: decode(v) for k, v in config.items() if k.startswith(prefix)}
+    for key, fields in (changes or {}).items():
+        raw[key] = {**(raw.get(key) or {}), **fields}
     return parse(
         raw,
         stack=stack,

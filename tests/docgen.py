@@ -9,6 +9,11 @@ A figure is a marker around its value, naming the file, a path into its JSON and
 
     <!-- fig examples/g6-kv-sim/result.json lengths[context_len=1024].measured_max_batch , -->83<!-- /fig -->
 
+The file `ops.estimate` is no file: it is the JSON `python -m ops.estimate --all --json` prints, so every
+cost figure the docs quote is the estimate's own:
+
+    <!-- fig ops.estimate stacks[stack=g6].per_hour_from_up .3f -->0.436<!-- /fig -->
+
 A path is dot-separated keys; `[3]` indexes a list and `[key=value,other=value]` takes the list's first
 item whose keys have those values. The format spec is Python's (`,.0f`; `,` alone: thousands separators); a spec
 ending in `%` scales a fraction as Python does (0.5 -> 50%).
@@ -77,8 +82,15 @@ def resolve(data: Any, path: str) -> Any:
     return value
 
 
+ESTIMATE = "ops.estimate"
+
+
 @cache
 def _json(file: str) -> Any:
+    if file == ESTIMATE:
+        from ops.estimate import all_as_json
+
+        return all_as_json()
     path = REPO / file
     try:
         return json.loads(path.read_text())

@@ -49,6 +49,7 @@ class Fault:
     where: str
     mode: str
     times: int | None = None
+    exact: bool = False  # the path is `where` itself, not one holding it
     retry_after: str | None = None  # a Retry-After header with a 429 or 503
     hits: int = 0
 
@@ -131,7 +132,8 @@ class _Handler(BaseHTTPRequestHandler):
                 401, "UNAUTHENTICATED",
                 "Request had invalid authentication credentials. Expected OAuth 2 access token, login cookie "
                 "or other valid authentication credential.", "ACCESS_TOKEN_EXPIRED"))
-        fault = next((f for f in self.state.faults if f.where in url.path and (f.times is None or f.hits < f.times)), None)
+        fault = next((f for f in self.state.faults if (url.path == f.where if f.exact else f.where in url.path)
+                      and (f.times is None or f.hits < f.times)), None)  # fmt: skip
         if fault is not None:
             fault.hits += 1
             if self._fault(fault, method, url.path, query, body):
@@ -160,10 +162,10 @@ class _Handler(BaseHTTPRequestHandler):
         if mode in ("repeated page token", "endless pages"):
             query = {k: v for k, v in query.items() if k != "pageToken"}  # the fault's own tokens: page one again
         code, answer = self._route(method, path.split("/"), query, body)
-        if mode == "wrong shape":
+        if mode == "wrong shape":  # every list, object and flag of the answer, and its list of items, now [1, 2]
             segment = path.split("/")[1]
             key = path.rsplit("/", 1)[-1] if segment == "artifactregistry" else _ITEMS.get(segment, "items")
-            answer = {**answer, key: [1, 2]}
+            answer = {**{k: [1, 2] if isinstance(v, (list, dict, bool)) else v for k, v in answer.items()}, key: [1, 2]}
         elif mode == "repeated page token":
             answer = {**answer, "nextPageToken": "same-token"}
         elif mode == "endless pages":

@@ -12,6 +12,7 @@ from pathlib import Path
 
 import docgen
 import pytest
+from markdown_it import MarkdownIt
 from pydantic import BaseModel
 
 from stacks.config import LabConfig
@@ -43,8 +44,8 @@ SIZING = "python -m benchmarks.sizing --model Qwen/Qwen2.5-1.5B-Instruct --gpu l
 RUN = ["python -m stacks.plan dev", "python -m ops.estimate --all", "python -m benchmarks --help",
        "python -m tests.docgen --check", SIZING]  # fmt: skip
 # Figures a page quotes from a command's output: (page, command) -> what both must say.
-QUOTED = {("docs/labs/g6.md", SIZING): ["2.88 GiB", "28,672 B", "580,304", "141.68"],
-          ("docs/operations.md", "python -m ops.estimate --all"): ["$0.141", "$0.436"]}  # fmt: skip
+# (The cost figures are quoted through markers from `python -m ops.estimate --all --json`: test_cost_figures_...)
+QUOTED = {("docs/labs/g6.md", SIZING): ["2.88 GiB", "28,672 B", "580,304", "141.68"]}  # fmt: skip
 
 
 def _sections(text: str) -> list[str]:
@@ -233,3 +234,88 @@ def test_the_quick_offline_commands_of_the_docs_run(cmd, capsys):
         if quoted_cmd == cmd:
             text = (REPO / page).read_text()
             assert [f for f in figures if f not in out or f not in text] == [], f"{page} quotes `{cmd}`"
+
+
+# --- a CommonMark render of every page ----------------------------------------------------------------
+
+FENCE_LINE = re.compile(r"^ {0,3}(`{3,}|~{3,})")
+
+
+def _outside_fences(text: str) -> list[tuple[int, str]]:
+    """(line number, line) of every line outside a fenced block, by the fences a reader sees: each line
+    that starts with ``` (or ~~~) opens or closes one, whatever follows it."""
+    out, fenced = [], False
+    for number, line in enumerate(text.splitlines()):
+        if FENCE_LINE.match(line):
+            fenced = not fenced
+        elif not fenced:
+            out.append((number, line))
+    return out
+
+
+@pytest.mark.parametrize("page", PAGES, ids=lambda p: str(p.relative_to(REPO)))
+def test_a_commonmark_renderer_sees_the_page_as_written(page):
+    """No fence left open (one swallows the rest of the page in a renderer), and every heading a heading."""
+    text = page.read_text()
+    tokens = MarkdownIt("commonmark").enable("table").parse(text)
+    last = len(text.splitlines())
+    for token in tokens:
+        if token.type == "fence":
+            closing = text.splitlines()[token.map[1] - 1] if token.map[1] <= last else ""
+            assert token.map[1] - token.map[0] >= 2 and FENCE_LINE.match(closing), (
+                f"{page.name}:{token.map[0] + 1}: this fence is never closed: it runs to line {token.map[1]}")
+    rendered = {token.map[0] for token in tokens if token.type == "heading_open"}
+    written = {n for n, line in _outside_fences(text) if re.match(r"^#{1,6} \S", line)}
+    assert sorted(written - rendered) == [], f"{page.name}: lines (0-based) written as headings, not rendered so"
+
+
+def test_the_render_check_catches_a_fence_that_swallows_the_page():
+    broken = "# t\n\n```bash\npython -m ops.estimate g6\n``` Every price\n\n## Cost\n\ntext\n"
+    tokens = MarkdownIt("commonmark").parse(broken)
+    assert "heading_open" not in [t.type for t in tokens[1:]], "the renderer swallows the heading"
+    assert {n for n, line in _outside_fences(broken) if line.startswith("## ")} == {6}
+
+
+# --- cost figures: every one quoted from `python -m ops.estimate --all --json` ------------------------
+
+COST_SECTIONS = {
+    **{f"docs/labs/{lab}.md": ["## What it costs"] for lab in LABS},
+    "README.md": ["> **Cost warning.**", "From `make up LAB=g6` on"],
+    "docs/operations.md": ["## Cost per lab", "From `pulumi up` on (about 10 minutes", "None of these replaces"],
+}
+DOLLARS = re.compile(r"\$(?=\d)")
+
+
+def _cost_text(page: str, opener: str) -> str:
+    """From `opener` to the next section (an opener that is a heading) or the end of its paragraph."""
+    text = (REPO / page).read_text()
+    start = text.index(opener)
+    end = text.find("\n## ", start + 3) if opener.startswith("## ") else text.find("\n\n", start)
+    return text[start : end if end != -1 else len(text)]
+
+
+@pytest.mark.parametrize("page,opener", [(p, o) for p, openers in COST_SECTIONS.items() for o in openers])
+def test_cost_figures_are_the_estimates_own(page, opener):
+    """Each figure of what a lab costs, from `make up` on and per benchmark run, is a marker over the
+    estimate's JSON (refreshed by `make docs`, stale ones fail test_the_quoted_figures_are_the_examples),
+    so the docs cannot tell a cost the estimate does not compute."""
+    text = _cost_text(page, opener)
+    assert "fig ops.estimate" in text
+    loose = [text[max(m.start() - 30, 0) : m.start() + 10] for m in DOLLARS.finditer(text)]
+    assert loose == [], f"{page}: dollar figures not quoted from ops.estimate: {loose}"
+    for marker in docgen.FIGURE.finditer(text):
+        assert marker["file"] == docgen.ESTIMATE, f"{page}: a cost figure from {marker['file']}"
+
+
+def test_g6_is_priced_with_its_gpu_node_from_make_up_on():
+    """g6's vLLM Deployment asks for the L4 as `pulumi up` creates it: what the stack really does, read from
+    the plan, sets the basis the docs quote (the figure itself is the estimate's, checked above)."""
+    from stacks.mockrun import run_stack
+
+    (deployment,) = [r for r in run_stack("g6").resources if r.type == "kubernetes:apps/v1:Deployment"
+                     and "vllm" in r.name]  # fmt: skip
+    assert deployment.inputs["spec"]["replicas"] == 1
+    containers = deployment.inputs["spec"]["template"]["spec"]["containers"]
+    assert any(c.get("resources", {}).get("limits", {}).get("nvidia.com/gpu") for c in containers)
+    estimate = next(s for s in docgen._json(docgen.ESTIMATE)["stacks"] if s["stack"] == "g6")
+    assert estimate["per_hour_from_up"] == estimate["per_hour_gpu_up"] > estimate["per_hour_gpu_at_zero"]

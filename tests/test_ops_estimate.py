@@ -2,6 +2,9 @@
 
 from __future__ import annotations
 
+import json
+from pathlib import Path
+
 import pytest
 
 from facts import prices
@@ -10,6 +13,8 @@ from ops import estimate as cli
 from stacks import cost_estimate as est
 from stacks.loader import ConfigError, parse
 from stacks.stackfile import load_config, stack_names
+
+REPO = Path(__file__).resolve().parents[1]
 
 # Google's on-demand list prices read 2026-08-20 (cloud.google.com/compute/gpus-pricing and
 # vm-instance-pricing), a source independent of the table's catalogue: the catalogue's figures must
@@ -129,12 +134,14 @@ def test_every_stack_file_has_an_estimate(capsys):
     assert err == ""
 
 
-def test_a_stack_in_a_region_without_prices_gets_the_exporter_refused_in_one_line():
+def test_a_stack_in_a_region_without_prices_names_the_region_as_the_culprit_in_one_line():
     with pytest.raises(ConfigError) as e:
-        parse({"lab": "g6"}, stack="g6", project="p", region="europe-west9")
+        parse({"lab": "g6"}, stack="g6", project="p", region="europe-north1")
     (problem,) = e.value.problems
-    assert problem.startswith("gke-ml-labs:cost_exporter.enabled: no prices for region 'europe-west9'")
-    assert problem.endswith("set cost_exporter.enabled: false to deploy without it")
+    assert problem.startswith("gcp:region: 'europe-north1' is not among the regions where the catalogue in "
+                              "facts/prices.py lists L4 GPUs (asia-east1, ")
+    assert problem.endswith("set cost_exporter.enabled: false (the cost exporter serves that catalogue's prices)")
+    assert "\n" not in str(e.value)
     # Every G2 type the config accepts gets its exporter, with its price in the exporter's table.
     from stacks.mockrun import run_stack
 
@@ -163,7 +170,7 @@ def test_all_prints_the_priced_stacks_and_one_line_per_unpriced_one(tmp_path, ca
     lines = err.splitlines()
     assert len(lines) == 2
     assert lines[0].startswith("paris: no estimate: no prices for region 'europe-west9'")
-    assert lines[1].startswith("paris-g6: no estimate: Pulumi.paris-g6.yaml is invalid: gke-ml-labs:cost_exporter.enabled")
+    assert lines[1].startswith("paris-g6: no estimate: Pulumi.paris-g6.yaml is invalid: gcp:region: 'europe-west9'")
     assert cli.main(["paris"], directory=tmp_path) == 2
     assert capsys.readouterr().err.startswith("error: no prices for region 'europe-west9'")
 
@@ -176,3 +183,82 @@ def test_cli(capsys):
     assert e.value.code == 0
     help_text = capsys.readouterr().out
     assert "python -m ops.estimate --all" in help_text and help_text.rstrip().endswith("the exit status is then 1).")
+
+
+# --- from `make up` on and per benchmark run, on the whole stack's basis ---------------------------------
+
+SYSTEM_NODE = 0.13402 + 0.10 * 50 / 730  # e2-standard-4 on-demand + its 50 GB pd-balanced boot disk, by hand
+GPU_NODE = 0.05874 + 0.2231 + 0.10 * 100 / 730  # g2-standard-4 spot (VM row + L4 row) + its 100 GB disk
+
+
+def _gpu_holders(stack: str, overrides: dict | None = None) -> int:
+    """From the plan, independently of the estimate: GPU nodes held from `pulumi up` on by workloads the
+    stack deploys (a Deployment or StatefulSet with replicas, an InferenceService with minReplicas, that
+    requests nvidia.com/gpu), or the pool's own minimum."""
+    from stacks.mockrun import run_stack
+
+    run = run_stack(stack, overrides=overrides)
+    held = 0
+    for r in run.resources:
+        spec = r.inputs.get("spec") or {}
+        asks = '"nvidia.com/gpu"' in json.dumps(spec)
+        if r.type in ("kubernetes:apps/v1:Deployment", "kubernetes:apps/v1:StatefulSet") and asks:
+            held = max(held, 1 if spec.get("replicas", 1) else 0)
+        if r.type == "kubernetes:serving.kserve.io/v1beta1:InferenceService" and asks:
+            held = max(held, 1 if (spec.get("predictor") or {}).get("minReplicas") else 0)
+    (pool,) = [r for r in run.resources if r.type == "gcp:container/nodePool:NodePool" and "gpu" in r.name]
+    return max(held, int(pool.inputs["autoscaling"]["totalMinNodeCount"]))
+
+
+@pytest.mark.parametrize("stack,overrides", [(s, None) for s in stack_names()] + [
+    ("g5", {"gke-ml-labs:kserve": json.dumps({"runtime": "triton", "min_replicas": 1})}),
+    ("g1", {"gke-ml-labs:gpu_min_nodes": 1}),
+])  # fmt: skip
+def test_what_the_stack_costs_from_make_up_on_follows_what_it_really_deploys(stack, overrides):
+    cfg = load_config(stack)
+    if overrides:
+        from stacks.stackfile import stack_config
+        from stacks.loader import decode
+
+        config, _ = stack_config(stack)
+        raw = {k.removeprefix("gke-ml-labs:"): decode(v) for k, v in {**config, **{k: v if isinstance(v, str) else
+               json.dumps(v) for k, v in overrides.items()}}.items() if k.startswith("gke-ml-labs:")}  # fmt: skip
+        cfg = parse(raw, stack=stack, project="p", region=config.get("gcp:region"))
+    e = est.estimate(cfg)
+    held = _gpu_holders(stack, overrides)
+    assert e.gpu_nodes_from_up == held
+    assert e.per_hour_from_up == pytest.approx(SYSTEM_NODE + held * GPU_NODE, abs=1e-6)
+
+
+def test_g6_costs_its_gpu_node_from_make_up_on_and_a_run_adds_none():
+    e = est.estimate(load_config("g6"))
+    assert e.per_hour_from_up == pytest.approx(SYSTEM_NODE + GPU_NODE, abs=1e-6)  # $0.436, not $0.141
+    assert e.held_by.startswith("the vLLM Deployment (1 replica, 1 GPU) holds the GPU node")
+    assert e.run_gpu_minutes is None and e.per_run is None
+    assert "| **from `pulumi up` on (1 GPU node(s): the vLLM Deployment" in est.markdown(e) and "$0.436" in est.markdown(e)
+
+
+@pytest.mark.parametrize("stack,minutes", [("g1", 10), ("g3", 12), ("g8", 17), ("g7", 0)])
+def test_a_benchmark_run_is_priced_by_the_whole_stack_with_its_gpu_node_up(stack, minutes):
+    e = est.estimate(load_config(stack))
+    assert e.run_gpu_minutes == minutes
+    assert e.per_run == pytest.approx(minutes / 60 * (SYSTEM_NODE + GPU_NODE), abs=1e-6)  # g1: $0.073, not $0.05
+
+
+def test_json_follows_the_documented_schema(capsys):
+    import jsonschema
+
+    schema = json.loads((REPO / "docs" / "schemas" / "estimate.schema.json").read_text())
+    assert cli.main(["--all", "--json"]) == 0
+    document = json.loads(capsys.readouterr().out)
+    jsonschema.validate(document, schema)
+    assert [s["stack"] for s in document["stacks"]] == stack_names()
+    (triton,) = document["variants"]
+    assert triton["variant"] == "g5 on Triton" and triton["run_gpu_minutes"] == 30
+    assert triton["per_run"] == pytest.approx(0.5 * (SYSTEM_NODE + GPU_NODE), abs=1e-6)  # $0.218
+    assert cli.main(["g6", "--json"]) == 0
+    one = json.loads(capsys.readouterr().out)
+    jsonschema.validate(one, schema["$defs"]["stack"] | {"$defs": schema["$defs"]})
+    assert one["per_day_from_up"] == pytest.approx(24 * (SYSTEM_NODE + GPU_NODE), abs=1e-5)
+    with pytest.raises(jsonschema.ValidationError):
+        jsonschema.validate({**document, "stacks": [{**one, "per_run": -1}]}, schema)

@@ -1,7 +1,9 @@
 """Preflight against a local server that answers like Google: the order of the checks, an expired
-token reported as such (never as "no quota"), an empty quota list not read as zero quota; and the
-kubeconfig's auth plugin, missing, failing and working (a stand-in on PATH that answers as the real
-plugin does, and the real plugin where it is installed)."""
+token reported as such (never as "no quota"), an empty quota list not read as zero quota, a broken
+answer one FAIL line naming its API, billing and the project-wide GPU quota; the Pulumi CLI, its login
+and the stack (a stand-in `pulumi` answering as v3.276's whoami and stack ls do); and the kubeconfig's
+auth plugin, missing, failing and working (a stand-in on PATH that answers as the real plugin does, and
+the real plugin where it is installed)."""
 
 from __future__ import annotations
 
@@ -10,9 +12,10 @@ import shutil
 import socket
 from pathlib import Path
 
+import jsonschema
 import pytest
 
-from fake_google import EXPIRED_TOKEN, VALID_TOKEN, FakeGoogle, GoogleState
+from fake_google import EXPIRED_TOKEN, VALID_TOKEN, FakeGoogle, Fault, GoogleState
 from ops import preflight
 from ops.gcp import CredentialsError, GcpClient, adc_token
 from stacks.stackfile import load_config
@@ -56,6 +59,27 @@ def working_plugin(tmp_path, monkeypatch):
     return plugin(tmp_path / "bin", monkeypatch, stdout=json.dumps(EXEC_CREDENTIAL))
 
 
+# What pulumi v3.276 prints: `whoami --json` (cmd/pulumi/whoami, whoAmIJSON), `stack ls --json`
+# (cmd/pulumi/stack/stack_list.go, stackSummaryJSON), and whoami without a login in a script.
+WHOAMI = json.dumps({"user": "lab-user", "url": "file://~"})
+STACKS = json.dumps([{"name": "dev", "current": True, "lastUpdate": "2026-11-29T16:02:11.000Z", "resourceCount": 0}])
+NO_LOGIN = "error: PULUMI_ACCESS_TOKEN must be set for login during non-interactive CLI sessions"
+
+
+def pulumi_cli(folder: Path, whoami: tuple[str, int] = (WHOAMI, 0), stacks: str = STACKS) -> None:
+    """A stand-in `pulumi` beside the plugin (PATH holds that folder only: shell built-ins)."""
+    script = folder / "pulumi"
+    out, status = whoami
+    stream = ">&2" if status else ""
+    script.write_text(
+        "#!/bin/sh\n"
+        f'if [ "$1" = whoami ]; then printf \'%s\\n\' \'{out}\' {stream}; exit {status}; fi\n'
+        f'if [ "$1 $2" = "stack ls" ]; then printf \'%s\\n\' \'{stacks}\'; exit 0; fi\n'
+        'echo "unexpected: $*" >&2; exit 1\n'
+    )
+    script.chmod(0o755)
+
+
 def quotas(spot_limit: float, spot_usage: float = 0.0) -> list[dict]:
     # regions.get lists every regional quota; a few real ones around the GPU metrics.
     return [
@@ -71,12 +95,20 @@ def cfg():
     return load_config("dev", project=PROJECT)
 
 
+# A project's quotas (projects.get) list GPUS_ALL_REGIONS among the global ones.
+PROJECT_QUOTAS = [{"metric": "SNAPSHOTS", "limit": 5000.0, "usage": 0.0},
+                  {"metric": "GPUS_ALL_REGIONS", "limit": 1.0, "usage": 0.0},
+                  {"metric": "NETWORKS", "limit": 15.0, "usage": 1.0}]  # fmt: skip
+BILLING = {"billingAccountName": "billingAccounts/012345-6789AB-CDEF01", "billingEnabled": True}
+
+
 def healthy(cfg) -> GoogleState:
     return GoogleState(
         project=PROJECT,
         enabled_services=preflight.required_apis(cfg) + ["logging.googleapis.com"],
         region_quotas={cfg.region: quotas(spot_limit=4.0)},
         zone_accelerators={z: ["nvidia-tesla-t4", "nvidia-l4"] for z in cfg.gpu_node_zones},
+        project_quotas=PROJECT_QUOTAS, billing=BILLING,
     )
 
 
@@ -87,13 +119,15 @@ def run(state: GoogleState, cfg, token: str = "ya29.valid-token") -> list[prefli
 
 def test_all_checks_pass_in_order(cfg, working_plugin):
     results = run(healthy(cfg), cfg)
-    assert [r.ok for r in results] == [True] * 5
+    assert [r.ok for r in results] == [True] * 7, [r.line() for r in results]
     assert [r.name for r in results] == [
-        "credentials", "APIs enabled", "quota PREEMPTIBLE_NVIDIA_L4_GPUS in us-central1", "nvidia-l4 in zones",
-        "gke-gcloud-auth-plugin",
+        "credentials", "billing", "APIs enabled", "quota PREEMPTIBLE_NVIDIA_L4_GPUS in us-central1",
+        f"quota GPUS_ALL_REGIONS of project {PROJECT}", "nvidia-l4 in zones", "gke-gcloud-auth-plugin",
     ]
-    assert "free 4" in results[2].detail and "needs 1" in results[2].detail
-    assert results[4].detail == (
+    assert results[1].detail == "enabled (billingAccounts/012345-6789AB-CDEF01)"
+    assert "free 4" in results[3].detail and "needs 1" in results[3].detail
+    assert results[4].detail == "limit 1, in use 0, free 1; stack needs 1"
+    assert results[6].detail == (
         f"{working_plugin} gets a token from Application Default Credentials, valid until 2026-12-01T13:40:21Z"
     )
 
@@ -213,7 +247,7 @@ def test_empty_quota_list_is_not_zero_quota(cfg):
     state = healthy(cfg)
     state.region_quotas = {cfg.region: []}
     results = run(state, cfg)
-    quota = results[2]
+    quota = results[3]
     assert not quota.ok
     assert "could not read quotas (auth or API problem)" in quota.detail
     assert "not a zero quota" in quota.hint
@@ -222,7 +256,7 @@ def test_empty_quota_list_is_not_zero_quota(cfg):
 def test_quota_below_what_the_pool_needs(cfg):
     state = healthy(cfg)
     state.region_quotas = {cfg.region: quotas(spot_limit=1.0, spot_usage=1.0)}
-    quota = run(state, cfg)[2]
+    quota = run(state, cfg)[3]
     assert not quota.ok and "free 0" in quota.detail and "needs 1" in quota.detail
     assert "PREEMPTIBLE_NVIDIA_L4_GPUS" in quota.hint
 
@@ -231,7 +265,7 @@ def test_on_demand_pool_checks_the_on_demand_metric():
     on_demand = load_config("dev", project=PROJECT).model_copy(update={"gpu_spot": False})
     state = healthy(on_demand)
     state.region_quotas = {on_demand.region: quotas(spot_limit=8.0)}  # NVIDIA_L4_GPUS limit 1, usage 0
-    quota = run(state, on_demand)[2]
+    quota = run(state, on_demand)[3]
     assert quota.ok and quota.name.startswith("quota NVIDIA_L4_GPUS")
 
 
@@ -240,7 +274,7 @@ def test_missing_api_and_zone_without_l4_fail_with_hints(cfg):
     state.enabled_services = [s for s in state.enabled_services if s != "container.googleapis.com"]
     state.zone_accelerators = {z: ["nvidia-tesla-t4"] for z in cfg.gpu_node_zones}
     results = run(state, cfg)
-    apis, zones = results[1], results[3]
+    apis, zones = results[2], results[5]
     assert not apis.ok and "container.googleapis.com" in apis.detail
     assert apis.hint == f"gcloud services enable container.googleapis.com --project {PROJECT}"
     assert not zones.ok and cfg.gpu_node_zones[0] in zones.detail and "gpu_zones" in zones.hint
@@ -253,12 +287,83 @@ def test_required_apis_follow_the_features(cfg):
 
 
 def test_main_exit_codes_and_output(cfg, capsys, working_plugin):
+    pulumi_cli(working_plugin.parent)
     with FakeGoogle(healthy(cfg)) as google:
         assert preflight.main(["--stack", "dev", "--project", PROJECT], client=google.client()) == 0
-        assert "all checks passed" in capsys.readouterr().out
+        out = capsys.readouterr().out
+        assert "PASS  Pulumi login: lab-user at file://~" in out and "PASS  stack dev: exists at file://~" in out
+        assert out.rstrip().endswith("all checks passed: `pulumi up -s dev` may go ahead")
         assert preflight.main(["--stack", "dev", "--project", PROJECT], client=google.client(EXPIRED_TOKEN)) == 1
         out = capsys.readouterr().out
-    assert "FAIL  credentials: credentials expired/invalid" in out and "hint:" in out
+    (line,) = [line for line in out.splitlines() if "credentials" in line]
+    assert line.startswith("FAIL  credentials: credentials expired/invalid") and "; hint: run `gcloud auth" in line
+
+
+@pytest.mark.parametrize("case", ["no CLI", "no login", "no stack"])
+def test_the_pulumi_cli_its_login_and_the_stack_are_checked_before_pulumi_up(cfg, capsys, working_plugin, case):
+    if case != "no CLI":
+        pulumi_cli(working_plugin.parent, whoami=(NO_LOGIN, 255) if case == "no login" else (WHOAMI, 0),
+                   stacks=json.dumps([{"name": "g6", "current": False}]))  # fmt: skip
+    with FakeGoogle(healthy(cfg)) as google:
+        assert preflight.main(["--stack", "dev", "--project", PROJECT], client=google.client()) == 1
+    out = capsys.readouterr().out
+    (line,) = [line for line in out.splitlines() if line.startswith("FAIL")]
+    assert line == {
+        "no CLI": "FAIL  Pulumi CLI: the Pulumi CLI is not on PATH; `make up` runs it; hint: install it "
+                  "(https://www.pulumi.com/docs/iac/download-install/)",
+        "no login": f"FAIL  Pulumi login: not logged in to a Pulumi backend: {NO_LOGIN}; hint: `pulumi login --local` "
+                    "(state in ~/.pulumi) or `pulumi login gs://YOUR_BUCKET`",
+        "no stack": "FAIL  stack dev: no stack dev at file://~ (there: g6); hint: pulumi stack init dev",
+    }[case]  # fmt: skip
+    assert "may go ahead" not in out
+
+
+def test_billing_disabled_and_no_project_wide_gpu_quota_fail_one_line_each(cfg, working_plugin):
+    state = healthy(cfg)
+    state.billing = {"billingAccountName": "billingAccounts/012345-6789AB-CDEF01"}  # closed: billingEnabled left out
+    state.project_quotas = [{"metric": "GPUS_ALL_REGIONS", "limit": 0.0, "usage": 0.0}]  # a new project's
+    results = {r.name: r for r in run(state, cfg)}
+    billing, gpus = results["billing"], results[f"quota GPUS_ALL_REGIONS of project {PROJECT}"]
+    assert billing.line() == (f"FAIL  billing: billing is not enabled on project {PROJECT} (billingAccounts/012345-"
+                              "6789AB-CDEF01 is closed): nothing that costs money can be created; hint: gcloud billing "
+                              f"projects link {PROJECT} --billing-account=XXXXXX-XXXXXX-XXXXXX")  # fmt: skip
+    assert gpus.line() == (f"FAIL  quota GPUS_ALL_REGIONS of project {PROJECT}: limit 0, in use 0, free 0; stack needs 1; "
+                           "hint: request more GPUS_ALL_REGIONS (a global quota) (IAM & Admin > Quotas, service Compute "
+                           "Engine API) or lower gpu_max_nodes")  # fmt: skip
+    state.billing = None  # no billing account at all
+    assert "(no billing account)" in {r.name: r for r in run(state, cfg)}["billing"].detail
+
+
+@pytest.mark.parametrize("mode", ["cut-off JSON", "wrong shape", "empty body", "JSON array", "503"])
+@pytest.mark.parametrize("where", ["/regions/us-central1", "/compute/v1/projects/lab-project", "/billingInfo",
+                                   "/services", "/acceleratorTypes"])
+def test_a_broken_answer_is_one_fail_line_naming_its_api(cfg, where, mode):
+    state = healthy(cfg)
+    # The project's own quotas are at its bare path, which every other Compute path starts with.
+    state.faults = [Fault(where, mode, exact=where.endswith(PROJECT))]
+    with FakeGoogle(state) as google, google.client(sleep=lambda s: None) as client:
+        results = preflight.run_checks(client, cfg)
+    failed = [r for r in results if not r.ok]
+    assert failed, "a broken answer is never a pass"
+    api = {"/billingInfo": "cloudbilling", "/services": "serviceusage"}.get(where, "compute")
+    assert any(f"{api}.googleapis.com: GET" in r.detail for r in failed), [r.line() for r in failed]
+    assert all("\n" not in r.line() for r in results)
+
+
+def test_json_follows_the_documented_schema(cfg, capsys, working_plugin):
+    schema = json.loads((Path(__file__).resolve().parents[1] / "docs" / "schemas" / "preflight.schema.json").read_text())
+    pulumi_cli(working_plugin.parent)
+    with FakeGoogle(healthy(cfg)) as google:
+        assert preflight.main(["--stack", "dev", "--project", PROJECT, "--json"], client=google.client()) == 0
+        passed = json.loads(capsys.readouterr().out)
+        assert preflight.main(["--stack", "dev", "--project", PROJECT, "--json"], client=google.client(EXPIRED_TOKEN)) == 1
+        failed = json.loads(capsys.readouterr().out)
+    assert preflight.main(["--stack", "nope", "--json"], client=GcpClient(token_source=lambda: "x")) == 2
+    refused = json.loads(capsys.readouterr().out)
+    for document in (passed, failed, refused):
+        jsonschema.validate(document, schema)
+    assert passed["passed"] and len(passed["checks"]) == 10 and not failed["passed"]
+    assert refused["exit_status"] == 2 and refused["problem"].startswith("stack file: no stack file Pulumi.nope.yaml")
 
 
 def test_unknown_stack_fails_clearly(capsys):
