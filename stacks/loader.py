@@ -150,7 +150,7 @@ def parse(raw: dict[str, Any], *, stack: str, project: str | None, region: str |
     stack_file = f"Pulumi.{stack}.yaml"
     problems = []
     lab = raw.get("lab")
-    if stack in LABS and lab is not None and lab != stack:
+    if stack in LABS and lab in LABS and lab != stack:  # an unknown lab is the model's to name, with the allowed
         # The stack's names, labels, reports and `make down LAB=` all say the stack's name.
         problems.append(f"{PROJECT}:lab: {lab!r} in the stack named {stack}: a stack named after a lab runs that lab; "
                         f"set lab: {stack}, or run {lab} in a stack of its own (`pulumi stack init {lab}`, or "

@@ -168,7 +168,7 @@ def test_only_prometheus_reaches_the_exporter_and_its_dependency_lands_in_an_emp
 
 
 def test_service_monitor_waits_for_prometheus_under_mocks():
-    run = run_stack("dev", overrides={"gke-ml-labs:lab": "g6", "gke-ml-labs:cost_exporter": {"enabled": True}})
+    run = run_stack("g6", overrides={"gke-ml-labs:cost_exporter": {"enabled": True}})
     monitor = run.one("kubernetes:monitoring.coreos.com/v1:ServiceMonitor", "cost-exporter-servicemonitor")
     release = run.one("kubernetes:helm.sh/v3:Release", "kps")
     assert run.depends_on(monitor, release)
