@@ -149,14 +149,6 @@ def check_apis(client: GcpClient, cfg: LabConfig) -> CheckResult:
     return CheckResult(name=name, ok=True, detail=f"all {len(needed)} enabled ({', '.join(needed)})")
 
 
-def _free(quota: Quota, need: int, metric: str, where: str, hint: str, name: str) -> CheckResult:
-    free = quota.limit - quota.usage
-    detail = f"limit {quota.limit:g}, in use {quota.usage:g}, free {free:g}; stack needs {need}"
-    if free < need:
-        return CheckResult(name=name, ok=False, detail=detail, hint=f"request more {metric} {where} ({hint}) or lower gpu_max_nodes")
-    return CheckResult(name=name, ok=True, detail=detail)
-
-
 def _quotas(client: GcpClient, path: str) -> list[Quota]:
     return validated(Quotas, client.get("compute", path), f"{host('compute')}: GET {path}").quotas
 
@@ -165,34 +157,42 @@ EMPTY_QUOTAS = "could not read quotas (auth or API problem): {} answered with no
 EMPTY_HINT = f"{LOGIN_HINT}, then check that compute.googleapis.com is enabled; this is not a zero quota"
 
 
+def _quota_check(client: GcpClient, cfg: LabConfig, *, name: str, path: str, scope: str, metric: str,
+                 absent: CheckResult, more: str) -> CheckResult:  # fmt: skip
+    """`metric` of the quota list at `path` (a region's or the project's) against the GPUs the pool may hold.
+    Google always lists the quotas there: none at all means the answer is not to be trusted."""
+    quotas = _quotas(client, path)
+    if not quotas:
+        return CheckResult(name=name, ok=False, detail=EMPTY_QUOTAS.format(scope), hint=EMPTY_HINT)
+    quota = next((q for q in quotas if q.metric == metric), None)
+    if quota is None:
+        return absent
+    free, need = quota.limit - quota.usage, cfg.max_gpus
+    detail = f"limit {quota.limit:g}, in use {quota.usage:g}, free {free:g}; stack needs {need}"
+    if free < need:
+        return CheckResult(name=name, ok=False, detail=detail, hint=f"request more {metric} {more} or lower gpu_max_nodes")
+    return CheckResult(name=name, ok=True, detail=detail)
+
+
 def check_quota(client: GcpClient, cfg: LabConfig) -> CheckResult:
     metric = quota_metric(cfg)
     name = f"quota {metric} in {cfg.region}"
-    quotas = _quotas(client, f"projects/{cfg.project}/regions/{cfg.region}")
-    if not quotas:
-        # Google always lists a region's quotas; none at all means the answer is not to be trusted.
-        return CheckResult(name=name, ok=False, detail=EMPTY_QUOTAS.format("the region"), hint=EMPTY_HINT)
-    quota = next((q for q in quotas if q.metric == metric), None)
-    if quota is None:
-        return CheckResult(
-            name=name, ok=False, detail=f"{metric} is not offered in {cfg.region} (quota list has no such metric)",
-            hint="pick a region with L4 GPUs (gcloud compute accelerator-types list --filter=name=nvidia-l4)",
-        )
-    return _free(quota, cfg.max_gpus, metric, f"in {cfg.region}", "IAM & Admin > Quotas", name)
+    absent = CheckResult(
+        name=name, ok=False, detail=f"{metric} is not offered in {cfg.region} (quota list has no such metric)",
+        hint="pick a region with L4 GPUs (gcloud compute accelerator-types list --filter=name=nvidia-l4)",
+    )
+    return _quota_check(client, cfg, name=name, path=f"projects/{cfg.project}/regions/{cfg.region}", scope="the region",
+                        metric=metric, absent=absent, more=f"in {cfg.region} (IAM & Admin > Quotas)")  # fmt: skip
 
 
 def check_project_gpu_quota(client: GcpClient, cfg: LabConfig) -> CheckResult:
     """GPUS_ALL_REGIONS caps every GPU of the project together; a new project's is often 0."""
     name = f"quota {PROJECT_GPU_QUOTA} of project {cfg.project}"
-    quotas = _quotas(client, f"projects/{cfg.project}")
-    if not quotas:
-        return CheckResult(name=name, ok=False, detail=EMPTY_QUOTAS.format("the project"), hint=EMPTY_HINT)
-    quota = next((q for q in quotas if q.metric == PROJECT_GPU_QUOTA), None)
-    if quota is None:
-        return CheckResult(name=name, ok=False, detail=f"the project's quota list has no {PROJECT_GPU_QUOTA}",
-                           hint="check the project's quotas in IAM & Admin > Quotas")  # fmt: skip
-    return _free(quota, cfg.max_gpus, PROJECT_GPU_QUOTA, "(a global quota)", "IAM & Admin > Quotas, service Compute "
-                 "Engine API", name)  # fmt: skip
+    absent = CheckResult(name=name, ok=False, detail=f"the project's quota list has no {PROJECT_GPU_QUOTA}",
+                         hint="check the project's quotas in IAM & Admin > Quotas")  # fmt: skip
+    return _quota_check(client, cfg, name=name, path=f"projects/{cfg.project}", scope="the project",
+                        metric=PROJECT_GPU_QUOTA, absent=absent,
+                        more="(a global quota) (IAM & Admin > Quotas, service Compute Engine API)")  # fmt: skip
 
 
 def check_billing(client: GcpClient, cfg: LabConfig) -> CheckResult:

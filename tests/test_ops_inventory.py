@@ -132,3 +132,41 @@ def test_status_finds_everything_a_plan_creates(index, tmp_path, capsys, monkeyp
     missing = [n for n in names if f"\n  {n} (" not in out]
     assert missing == [], f"status did not list {missing}"
     assert out.strip().splitlines()[-1].startswith(f"NOT DOWN: {len(names)} thing(s) of gke-ml-labs remain")
+
+
+def test_everything_a_plan_creates_plus_gkes_leftovers_plus_a_fault_in_every_api_is_never_down(tmp_path, capsys, monkeypatch):
+    """The issue's bar in one run: the g6 plan with every option, GKE's unlabelled leftovers, and each API
+    answering badly in its own way. Whatever could be listed is listed, every API that failed is named,
+    and the verdict is NOT DOWN."""
+    from fake_google import Fault
+    from google_items import load_balancer, pvc_disk
+
+    run = planned_runs()[-1]  # g6 with image streaming and weights in a bucket
+    state, names = google_items(run)
+    lb = load_balancer("3f1e9c2a-7b4d-4e21-9a6f-0c5d8e7b1a23", "llm/vllm-public", "34.118.20.9", cluster="gml-g6",
+                       cluster_id="0f3e8b2c1d4a5e6f", network_name="gml-g6", nodes=("gke-gml-g6-gke-1a2b3c4d-x0z1",),
+                       created=DAY)  # fmt: skip
+    state.forwarding_rules = {"us-central1": [lb["forwarding_rule"]]}
+    state.target_pools = {"us-central1": [lb["target_pool"]]}
+    state.firewalls = lb["firewalls"]
+    state.addresses = {"us-central1": [lb["address"]]}
+    state.disks["us-central1-a"].append(pvc_disk("pvc-0259a8b1", "us-central1-a", 200, DAY, cluster="gml-g6",
+                                                 pvc="model-cache", namespace="llm"))  # fmt: skip
+    state.faults = [Fault("/artifactregistry/", "cut-off JSON"), Fault("/file/", "503"), Fault("/iam/", "wrong shape"),
+                    Fault("/hmacKeys", "repeated page token"), Fault("/aggregated/healthChecks", "empty body"),
+                    Fault("/global/httpHealthChecks", "JSON array"), Fault("/b/gml-g6-offline", "403")]  # fmt: skip
+    monkeypatch.setattr(status.shutil, "which", lambda name: None)
+    (tmp_path / "Pulumi.g6.yaml").write_text(f"config:\n  gcp:project: {PROJECT}\n")
+    with FakeGoogle(state) as google:
+        code = status.main([], client=google.client(sleep=lambda s: None), now=NOW, directory=tmp_path)
+    out = capsys.readouterr().out
+    assert code == 1
+    verdict = out.strip().splitlines()[-1]
+    assert verdict.startswith("NOT DOWN: ") and f"repositories in {PROJECT}" in verdict.split("not checked: ")[1]
+    for kind in ("repositories", "Filestore instances", "service accounts", "HMAC keys", "health checks"):
+        assert f"NOT CHECKED {kind}: " in out
+    listed = [n for n in names if not n.startswith(("repository", "service account"))]
+    assert [n for n in listed if f"\n  {n} (" not in out] == []
+    for gke in (f"forwarding rule {lb['name']}", f"address {lb['name']}", "disk pvc-0259a8b1", "firewall rule k8s-fw-"):
+        assert f"\n  {gke}" in out
+    assert "what it holds not known: storage.googleapis.com: GET" in out, "the weights bucket, its objects refused"
