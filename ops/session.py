@@ -4,7 +4,8 @@
     python -m ops.session down --stack g6 [--project P]   # `pulumi destroy -s g6 --yes`, then ops.status
 
 `down` runs the status check for the stack's project even when the destroy fails (what is left is
-what matters then) and exits non-zero while anything billable of ours remains there.
+what matters then), and exits as status does (0 DOWN, 1 NOT DOWN, 2 NOT PROVEN), 2 too when the destroy
+failed and nothing of ours was found.
 
 It runs the Pulumi CLI in the foreground rather than through the Automation API: the Automation API
 drives the same CLI binary (it needs it installed all the same), and it hands a failure back as one
@@ -50,7 +51,9 @@ def down(stack: str, project: str | None) -> int:
     if destroyed != 0:
         print(f"`pulumi destroy -s {stack}` did not finish (exit {destroyed}); what is left:")
     left = status.main(["--stack", stack, *(["--project", project] if project else [])])
-    return destroyed or left
+    # status's own 0/1/2, so a script tells NOT DOWN from NOT PROVEN; a failed destroy with nothing found
+    # left is not proof (Pulumi may still hold what it could not delete): 2.
+    return left or (2 if destroyed else 0)
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -246,7 +246,8 @@ def main(argv: list[str] | None = None, client: GcpClient | None = None, now: da
     args = parser.parse_args(argv)
     stacks = args.stack or stack_names(directory)
     named, unreadable = stack_projects(stacks, directory)
-    unreadable += misnamed_stack_files(directory)
+    # A --stack whose file is misnamed `.yml` is already one line naming it: not a second.
+    unreadable += [m for m in misnamed_stack_files(directory) if not any(m in line for line in unreadable)]
     projects = {p: [] for p in args.project} | named
     for p in args.project:
         projects[p] = [*projects[p], "--project"]
@@ -254,7 +255,7 @@ def main(argv: list[str] | None = None, client: GcpClient | None = None, now: da
     say = (lambda *_: None) if args.json else print
     say("\n".join(state.lines(stacks)))
     for line in unreadable:
-        say(f"stack file {line}")
+        say(line if line.startswith("no stack file") else f"stack file {line}")
     unread = unreadable + ([f"Pulumi state: {state.error}"] if state.error else [])
     now = now or datetime.now(timezone.utc)
     checks: list[ProjectCheck] = []

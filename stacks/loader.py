@@ -125,7 +125,9 @@ def unknown_namespaces(keys: Iterable[str]) -> list[str]:
     problems = []
     for key in keys:
         namespace, _, name = key.rpartition(":")
-        if namespace in NAMESPACES or not namespace:  # Pulumi puts a key without one in the project's
+        # Pulumi puts a key without one in the project's; `pulumi:*` are the engine's own
+        # (pulumi:disable-default-providers), not the program's to check.
+        if namespace in (*NAMESPACES, "pulumi") or not namespace:
             continue
         near = difflib.get_close_matches(namespace, NAMESPACES, n=1, cutoff=0.6)
         hint = f"did you mean {near[0]}:{name}? " if near else ""

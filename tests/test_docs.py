@@ -307,6 +307,19 @@ def test_cost_figures_are_the_estimates_own(page, opener):
         assert marker["file"] == docgen.ESTIMATE, f"{page}: a cost figure from {marker['file']}"
 
 
+def test_the_readmes_gpu_minutes_per_run_are_the_estimates_own():
+    """The labs table's last column, lab by lab: a marker over that lab's run_gpu_minutes, or g6's
+    "held from make up on", which the estimate says with a null run."""
+    rows = re.findall(r"^\| \[(\w+)\]\(docs/labs/\1\.md\) \|.*\| ([^|]*) \|$", (REPO / "README.md").read_text(), re.M)
+    assert sorted(lab for lab, _ in rows) == sorted(LABS)
+    estimate = {s["stack"]: s for s in docgen._json(docgen.ESTIMATE)["stacks"]}
+    for lab, cell in rows:
+        if estimate[lab]["run_gpu_minutes"] is None:
+            assert "from `make up` on" in cell, lab
+        else:
+            assert cell.startswith(f"<!-- fig ops.estimate stacks[stack={lab}].run_gpu_minutes d -->"), (lab, cell)
+
+
 def test_g6_is_priced_with_its_gpu_node_from_make_up_on():
     """g6's vLLM Deployment asks for the L4 as `pulumi up` creates it: what the stack really does, read from
     the plan, sets the basis the docs quote (the figure itself is the estimate's, checked above)."""

@@ -271,6 +271,12 @@ def test_a_yml_stack_file_leaves_the_proof_incomplete(tmp_path, capsys):
     assert code == 2
     assert "stack file Pulumi.g7.yml: Pulumi reads only Pulumi.<stack>.yaml (the extension of Pulumi.yaml) and " \
            "ignores it: rename it to Pulumi.g7.yaml" in out
+    # Asked for by name, it is still one line, and says the .yaml is missing.
+    code, out = run(GoogleState(project=PROJECT), capsys, ["--stack", "g7", "--project", PROJECT], tmp_path)
+    assert code == 2
+    (line,) = [line for line in out.splitlines() if "Pulumi.g7.yml" in line and not line.startswith("NOT PROVEN")]
+    assert line == ("no stack file Pulumi.g7.yaml: Pulumi.g7.yml: Pulumi reads only Pulumi.<stack>.yaml (the extension "
+                    "of Pulumi.yaml) and ignores it: rename it to Pulumi.g7.yaml")
 
 
 def test_a_project_that_cannot_be_checked_is_never_none(tmp_path, capsys):

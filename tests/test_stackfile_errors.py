@@ -139,6 +139,12 @@ def test_status_names_a_stack_file_it_cannot_read_and_proves_nothing(tmp_path, c
     assert line == f"stack file {expected}" or line.startswith(f"stack file {expected}")
 
 
+def test_the_engines_own_keys_are_not_refused_as_a_namespace_typo(tmp_path):
+    # pulumi:disable-default-providers is read by the Pulumi engine itself (pulumi/pulumi#8829).
+    text = G6 + "  pulumi:disable-default-providers:\n    - kubernetes\n"
+    assert load_config("g6", directory=stack_file(tmp_path, text)).lab == "g6"
+
+
 def test_a_key_without_a_namespace_is_the_projects_as_pulumi_reads_it(tmp_path):
     # Pulumi's workspace.stackConfigNamespacedWithProject: `zone:` is gke-ml-labs:zone.
     text = "config:\n  gcp:region: us-central1\n  lab: g6\n  zone: us-central1-b\n"
