@@ -88,7 +88,7 @@ def test_weights_from_a_bucket_are_mounted_read_only_through_gcs_fuse_as_the_rea
     main = spec["containers"][0]
     assert {"name": "weights", "mountPath": "/weights", "readOnly": True} in main["volumeMounts"]
     model = load_config("g6").vllm.model
-    assert main["args"][:2] == [f"--model=/weights/{model}", f"--served-model-name={model}"]
+    assert main["args"][:2] == [f"/weights/{model}", f"--served-model-name={model}"]
     # The pod's service account is the one whose Workload Identity may read the bucket, and only read it.
     ksa = spec["serviceAccountName"]
     binding = next(r for r in gcs.of_type("gcp:serviceaccount/iAMMember:IAMMember") if f"/{ksa}]" in r.inputs["member"])
