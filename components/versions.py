@@ -50,7 +50,7 @@ KUBE_PROMETHEUS_STACK = Chart(
 # 4.6.0; the GPU operator v26.7.0 pins it) and 4.8.4 (2026-09-18, DCGM 4.6.1). Their counter CSVs are not
 # in UPSTREAM_DIR, so which fields they rename or drop cannot be listed from their files here; the test
 # tests/test_dashboards.py (every DCGM_FI_ name we read against the exported list and these CSVs) is
-# what a move must pass. Known from DCGM's notes: DCGM 4.7 removes DCGM_FI_DEV_PCIE_{RX,TX}_THROUGHPUT
+# what a move must pass. Known from DCGM's notes: DCGM 4.7 removes the PCIe RX and TX throughput fields (ids 200, 201)
 # (an exporter listing them exits at start); we list neither. No 4.9 release was found.
 DCGM_EXPORTER = Chart(
     "dcgm-exporter", "https://nvidia.github.io/dcgm-exporter/helm-charts", "4.8.2", upstream="dcgm-exporter/4.5.3-4.8.2"
