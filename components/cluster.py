@@ -19,6 +19,7 @@ from facts.gke_auth import ADC_FLAG, AUTH_PLUGIN, INSTALL_HINT
 # metricWriter, monitoring.viewer, stackdriver.resourceMetadata.writer) and more. No
 # artifactregistry.reader: every image the labs run is public (Docker Hub, quay.io, ghcr.io,
 # registry.k8s.io, nvcr.io, GKE's own); add it to pull private images from the project's registry.
+# Image streaming adds its own grants (components.image_cache: the cache's reader, Service Usage Consumer).
 NODE_ROLES = ("roles/container.defaultNodeServiceAccount",)
 NODE_OAUTH_SCOPES = ["https://www.googleapis.com/auth/cloud-platform"]
 POOL_LABEL = "gke-ml-labs/pool"

@@ -41,8 +41,10 @@ GKE_NVIDIA_HOST_DIR = "/home/kubernetes/bin/nvidia"
 NVIDIA_MOUNT = "/usr/local/nvidia"
 
 # DCGM fields the exporter emits: what the GPU dashboard reads plus a few that explain it (tensor
-# pipe, clocks, temperature, XID errors). SM_ACTIVE is off in both lists the exporter ships.
+# pipe, clocks, temperature, XID errors), and the driver version, a label on every series (g1 reads it),
+# which the exporter adds only when its CSV lists it. SM_ACTIVE is off in both lists the exporter ships.
 _EXTRA_DCGM_FIELDS = {
+    "DCGM_FI_DRIVER_VERSION": ("label", "Driver Version"),
     "DCGM_FI_PROF_PIPE_TENSOR_ACTIVE": ("gauge", "Ratio of cycles the tensor (HMMA) pipe is active."),
     "DCGM_FI_PROF_GR_ENGINE_ACTIVE": ("gauge", "Ratio of time the graphics engine is active."),
     "DCGM_FI_DEV_SM_CLOCK": ("gauge", "SM clock frequency (in MHz)."),

@@ -21,24 +21,47 @@ class Chart:
         return self.repo.startswith("oci://")
 
 
+# Why the pins below stay where they are (reviewed 2026-12-03, issue 32). A pin may move only to a release
+# whose files the tests can check the way they check this one: tests/upstream.lock.tsv names each file
+# (repository, commit, path, sha256), a user's machine fetches it from raw.githubusercontent.com, and CI,
+# which reaches no GitHub, reads it from UPSTREAM_DIR, a read-only copy that holds the currently pinned
+# versions' files only. The project may not vendor upstream files, and the package registries CI reaches
+# serve none of these charts, so a newer release's CRDs and chart defaults cannot be verified in CI: a
+# pin moved now would be checked against nothing there. Each pin says below what its newest release is
+# (as found in upstream repositories and trackers on that date) and what moving would change; moving
+# one takes its files in UPSTREAM_DIR first.
+
 # Images are pinned by tag, not by digest (checkov CKV_K8S_43), here and in benchmarks/labs/images.py:
 # no registry can be reached from where this program is built and tested, so a digest written here
 # could not be verified, and a wrong one would fail every pull. Pods pull IfNotPresent
 # (podspec.security.IMAGE_PULL_POLICY), so a node keeps running the image it pulled first.
 
 # --- Platform components of labs g1-g4 and g8 (brief D) ---
+# Newest seen: kube-prometheus-stack-91.5.0 (2026-09-13; the issue reports 93). Its majors 89-91 came with
+# new prometheus-operator CRD fields; the values we set (components.observability) would be checked again
+# against 91's values.yaml and the ServiceMonitor/PrometheusRule CRDs, none of which UPSTREAM_DIR holds.
 KUBE_PROMETHEUS_STACK = Chart(
     "kube-prometheus-stack",
     "https://prometheus-community.github.io/helm-charts",
     "88.5.3",
     upstream="kube-prometheus-stack/88.5.3",
 )
-# Chart 4.8.2 runs exporter image 4.5.3-4.8.2 (DCGM 4.5.3).
+# Chart 4.8.2 runs exporter image 4.5.3-4.8.2 (DCGM 4.5.3). Newer: 4.6.0-4.8.3 (2026-07-14, chart 4.8.3, DCGM
+# 4.6.0; the GPU operator v26.7.0 pins it) and 4.8.4 (2026-09-18, DCGM 4.6.1). Their counter CSVs are not
+# in UPSTREAM_DIR, so which fields they rename or drop cannot be listed from their files here; the test
+# tests/test_dashboards.py (every DCGM_FI_ name we read against the exported list and these CSVs) is
+# what a move must pass. Known from DCGM's notes: DCGM 4.7 removes the PCIe RX and TX throughput fields (ids 200, 201)
+# (an exporter listing them exits at start); we list neither. No 4.9 release was found.
 DCGM_EXPORTER = Chart(
     "dcgm-exporter", "https://nvidia.github.io/dcgm-exporter/helm-charts", "4.8.2", upstream="dcgm-exporter/4.5.3-4.8.2"
 )
+# v26.7.0 (2026-08-20) is the newest release found: current.
 GPU_OPERATOR = Chart("gpu-operator", "https://helm.ngc.nvidia.com/nvidia", "v26.7.0", upstream="gpu-operator/v26.7.0")
+# Newest seen: v0.19.4 (promoted 2026-09-10), a patch release of the same minor and API (v1beta2); its CRDs
+# and values.yaml are not in UPSTREAM_DIR. No 0.20 release was found.
 KUEUE = Chart("kueue", "oci://registry.k8s.io/kueue/charts", "0.19.2", upstream="kueue/v0.19.2")
+# JobSet 0.12.0 and Kubeflow Trainer 2.3.0 (which depends on exactly that JobSet) were the newest tags of their
+# upstream snapshots (2026-08); this review did not look for newer ones.
 JOBSET = Chart("jobset", "oci://registry.k8s.io/jobset/charts", "0.12.0", upstream="jobset/v0.12.0")
 # Kubeflow Trainer v2 (TrainJob, ClusterTrainingRuntime; the default `training_operator.api`): the chart
 # installs the CRDs, the controller, JobSet 0.12.0 (its dependency, unless JobSet is installed already) and,
@@ -67,7 +90,9 @@ PYTORCH_IMAGE = "docker.io/pytorch/pytorch:2.5.1-cuda12.4-cudnn9-runtime"
 # --- Serving and pipelines of labs g5-g7 (brief E) ---
 # KServe v0.20.0's own quick-install scripts (hack/setup/quick-install/kserve-knative-mode-*) were
 # tested with Knative Serving 1.21.1 and cert-manager v1.17.0: we pin that Knative rather than the newest
-# tag (1.23.0), so a first `pulumi up` runs what KServe tested; cert-manager below is newer (supported).
+# tag (knative-v1.23.0, 2026-07-29), so a first `pulumi up` runs what KServe tested; cert-manager below is
+# newer (supported). That still holds: KServe's master of 2026-08-21 (kserve-deps.env, the quick-install
+# scripts) still installs Knative 1.21.1, and v0.20.0 is KServe's newest release.
 KSERVE_CRD = Chart("kserve-crd", "oci://ghcr.io/kserve/charts", "v0.20.0", upstream="kserve/v0.20.0/charts/kserve-crd")
 KSERVE_RESOURCES = Chart(
     "kserve-resources", "oci://ghcr.io/kserve/charts", "v0.20.0", upstream="kserve/v0.20.0/charts/kserve-resources"
@@ -81,7 +106,10 @@ KSERVE_RUNTIMES = Chart(
 )
 # Triton for the g5 `runtime: triton` predictor: the tag kserve-runtime-configs v0.20.0 defaults to
 # (values.yaml kserve.servingruntime.tritonserver), the one KServe tested; CUDA 12.1, so the L4 (Ada)
-# and GKE's LATEST driver serve it. Several GB: the first pull on a new node takes minutes.
+# and GKE's LATEST driver serve it. Several GB: the first pull on a new node takes minutes. KServe's master of
+# 2026-08-21 still defaults to 23.05-py3. Newer NGC tags (25.xx) exist; moving off KServe's default means
+# checking Triton's flags that KServe's ClusterServingRuntime passes and triton_start.sh against that
+# release, and its CUDA against GKE's driver, with no file of that release the tests could read.
 TRITON_IMAGE = "nvcr.io/nvidia/tritonserver:23.05-py3"
 # cert-manager v1.21.1: v1.17.0 (the one KServe v0.20.0's scripts install) is out of support, which
 # covers the last two minors only. KServe needs no more of it than the cert-manager.io/v1 Issuer
@@ -115,6 +143,9 @@ VLLM_IMAGE = VLLM_IMAGES["13"]
 # (rapidsai/deployment#659: GKE's LATEST puts a driver above 580.65 on nodes, 2026-02); CUDA 12 runs on
 # R525 and newer through CUDA's minor-version compatibility.
 VLLM_CUDA_MIN_DRIVER_BRANCH = {"13": 580, "12": 525}
+# Newest seen: argo-workflows-2.0.4 (2026-08-11; 1.1.x added Argo Workflows v4.1 features, 2.0 is a major).
+# Our values (components.argo: artifact repository, controller and server settings) would be checked again
+# against 2.0's values.yaml and CRDs, which UPSTREAM_DIR does not hold.
 ARGO_WORKFLOWS = Chart(
     "argo-workflows", "https://argoproj.github.io/argo-helm", "1.0.18", upstream="argo-workflows/1.0.18"
 )

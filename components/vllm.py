@@ -37,6 +37,16 @@ HF_CACHE = f"{CACHE.path}/huggingface"
 # recorded in tests/data/vllm/v0.33.0/serve-help.txt.)
 COMMAND = ["vllm", "serve"]
 PROBE_PERIOD_S = 10
+# /health in v0.33.0 (entrypoints/serve/instrumentator/health.py) awaits AsyncLLM.check_health, which only
+# reads the engine's `errored` flag: no round trip to the engine core process, so a saturated engine does
+# not slow it. What does is the API server's event loop, which answers it only between the work of every
+# request in flight (tokenising prompts, detokenising and streaming each step's outputs, 128 at a time:
+# VLLM_V1_OUTPUT_PROC_CHUNK_SIZE). Under g6's saturation search that queue is seconds long at worst, and
+# the kubelet's 1 s default would then time a probe out and, three in a row, drop the Service endpoint
+# mid-run. 10 s leaves that margin while a dead engine still fails at once (503, not a timeout); the
+# liveness probe allows 6 x 10 s before a restart. (llm-d-benchmark#1734 raised the same probes to 15 s
+# for a saturated vLLM.)
+PROBE_TIMEOUT_S = 10
 # The Service must not hold `pulumi up` until an endpoint exists: the provider gives up after 10 min.
 SKIP_AWAIT = {"pulumi.com/skipAwait": "true"}
 # The Deployment does: `pulumi up` returns once the new server is ready, so a g6 sweep that changed
@@ -51,7 +61,7 @@ class VllmServerArgs:
     placement: GpuPlacement  # the GPU pool the server's pod lands on
     namespace: str
     # Each of these is one server flag.
-    model: str  # Hugging Face model id (--model)
+    model: str  # Hugging Face model id (the positional model_tag)
     dtype: str  # --dtype
     max_model_len: int  # --max-model-len
     gpu_memory_utilization: float  # --gpu-memory-utilization
@@ -89,10 +99,12 @@ def rollout_await(v: VllmServerArgs) -> dict[str, str]:
 
 
 def server_args(v: VllmServerArgs) -> list[str]:
-    """Exactly the configured server flags, nothing implicit. Weights from a bucket are served from
-    their folder there, under the model's own name (what clients ask for)."""
-    model = [f"--model={v.model}"] if v.weights is None else [
-        f"--model={model_weights.model_dir(v.model)}", f"--served-model-name={v.model}"]  # fmt: skip
+    """Exactly the configured server flags, nothing implicit. The model comes first, as `vllm serve`'s
+    positional model_tag: v0.33.0 warns that `--model` "will be removed in a future version" and moves it
+    there itself (utils/argparse_utils.py), and refuses --served-model-name without a positional model.
+    Weights from a bucket are served from their folder there, under the model's own name (what clients
+    ask for)."""
+    model = [v.model] if v.weights is None else [model_weights.model_dir(v.model), f"--served-model-name={v.model}"]
     args = [
         *model,
         f"--dtype={v.dtype}",
@@ -120,7 +132,8 @@ def pod_spec(v: VllmServerArgs, with_token: bool) -> dict[str, Any]:
         env.append(
             {"name": "HF_TOKEN", "valueFrom": {"secretKeyRef": {"name": HF_SECRET, "key": HF_SECRET_KEY}}}
         )
-    health = {"httpGet": {"path": "/health", "port": PORT}, "periodSeconds": PROBE_PERIOD_S}
+    health = {"httpGet": {"path": "/health", "port": PORT}, "periodSeconds": PROBE_PERIOD_S,
+              "timeoutSeconds": PROBE_TIMEOUT_S}
     spec: dict[str, Any] = {
         # A Service named vllm would inject VLLM_PORT=tcp://..., which vLLM reads as its own
         # setting and crashes on.
@@ -145,7 +158,7 @@ def pod_spec(v: VllmServerArgs, with_token: bool) -> dict[str, Any]:
                 # may restart the pod; the image pull happens before probes start.
                 "startupProbe": {**health, "failureThreshold": v.startup_timeout_min * 60 // PROBE_PERIOD_S},
                 "readinessProbe": {**health, "failureThreshold": 3},
-                "livenessProbe": {**health, "failureThreshold": 6, "timeoutSeconds": 5},
+                "livenessProbe": {**health, "failureThreshold": 6},
             }
         ],
     }

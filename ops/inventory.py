@@ -455,6 +455,8 @@ PLANNED: dict[str, str] = {
     "gcp:projects/service:Service": "enabled APIs",
     "gcp:projects/iAMMember:IAMMember": "project IAM bindings",
     "gcp:billing/budget:Budget": "billing budgets",
+    "gcp:projects/serviceIdentity:ServiceIdentity": "service agents",
+    "gcp:secretmanager/secretIamMember:SecretIamMember": "Secret Manager IAM bindings",
 }
 # What status does not list, named in its verdict (the planned kinds above without a lister, and what GKE
 # makes for an internal load balancer beside its forwarding rule), each with why.
@@ -462,6 +464,8 @@ NOT_LISTED: dict[str, str] = {
     "enabled APIs": "left enabled on destroy by design (components/apis.py), no charge",
     "project IAM bindings": "lines of the project's policy, no charge",
     "billing budgets": "kept on the billing account, not in the project",
+    "service agents": "Google's own identities of its APIs, which no destroy removes, no charge",
+    "Secret Manager IAM bindings": "lines of the policy of one's own Docker Hub token secret, no charge",
     "backend services and instance groups of GKE internal load balancers": "no list price of their own; "
     "their forwarding rule is listed",
 }

@@ -9,7 +9,7 @@ import pulumi
 
 from components import argo, kserve, versions, vllm
 from components.gpu_pool import GpuPlacement
-from components.image_cache import ImageCache, ImageCacheArgs, cached_image
+from components.image_cache import DockerHubLogin, ImageCache, ImageCacheArgs, cached_image
 from components.naming import resource_name
 from components.knative import KnativeArgs, KnativeServing
 from stacks.config import LabConfig
@@ -23,6 +23,8 @@ def apis(cfg: LabConfig) -> list[str]:
     if v.enabled and v.image_streaming:
         # Image streaming reads images through the Container File System API, from Artifact Registry.
         needed += ["artifactregistry.googleapis.com", "containerfilesystem.googleapis.com"]
+        if v.dockerhub_token_secret is not None:
+            needed.append("secretmanager.googleapis.com")  # the cache's Docker Hub token
     return needed
 
 
@@ -37,8 +39,11 @@ def gpu_pool_overrides(cfg: LabConfig) -> dict[str, Any]:
 
 
 def image_cache_args(cfg: LabConfig, node_email: pulumi.Input[str]) -> ImageCacheArgs:
+    v = cfg.vllm
+    login = None if v.dockerhub_username is None or v.dockerhub_token_secret is None else DockerHubLogin(
+        username=v.dockerhub_username, password_secret_version=v.dockerhub_token_secret)  # fmt: skip
     return ImageCacheArgs(project=cfg.project, region=cfg.region, repository_id=resource_name(stack_id(cfg), "dockerhub"),
-                          labels=cfg.billing_labels, reader_email=node_email)  # fmt: skip
+                          labels=cfg.billing_labels, reader_email=node_email, login=login)  # fmt: skip
 
 
 def inference_service_args(cfg: LabConfig) -> kserve.InferenceServiceArgs:
@@ -214,7 +219,7 @@ def compose(ctx: PlatformContext) -> None:
         if cfg.vllm.image_streaming:
             cache_args = image_cache_args(cfg, ctx.cluster.node_service_account.email)
             cache = ImageCache("vllm-image-cache", cache_args, opts=pulumi.ResourceOptions(depends_on=[ctx.apis]))
-            image, after = cached_image(cache_args, image), [cache.reader]
+            image, after = cached_image(cache_args, image), cache.grants
         server = vllm_args(cfg, ctx.gpu.placement, ctx.secrets.hf_token, prometheus, image=image, after=after,
                            system_node_selector=ctx.cluster.system_node_selector, cluster=ctx.cluster.cluster)  # fmt: skip
         vllm.VllmServer("vllm", server, opts=ctx.k8s_opts())

@@ -22,6 +22,7 @@ from pulumi.runtime import settings as pulumi_settings
 from stacks import loader
 from stacks.stackfile import OFFLINE_PROJECT, REPO, stack_config
 
+PROJECT_NUMBER = "123456789012"  # what getProject answers under the mocks
 
 
 @dataclass
@@ -96,6 +97,10 @@ def _computed_outputs(args: pulumi_mocks.MockResourceArgs, project: str) -> dict
         return {"selfLink": f"https://www.googleapis.com/compute/v1/projects/{project}/x/{name}"}
     if args.typ == "gcp:storage/bucket:Bucket":
         return {"url": f"gs://{name}"}
+    if args.typ == "gcp:projects/serviceIdentity:ServiceIdentity":
+        # A service agent: service-PROJECT_NUMBER@gcp-sa-SERVICE.iam.gserviceaccount.com (the getProject number below).
+        email = f"service-{PROJECT_NUMBER}@gcp-sa-{args.inputs['service'].split('.')[0]}.iam.gserviceaccount.com"
+        return {"email": email, "member": f"serviceAccount:{email}"}
     return {}
 
 
@@ -114,7 +119,7 @@ class _Mocks(pulumi.runtime.Mocks):
 
     def call(self, args: pulumi_mocks.MockCallArgs):
         if args.token == "gcp:organizations/getProject:getProject":
-            return {"number": "123456789012", "projectId": self.project}
+            return {"number": PROJECT_NUMBER, "projectId": self.project}
         return {}
 
 

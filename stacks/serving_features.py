@@ -115,7 +115,8 @@ class Vllm(_Feature):
 
     namespace: str = Field("llm", pattern=DNS_LABEL, description="namespace of the vLLM server")
     # 1.5B in bf16 is ~3.1 GB of weights: ~16 GB of the L4 is left for KV cache at 0.9 utilisation.
-    model: str = Field("Qwen/Qwen2.5-1.5B-Instruct", description="Hugging Face model id (--model)")
+    model: str = Field("Qwen/Qwen2.5-1.5B-Instruct", description="Hugging Face model id (vllm serve's positional "
+                       "model argument)")  # fmt: skip
     max_position_embeddings: int | None = Field(
         None, ge=1, description="the model's context limit; needed only for models outside the catalogue"
     )
@@ -135,6 +136,13 @@ class Vllm(_Feature):
     # What shortens a cold start (measured by `python -m benchmarks g6 --experiment cold-start`).
     image_streaming: bool = Field(False, description="the GPU pool streams the vLLM image from an Artifact "
                                   "Registry cache of Docker Hub (gcfs_config), instead of pulling it whole")  # fmt: skip
+    # The cache pulls from Docker Hub anonymously by default, within Docker Hub's limit on anonymous pulls.
+    dockerhub_username: str | None = Field(None, min_length=1, description="with image_streaming: the Docker Hub "
+                                           "user the image cache pulls as, instead of anonymously")  # fmt: skip
+    dockerhub_token_secret: str | None = Field(
+        None, pattern=r"^projects/[^/]+/secrets/[^/]+/versions/[^/]+$",
+        description="with dockerhub_username: the Secret Manager secret version holding that user's Docker Hub "
+        "access token, projects/PROJECT/secrets/SECRET/versions/VERSION")  # fmt: skip
     weights: Literal["huggingface", "gcs"] = Field("huggingface", description="where vLLM reads the weights: "
                                                    "downloaded from Hugging Face, or a Cloud Storage bucket "
                                                    "(GCS FUSE) filled once by a copy Job")  # fmt: skip
@@ -229,9 +237,26 @@ def _gpu_problems(kserve: KServe, vllm: Vllm, pool: PoolCapacity) -> list[str]:
     ]
 
 
+def _dockerhub_problems(v: Vllm) -> list[str]:
+    """The Docker Hub login is two keys together, and only the image cache (image_streaming) uses it."""
+    keys = [k for k in ("dockerhub_username", "dockerhub_token_secret") if getattr(v, k) is not None]
+    if not keys:
+        return []
+    if len(keys) == 1:
+        other = ({"dockerhub_username", "dockerhub_token_secret"} - set(keys)).pop()
+        return [f"{PREFIX}:vllm.{keys[0]} is set without vllm.{other}: the image cache logs in to Docker Hub "
+                "with both, or pulls anonymously with neither"]
+    if not v.image_streaming:
+        return [f"{PREFIX}:vllm.dockerhub_username and dockerhub_token_secret are for the image cache, which only "
+                "vllm.image_streaming: true creates: set it, or remove them"]
+    return []
+
+
 def _vllm_problems(v: Vllm) -> list[str]:
     if not v.enabled:
         return []
+    if problems := _dockerhub_problems(v):
+        return problems
     limit = v.context_limit()
     if limit is None:
         return [

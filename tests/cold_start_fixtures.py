@@ -111,7 +111,7 @@ def pod(waiting: dict[str, str] | None = None, ready: bool = True, scheduled: bo
     if scheduled:
         status |= {"hostIP": "10.10.0.3", "podIP": "10.20.3.5", "startTime": ts(t["scheduled"]),
                    "containerStatuses": [container]}  # fmt: skip
-    spec = {"containers": [{"name": "vllm", "image": image, "args": [f"--model={MODEL}", "--port=8000"],
+    spec = {"containers": [{"name": "vllm", "image": image, "args": [MODEL, "--port=8000"],
                             "resources": {"limits": {"memory": "12Gi", "nvidia.com/gpu": "1"},
                                           "requests": {"cpu": "2", "memory": "8Gi", "nvidia.com/gpu": "1"}}}],
             "nodeSelector": {"gke-ml-labs/pool": "gpu"}, "enableServiceLinks": False,
@@ -210,6 +210,11 @@ def from_zero(t: dict[str, float] = T, image: str = IMAGE, download: bool = True
 def later(t: dict[str, float], after: str, seconds: float) -> dict[str, float]:
     """The timeline `t` with every moment from `after` on `seconds` later (a slower phase)."""
     return {k: round(v + seconds, 1) if v >= t[after] else v for k, v in t.items()}
+
+
+def pull_in(t: dict[str, float], seconds: float) -> dict[str, float]:
+    """The timeline `t` with a pull of `seconds` as the kubelet times it (a streamed image: seconds)."""
+    return later(t, "pulled", round(t["pulling"] + 0.129 + seconds - t["pulled"], 3))
 
 
 def out_of_order() -> dict[str, Any]:

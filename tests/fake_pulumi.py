@@ -20,7 +20,9 @@ def fake_pulumi(
     `up` prints progress lines as pulumi does, and fails while the config holds every key/value of
     `fail_up_if`. The n-th `up` for n in `hold_ups` prints its first lines and waits until the file
     `release_path(state, n)` exists; SIGINT or SIGTERM cancel it (exit 255, as pulumi's first Ctrl-C
-    does), and the signal is recorded among the calls as ["signal", NAME, n]."""
+    does), and the signal is recorded among the calls as ["signal", NAME, n]. Like the file (diy) backend,
+    `up` holds a lock file while it runs, which a SIGKILL leaves behind: a later `up` then fails with
+    pulumi's own message until `cancel` deletes it."""
     bin_dir = tmp_path / "bin"
     bin_dir.mkdir()
     state = tmp_path / "pulumi-state.json"
@@ -31,6 +33,7 @@ def fake_pulumi(
         f"#!{sys.executable}\n"
         "import json, os, signal, sys, time\n"
         f"state_path = {str(state)!r}\n"
+        "lock = state_path + '.lock'  # the diy backend's .pulumi/locks/<org>/<project>/<stack>/<id>.json\n"
         "def save(state):  # whole or not at all, as pulumi keeps its state: a reader never sees half of it\n"
         "    json.dump(state, open(state_path + '.tmp', 'w'))\n"
         "    os.replace(state_path + '.tmp', state_path)\n"
@@ -48,12 +51,21 @@ def fake_pulumi(
         "    cfg[args[3]] = args[4]\n"
         "elif args[:2] == ['config', 'rm']:\n"
         "    cfg.pop(args[3], None)\n"
+        "elif args[0] == 'cancel':\n"
+        "    if os.path.exists(lock): os.remove(lock)\n"
+        "elif args[0] == 'refresh':\n"
+        "    print('Refreshing (' + args[-1] + ')', flush=True)\n"
         "elif args[0] == 'up':\n"
+        "    if os.path.exists(lock):\n"
+        "        sys.exit('error: the stack is currently locked by 1 lock(s). Either wait for the other process(es) '\n"
+        "                 'to end or delete the lock file with `pulumi cancel`.')\n"
+        "    open(lock, 'w').write(str(os.getpid()))\n"
         "    n = state['ups'] = state['ups'] + 1\n"
         "    save(state)\n"
         "    def cancel(signum, frame):\n"
         "        open(state_path + '.log', 'a').write(json.dumps(['signal', signal.Signals(signum).name, n]) + '\\n')\n"
         "        print('^C received; cancelling the current operation', flush=True)\n"
+        "        os.remove(lock)\n"
         "        os._exit(255)\n"
         "    signal.signal(signal.SIGINT, cancel)\n"
         "    signal.signal(signal.SIGTERM, cancel)\n"
@@ -63,6 +75,7 @@ def fake_pulumi(
         "        while not os.path.exists(f'{state_path}.release-{n}'):\n"
         "            time.sleep(0.01)\n"
         "    fail = state['fail_up_if']\n"
+        "    os.remove(lock)  # released on any exit pulumi itself makes\n"
         "    if fail and all(cfg.get(k) == v for k, v in fail.items()):\n"
         "        sys.exit('error: update failed')\n"
         "    print('Resources:\\n    ~ 1 updated', flush=True)\n"

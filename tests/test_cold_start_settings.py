@@ -6,6 +6,8 @@ defaults unchanged."""
 
 from __future__ import annotations
 
+import re
+
 import pod_security
 import pytest
 import schemas
@@ -76,6 +78,61 @@ def test_image_streaming_pulls_the_vllm_image_through_a_remote_repository_of_doc
     assert {"containerfilesystem.googleapis.com", "artifactregistry.googleapis.com"} <= services
 
 
+# IAM's predefined role roles/container.defaultNodeServiceAccount (the node identity's only project role,
+# components/cluster.py NODE_ROLES): its six permissions, none of them the serviceusage.services.use that
+# image streaming with a custom node service account needs in the project hosting the image.
+DEFAULT_NODE_ROLE_PERMISSIONS = {"autoscaling.sites.writeMetrics", "logging.logEntries.create",
+                                 "monitoring.metricDescriptors.create", "monitoring.metricDescriptors.list",
+                                 "monitoring.timeSeries.create", "monitoring.timeSeries.list"}  # fmt: skip
+IAM_MEMBER = "gcp:projects/iAMMember:IAMMember"
+
+
+def test_streaming_nodes_may_use_the_services_of_the_project_hosting_the_image(default, streaming):
+    from components.cluster import NODE_ROLES
+
+    assert NODE_ROLES == ("roles/container.defaultNodeServiceAccount",)
+    assert "serviceusage.services.use" not in DEFAULT_NODE_ROLE_PERMISSIONS  # so the node role is not enough
+    node = f"serviceAccount:gml-g6-nodes@{OFFLINE_PROJECT}.iam.gserviceaccount.com"
+    consumer = [r for r in streaming.of_type(IAM_MEMBER) if r.inputs["role"] == "roles/serviceusage.serviceUsageConsumer"]
+    assert [(r.inputs["project"], r.inputs["member"]) for r in consumer] == [(OFFLINE_PROJECT, node)]
+    # The project hosting the image is the cache's: the one in the pod's image reference.
+    image = _vllm_pod(streaming)["spec"]["containers"][0]["image"]
+    assert image.split("/")[1] == consumer[0].inputs["project"]
+    assert streaming.depends_on(streaming.one(DEPLOYMENT, "vllm-deployment"), consumer[0])
+    # Without image streaming the node keeps its one role.
+    assert not [r for r in default.of_type(IAM_MEMBER) if r.inputs["role"] == "roles/serviceusage.serviceUsageConsumer"]
+
+
+def test_the_cache_pulls_anonymously_unless_given_a_docker_hub_login_from_secret_manager(streaming):
+    assert "upstreamCredentials" not in streaming.one(REPO).inputs["remoteRepositoryConfig"]
+    assert not streaming.of_type("gcp:secretmanager/secretIamMember:SecretIamMember")
+    version = "projects/ops-secrets/secrets/dockerhub-token/versions/3"
+    login = _g6(image_streaming=True, dockerhub_username="labs-bot", dockerhub_token_secret=version)
+    repo = login.one(REPO)
+    assert repo.inputs["remoteRepositoryConfig"]["upstreamCredentials"] == {
+        "usernamePasswordCredentials": {"username": "labs-bot", "passwordSecretVersion": version}}
+    # Artifact Registry's service agent reads the token, before the repository checks it at creation.
+    grant = login.one("gcp:secretmanager/secretIamMember:SecretIamMember")
+    assert grant.inputs == {"project": "ops-secrets", "secretId": "dockerhub-token",
+                            "role": "roles/secretmanager.secretAccessor",
+                            "member": "serviceAccount:service-123456789012@gcp-sa-artifactregistry.iam.gserviceaccount.com"}
+    assert login.depends_on(repo, grant)
+    assert "secretmanager.googleapis.com" in {r.inputs["service"] for r in login.of_type("gcp:projects/service:Service")}
+
+
+@pytest.mark.parametrize("keys, says", [
+    ({"image_streaming": True, "dockerhub_username": "labs-bot"}, "vllm.dockerhub_username is set without vllm.dockerhub_token_secret"),
+    ({"image_streaming": True, "dockerhub_token_secret": "projects/p/secrets/s/versions/1"}, "set without vllm.dockerhub_username"),
+    ({"dockerhub_username": "u", "dockerhub_token_secret": "projects/p/secrets/s/versions/1"}, "only vllm.image_streaming: true creates"),
+    ({"image_streaming": True, "dockerhub_username": "u", "dockerhub_token_secret": "dockerhub-token"}, "dockerhub_token_secret"),
+])  # fmt: skip
+def test_a_half_or_misplaced_docker_hub_login_is_refused_naming_its_keys(keys, says):
+    from stacks.loader import ConfigError
+
+    with pytest.raises(ConfigError, match=re.escape(says)):
+        _g6(**keys)
+
+
 def test_weights_from_a_bucket_are_mounted_read_only_through_gcs_fuse_as_the_readers_workload_identity(gcs):
     assert gcs.one(CLUSTER).inputs["addonsConfig"] == {"gcsFuseCsiDriverConfig": {"enabled": True}}
     bucket = gcs.one("gcp:storage/bucket:Bucket", "vllm-weights-bucket").inputs["name"]
@@ -88,7 +145,7 @@ def test_weights_from_a_bucket_are_mounted_read_only_through_gcs_fuse_as_the_rea
     main = spec["containers"][0]
     assert {"name": "weights", "mountPath": "/weights", "readOnly": True} in main["volumeMounts"]
     model = load_config("g6").vllm.model
-    assert main["args"][:2] == [f"--model=/weights/{model}", f"--served-model-name={model}"]
+    assert main["args"][:2] == [f"/weights/{model}", f"--served-model-name={model}"]
     # The pod's service account is the one whose Workload Identity may read the bucket, and only read it.
     ksa = spec["serviceAccountName"]
     binding = next(r for r in gcs.of_type("gcp:serviceaccount/iAMMember:IAMMember") if f"/{ksa}]" in r.inputs["member"])

@@ -245,7 +245,7 @@ def test_vllm_alone_runs_the_flags_of_its_args_with_the_token_from_a_secret():
     run, _ = built_alone(VllmServer)
     (deployment,) = _objects(run, "Deployment")
     (container,) = deployment["spec"]["template"]["spec"]["containers"]
-    assert container["args"] == ["--model=org/model", "--dtype=float16", "--max-num-seqs=32", "--max-model-len=2048",
+    assert container["args"] == ["org/model", "--dtype=float16", "--max-num-seqs=32", "--max-model-len=2048",
                                  "--gpu-memory-utilization=0.8", "--port=8000"]
     assert {"name": "HF_TOKEN", "valueFrom": {"secretKeyRef": {"name": "hf-token", "key": "token"}}} in container["env"]
     assert container["startupProbe"]["failureThreshold"] * container["startupProbe"]["periodSeconds"] == 12 * 60

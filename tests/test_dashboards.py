@@ -4,6 +4,7 @@ exporters really emit."""
 
 import json
 import re
+from pathlib import Path
 
 import pytest
 import yaml
@@ -281,6 +282,39 @@ def test_every_dcgm_metric_is_a_field_the_pinned_exporter_knows(dashboards):
     known = dcgm_fields("default-counters.csv", False) | dcgm_fields("dcp-metrics-included.csv", False)
     assert used and used <= known
     assert used == set(gpu.DCGM_METRICS), "DCGM_METRICS must list exactly what the dashboard reads"
+
+
+def _csv(text: str) -> dict[str, str]:
+    """Field -> Prometheus type of the enabled lines of a counters CSV (field, type, help)."""
+    return {m[1]: m[2] for m in re.finditer(r"^(DCGM_FI_\w+)\s*,\s*(\w+)\s*,", text, re.MULTILINE)}
+
+
+def _dcgm_names_in(folders: tuple[str, ...]) -> set[str]:
+    root = Path(__file__).resolve().parents[1]
+    return {name for folder in folders for f in (root / folder).rglob("*") if f.suffix in (".py", ".json", ".yaml")
+            for name in re.findall(r"\bDCGM_FI_[A-Z0-9_]*[A-Z0-9]", f.read_text())}  # fmt: skip
+
+
+def test_every_dcgm_name_the_project_reads_is_one_the_deployed_exporter_exports():
+    """The exporter exports exactly the fields of the CSV it is started with: the chart passes
+    `-f /etc/dcgm-exporter/default-counters.csv` (its values.yaml `arguments`), and our values mount the
+    customMetrics list there (the GPU Operator's exporter gets the same list). A dashboard panel, a
+    benchmark's PromQL, a label a lab reads or a simulator series of a field outside it would be empty."""
+    chart = yaml.safe_load(upstream.path("dcgm-exporter/4.5.3-4.8.2/values.yaml").read_text())
+    assert chart["arguments"] == ["-f", "/etc/dcgm-exporter/default-counters.csv"]
+    from components.observability import dcgm_metrics_csv
+
+    exported = _csv(dcgm_metrics_csv())
+    # Each exported field is one the pinned exporter knows, with the type its own lists give it.
+    upstream_types = {**_csv(re.sub(r"^#\s*", "", upstream.path("dcgm-exporter/4.5.3-4.8.2/dcp-metrics-included.csv")
+                                    .read_text(), flags=re.M)),
+                      **_csv(re.sub(r"^#\s*", "", upstream.path("dcgm-exporter/4.5.3-4.8.2/default-counters.csv")
+                                    .read_text(), flags=re.M))}  # fmt: skip
+    assert {f: t for f, t in exported.items() if upstream_types.get(f) != t} == {}
+    read = _dcgm_names_in(("components", "benchmarks"))
+    assert read and read <= set(exported), f"read but not exported: {sorted(read - set(exported))}"
+    # The driver version is a label on every series (type label), which g1 reads off DCGM_FI_DEV_GPU_UTIL.
+    assert exported["DCGM_FI_DRIVER_VERSION"] == "label"
 
 
 def test_dcgm_metrics_off_by_default_are_the_ones_the_gpu_module_declares():

@@ -240,6 +240,30 @@ def test_an_unset_value_is_removed_again_after_ctrl_c(tmp_path, monkeypatch, sim
     assert json.loads(state.read_text())["config"] == {}
 
 
+def test_an_up_the_timer_killed_names_pulumi_cancel_and_the_printed_command_finishes_the_restore(tmp_path, monkeypatch):
+    """A SIGKILLed `pulumi up` leaves the file backend's lock, so the restore's own `up` fails on it; the
+    command the error prints unlocks the stack first, and run as printed it puts the config back."""
+    import shlex
+    import subprocess
+
+    from benchmarks.g6.targets import RestoreError
+
+    state = fake_pulumi(tmp_path, monkeypatch, _stack_outputs(tmp_path), config={CONFIG_PATH: "16"}, hold_ups=(1,))
+    stack = PulumiStack("g6", up_timeout_s=1.0)
+    target = StackTarget(stack, http_server("http://127.0.0.1:9"), Demand(MODEL, 64, "flags"), health_timeout_s=1)
+    with pytest.raises(RestoreError) as raised, target.session(), target.serving(ServerSettings(max_num_seqs=8)):
+        pass
+    message = str(raised.value)
+    assert stack.lock_left and "currently locked by 1 lock(s)" in message
+    command = message.rsplit("finish it with: ", 1)[1]
+    assert command == ("pulumi cancel --yes -s g6 && pulumi refresh -s g6 && "
+                       f"pulumi config set --path {CONFIG_PATH} 16 -s g6 && pulumi up -s g6 --yes")
+    for step in command.split(" && "):
+        subprocess.run(shlex.split(step), check=True, capture_output=True)
+    assert json.loads(state.read_text())["config"] == {CONFIG_PATH: "16"}
+    assert pulumi_calls(state)[-1] == ["up", "-s", "g6", "--yes"] and not Path(f"{state}.lock").exists()
+
+
 def test_a_stack_point_without_an_up_still_checks_the_server_is_reachable(tmp_path, monkeypatch):
     """The first point often needs no `pulumi up` (the stack already runs that value): an unreachable
     server (the in-cluster URL from a laptop) must stop the sweep, not become a point of connect errors."""

@@ -315,3 +315,67 @@ def test_the_committed_example_is_todays_report_of_its_result_and_says_it_was_co
     assert "not measured on a cluster" in result.source and "--recording" in result.meta.command
     saved = cs.ColdStartRecording.model_validate_json((example / "recording.json").read_text())
     assert [cs.to_run(r, result.gpu_price) for r in saved.records] == result.runs  # measured from its recording
+
+
+# --- Image streaming: did it take effect (the kubelet's pull against the image's size) ------------------
+
+CACHED = "us-central1-docker.pkg.dev/ml-labs-demo/gml-g6-dockerhub/vllm/vllm-openai:v0.11.2"
+
+
+@pytest.mark.parametrize("text, seconds", [
+    ("1m57.6s", 117.6), ("2m30.871s", 150.871), ("794.767ms", 0.794767), ("3.071s", 3.071), ("1h2m3.004s", 3723.004),
+    ("0s", 0.0), ("12µs", 0.000012), ("1.5", None), ("about 3s", None), ("", None),
+])  # fmt: skip
+def test_the_kubelets_go_durations_read_as_seconds(text, seconds):
+    from benchmarks.labs.phases import go_seconds
+
+    assert go_seconds(text) == (None if seconds is None else pytest.approx(seconds))
+
+
+def test_the_pull_time_is_the_kubelets_own_not_the_wait_for_a_pull_slot():
+    from benchmarks.labs.phases import extract
+
+    case = fx.from_zero()
+    pulled = next(e for e in case["events"] if e["reason"] == "Pulled")
+    assert pulled["message"] == (f'Successfully pulled image "{fx.IMAGE}" in 2m30.871s (2m30.871s including waiting). '
+                                 f"Image size: {fx.IMAGE_BYTES} bytes.")  # fmt: skip
+    phases = extract(case["pod"], case["node"], case["events"], case["log"], VLLM_LOG, container="vllm",
+                     sent=case["sent"], first_token=case["first_token"])  # fmt: skip
+    assert (phases.pull_s, phases.image_bytes) == (150.871, fx.IMAGE_BYTES)
+    waited = pulled | {"message": pulled["message"].replace("(2m30.871s including", "(4m1.2s including")}
+    again = extract(case["pod"], case["node"], [e if e is not pulled else waited for e in case["events"]], case["log"],
+                    VLLM_LOG, container="vllm")  # fmt: skip
+    assert again.pull_s == 150.871
+    present = fx.image_present()
+    assert extract(present["pod"], present["node"], present["events"], present["log"], VLLM_LOG).pull_s is None
+
+
+def _streaming_runs(*pulls_s: float | None):
+    """Image-streaming repeats whose pulls took these seconds (None: a whole pull, as from Docker Hub)."""
+    cases = [fx.from_zero(fx.T if p is None else fx.pull_in(fx.T, p), CACHED) for p in pulls_s]
+    return _result([_record(c, "image-streaming", repeat=i) for i, c in enumerate(cases)])
+
+
+def test_a_streamed_pull_takes_seconds_whatever_the_size_and_a_fallback_pulls_it_all():
+    r = _streaming_runs(None, 3.1, None)
+    # 9.83 GB in 3.07 s is 3.2 GB/s: no node's 10 Gbit/s (1.25 GB/s) network carries a whole image that fast;
+    # 9.83 GB in 150.9 s (65 MB/s) is a whole pull.
+    assert [(x.pull_s, cs.pull_verdict(x)) for x in r.runs] == [(150.871, "whole pull"), (3.071, "streamed"),
+                                                                (150.871, "whole pull")]  # fmt: skip
+    # A small image pulled in seconds moves too little to tell either way; the as-configured setting has no verdict.
+    small = r.runs[1].model_copy(update={"image_bytes": 2_000_000_000})
+    assert cs.pull_verdict(small) == "not known"
+    assert cs.pull_verdict(r.runs[0].model_copy(update={"setting": "as-configured"})) is None
+
+
+def test_the_report_says_the_first_repeat_apart_and_names_a_fallback_of_a_later_one():
+    text = render_cold_start_report(_streaming_runs(None, 3.1, None))
+    section = text.split("## Image streaming: did it take effect\n", 1)[1].split("\n## ", 1)[0]
+    assert "| 2 | 3.1 | 9.83 | 3.20 | streamed | 281.5 |" in section
+    assert "| 3 | 150.9 | 9.83 | 0.07 | whole pull | 429.3 |" in section
+    # The first repeat's whole pull is expected (GKE: no benefit on the first pull); the third's is a fallback.
+    assert "Repeat 1 is the image's first pull through the cache" in section
+    assert "waited 429.3 s (pull 150.9 s); the later repeats waited 355.4 (281.5-429.3) s" in section
+    assert "**Image streaming did not take effect in repeat(s) 3**" in section
+    assert "did not take effect" not in render_cold_start_report(_streaming_runs(None, 3.1, 2.6))
+    assert "## Image streaming" not in render_cold_start_report(_result([_record(fx.from_zero())]))

@@ -25,11 +25,11 @@ from stacks.stackfile import stack_names
 REPO = Path(__file__).resolve().parents[1]
 PROJECT = "offline-plan-project"  # the project the offline plan names
 # The options that add Google resources beyond the stack files' own: every lab with a budget, g6 with
-# both cold-start settings.
+# both cold-start settings and the image cache logged in to Docker Hub.
 BUDGET = {"gke-ml-labs:budget": json.dumps({"billing_account": "012345-6789AB-CDEF01"})}
-VARIANTS = [(stack, BUDGET) for stack in stack_names()] + [
-    ("g6", {"gke-ml-labs:vllm": json.dumps({"image_streaming": True, "weights": "gcs"})})
-]
+G6_ALL = {"image_streaming": True, "weights": "gcs", "dockerhub_username": "lab-user",
+          "dockerhub_token_secret": f"projects/{PROJECT}/secrets/dockerhub-token/versions/1"}  # fmt: skip
+VARIANTS = [(stack, BUDGET) for stack in stack_names()] + [("g6", {"gke-ml-labs:vllm": json.dumps(G6_ALL)})]
 
 
 @cache
@@ -43,7 +43,8 @@ def planned_google_types() -> set[str]:
 
 def test_every_planned_google_type_has_a_lister_or_a_stated_reason():
     types = planned_google_types()
-    assert "gcp:artifactregistry/repository:Repository" in types and "gcp:billing/budget:Budget" in types
+    assert {"gcp:artifactregistry/repository:Repository", "gcp:billing/budget:Budget",
+            "gcp:secretmanager/secretIamMember:SecretIamMember"} <= types
     missing = sorted(types - set(inventory.PLANNED))
     assert missing == [], f"a lab can create these and status would not see them: {missing}"
     for kind in inventory.PLANNED.values():

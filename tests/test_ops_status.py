@@ -244,7 +244,9 @@ def test_nothing_left_exits_zero_only_then_and_names_what_it_does_not_list(tmp_p
     assert verdict(out) == (f"DOWN: nothing billable of gke-ml-labs in {PROJECT}, for the 15 kinds listed; not checked: "
                             "enabled APIs (left enabled on destroy by design (components/apis.py), no charge); project "
                             "IAM bindings (lines of the project's policy, no charge); billing budgets (kept on the "
-                            "billing account, not in the project); backend services and instance groups of GKE internal "
+                            "billing account, not in the project); service agents (Google's own identities of its APIs, "
+                            "which no destroy removes, no charge); Secret Manager IAM bindings (lines of the policy of "
+                            "one's own Docker Hub token secret, no charge); backend services and instance groups of GKE internal "
                             "load balancers (no list price of their own; their forwarding rule is listed)")  # fmt: skip
 
 

@@ -177,7 +177,7 @@ def test_vllm_deployment_carries_exactly_the_configured_server_args(quantization
     deployment = vllm.deployment(vllm_args(cfg, PLACEMENT), with_token=False)
     schemas.validate_object(deployment)
     expected = [
-        "--model=Qwen/Qwen2.5-1.5B-Instruct",
+        "Qwen/Qwen2.5-1.5B-Instruct",
         "--dtype=float16",
         "--max-num-seqs=64",
         "--max-model-len=8192",
@@ -209,6 +209,21 @@ def test_vllm_pod_lands_on_the_gpu_pool_without_service_links():
     assert startup["periodSeconds"] * startup["failureThreshold"] >= cfg.vllm.startup_timeout_min * 60
     assert main["livenessProbe"]["httpGet"]["path"] == main["readinessProbe"]["httpGet"]["path"] == "/health"
     assert not any(e["name"] == "HF_TOKEN" for e in main["env"])
+
+
+def test_vllm_probes_wait_out_a_busy_api_server_instead_of_the_kubelets_1s_default():
+    # vLLM v0.33.0's /health only reads a flag, but the API server's event loop answers it between the work of
+    # every request in flight: under g6's saturation search that takes seconds. A timeout left at the
+    # kubelet's 1 s default fails such a probe, and three readiness failures drop the Service endpoint mid-run.
+    main = container(vllm.deployment(vllm_args(lab("g6", vllm={"enabled": True}), PLACEMENT), with_token=False))
+    for kind in ("startupProbe", "readinessProbe", "livenessProbe"):
+        probe = main[kind]
+        assert probe.get("timeoutSeconds", 1) >= 10, f"{kind} times out a /health answered in a few seconds"
+        # One probe at a time: a timeout above the period would overlap the next attempt's slot.
+        assert probe["timeoutSeconds"] <= probe["periodSeconds"], kind
+    # The endpoint goes only after 3 probes in a row each waited their whole timeout: 30 s of no answer.
+    ready = main["readinessProbe"]
+    assert ready["failureThreshold"] * ready["timeoutSeconds"] >= 30
 
 
 def test_vllm_runs_unprivileged_and_writes_only_to_its_empty_dirs():

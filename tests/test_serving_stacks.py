@@ -184,7 +184,8 @@ def test_vllm_outputs_every_server_parameter(runs):
     run = runs[("g6", False)]
     bench = run.outputs["benchmark"]
     args = run.one(DEPLOYMENT, "vllm-deployment").inputs["spec"]["template"]["spec"]["containers"][0]["args"]
-    for flag, key in [("--model", "model"), ("--dtype", "dtype"), ("--max-num-seqs", "max_num_seqs"),
+    assert args[0] == bench["model"]  # vllm serve's positional model_tag
+    for flag, key in [("--dtype", "dtype"), ("--max-num-seqs", "max_num_seqs"),
                       ("--max-model-len", "max_model_len"), ("--gpu-memory-utilization", "gpu_memory_utilization")]:
         assert f"{flag}={bench[key]}" in args
     assert bench["quantization"] is None and not any(a.startswith("--quantization") for a in args)

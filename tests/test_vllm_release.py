@@ -81,15 +81,30 @@ def _server(weights: vllm.WeightsBucket | None = None) -> vllm.VllmServerArgs:
     )
 
 
+BUCKET = vllm.WeightsBucket(project="p", region="us-central1", billing_labels={}, system_node_selector={})
+
+
 def test_every_server_flag_we_pass_is_one_of_the_release():
     known = set(re.findall(r"(?<![\w-])(--[a-z][a-z0-9-]*)", HELP))
-    bucket = vllm.WeightsBucket(project="p", region="us-central1", billing_labels={}, system_node_selector={})
-    passed = {arg.split("=", 1)[0] for server in (_server(), _server(bucket)) for arg in vllm.server_args(server)}
-    assert passed == {"--model", "--dtype", "--max-num-seqs", "--max-model-len", "--gpu-memory-utilization",
+    passed = {arg.split("=", 1)[0] for server in (_server(), _server(BUCKET)) for arg in vllm.server_args(server)[1:]}
+    assert passed == {"--dtype", "--max-num-seqs", "--max-model-len", "--gpu-memory-utilization",
                       "--quantization", "--port", "--served-model-name"}
     assert passed <= known, f"not flags of vLLM {versions.VLLM_VERSION}: {sorted(passed - known)}"
     # `vllm serve` is the command the recorded parser belongs to.
     assert vllm.COMMAND == ["vllm", "serve"] and "usage: vllm serve" in HELP
+
+
+def test_the_model_is_the_positional_model_tag_first_not_the_deprecated_flag():
+    # The recorded parser takes one optional positional, model_tag; --model is still a flag of v0.33.0, but
+    # `vllm serve` warns it "will be removed in a future version" and rejects --served-model-name unless the
+    # model comes first as the positional (vllm/utils/argparse_utils.py FlexibleArgumentParser.parse_args).
+    usage = HELP.split("\n\n", 1)[0]
+    assert re.search(r"\[model_tag\]\s*$", usage), "model_tag is no longer the positional of `vllm serve`"
+    assert re.search(r"^positional arguments:\n  model_tag ", HELP, re.M)
+    for server, model in ((_server(), "m"), (_server(BUCKET), "/weights/m")):
+        args = vllm.server_args(server)
+        assert args[0] == model, args
+        assert not any(a.startswith("-") for a in args[:1]) and not any(a.startswith("--model") for a in args)
 
 
 def test_every_setting_a_g6_experiment_changes_is_a_stack_key_and_a_flag_of_the_release():

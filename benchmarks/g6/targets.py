@@ -234,14 +234,17 @@ class StackTarget:
         self._current[path] = value
 
     def _command(self, paths: list[str]) -> str:
-        """The shell command that puts `paths` back as they were and applies them."""
+        """The shell command that puts `paths` back as they were and applies them; after an `up` the
+        timer killed, it first deletes the lock that up left (`pulumi cancel`) and lets `pulumi refresh`
+        offer to import or clear the creates the kill left pending."""
         name = self.stack.stack
+        unlock = [self.stack.cancel_command(), f"pulumi refresh -s {name}"] if self.stack.lock_left else []
         steps = [
             f"pulumi config rm --path {path} -s {name}" if self._original[path] is None
             else f"pulumi config set --path {path} {shlex.quote(self._original[path] or '')} -s {name}"
             for path in paths
         ]  # fmt: skip
-        return " && ".join([*steps, f"pulumi up -s {name} --yes"])
+        return " && ".join([*unlock, *steps, f"pulumi up -s {name} --yes"])
 
     @contextmanager
     def session(self) -> Iterator[None]:

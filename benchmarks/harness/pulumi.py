@@ -33,6 +33,10 @@ class PulumiStack:
         self.stack = stack
         self.cwd = cwd
         self.up_timeout_s = up_timeout_s
+        # Set once the timer killed an `up`: a killed pulumi leaves the file backend's lock
+        # (.pulumi/locks/...) behind, and every later update of the stack fails on it until
+        # `pulumi cancel` deletes it (the diy backend's CancelCurrentUpdate removes every lock file).
+        self.lock_left = False
 
     def _run(self, *args: str, timeout_s: float = 120.0, check: bool = True) -> subprocess.CompletedProcess[str]:
         argv = ["pulumi", *args, "-s", self.stack]
@@ -100,5 +104,10 @@ class PulumiStack:
             timer.cancel()
         if proc.returncode:
             killed = proc.returncode == -signal.SIGKILL  # by the timer
-            why = f"did not finish within {self.up_timeout_s:.0f}s" if killed else f"failed (exit {proc.returncode})"
+            self.lock_left = self.lock_left or killed
+            why = (f"did not finish within {self.up_timeout_s:.0f}s and was killed, leaving the stack locked "
+                   f"(`{self.cancel_command()}` unlocks it)") if killed else f"failed (exit {proc.returncode})"  # fmt: skip
             raise HarnessError(f"`{' '.join(argv)}` {why}: {' / '.join(tail) or 'no output'}")
+
+    def cancel_command(self) -> str:
+        return f"pulumi cancel --yes -s {self.stack}"

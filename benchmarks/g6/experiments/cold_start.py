@@ -107,6 +107,28 @@ class ColdStartRun(BaseModel):
     node_was_up: bool
     image_bytes: int | None
     tail_s: float | None
+    pull_s: float | None = None  # the kubelet's pull time (phases.ColdStartPhases.pull_s)
+
+
+# --- Did image streaming take effect? -------------------------------------------------------------
+# With streaming the kubelet's pull ends once the image's metadata is mounted: seconds, whatever the size.
+# Without it the whole image crosses the network and is unpacked first, so the time scales with the size.
+# A pull that moved the image faster than the node's network can carry it was streamed: 10 Gbit/s is the
+# bandwidth of the g2-standard-4 (the lab's GPU node; larger G2 shapes have 16-100 Gbit/s, still far
+# below a streamed pull's apparent rate of many GB/s). A pull slower than that and longer than
+# STREAMED_PULL_MAX_S was a whole pull.
+NODE_NETWORK_BYTES_PER_S = 10e9 / 8
+STREAMED_PULL_MAX_S = 20.0
+PullVerdict = Literal["streamed", "whole pull", "not known"]
+
+
+def pull_verdict(run: ColdStartRun) -> PullVerdict | None:
+    """How an image-streaming run's image came: None when nothing was pulled (or it is another setting)."""
+    if run.setting != "image-streaming" or run.pull_s is None:
+        return None
+    if run.image_bytes is not None and run.image_bytes > run.pull_s * NODE_NETWORK_BYTES_PER_S:
+        return "streamed"
+    return "whole pull" if run.pull_s > STREAMED_PULL_MAX_S else "not known"
 
 
 class ColdStartResult(ExperimentResult):
@@ -362,7 +384,7 @@ def to_run(record: ColdStartRecord, price: GpuPrice | None) -> ColdStartRun:
         setting=record.setting, settings=record.settings, repeat=record.repeat, phases=phases.phases,
         total_s=phases.total_s, cost_usd=node_cost(phases, price), failure=phases.failure or record.error,
         pod=phases.pod, node=phases.node, node_was_up=phases.node_was_up, image_bytes=phases.image_bytes,
-        tail_s=record.tail_s,
+        tail_s=record.tail_s, pull_s=phases.pull_s,
     )  # fmt: skip
 
 

@@ -11,7 +11,7 @@ import matplotlib
 matplotlib.use("Agg")
 import matplotlib.pyplot as plt  # noqa: E402  (the backend must be chosen first)
 
-from benchmarks.g6.experiments.cold_start import ColdStartResult, ColdStartRun  # noqa: E402
+from benchmarks.g6.experiments.cold_start import ColdStartResult, ColdStartRun, pull_verdict  # noqa: E402
 from benchmarks.g6.report import errors_section, target_text  # noqa: E402
 from benchmarks.harness.evidence import markdown as evidence_section  # noqa: E402
 from benchmarks.harness.markdown import num, table  # noqa: E402
@@ -145,6 +145,39 @@ def _costs(r: ColdStartResult) -> str:
     return "\n".join(lines) + "\n" if lines else "No cold start was served.\n"
 
 
+def _image_streaming(r: ColdStartResult) -> str | None:
+    """Whether each image-streaming repeat streamed its image, read from the kubelet's pull; the first
+    repeat said apart from the rest. None without such runs."""
+    runs = sorted((x for x in r.runs if x.setting == "image-streaming"), key=lambda x: x.repeat)
+    if not runs:
+        return None
+    rows = [(x.repeat + 1, num(x.pull_s), None if x.image_bytes is None else f"{x.image_bytes / 1e9:.2f}",
+             None if x.image_bytes is None or not x.pull_s else f"{x.image_bytes / x.pull_s / 1e9:.2f}",
+             pull_verdict(x) or "no pull seen", num(x.total_s)) for x in runs]  # fmt: skip
+    out = ["Each repeat's image pull as the kubelet reported it (its Pulled event: the time, the image size). A "
+           "streamed pull ends once the image is mounted, in seconds whatever its size; a whole pull moves every "
+           "byte first, at the node's network and disk speed.\n",
+           table(["repeat", "pull s", "image GB", "GB/s", "the image was", "waited s"], rows)]  # fmt: skip
+    first, later = runs[0], [x for x in _served(runs[1:])]
+    if first.repeat == 0:
+        text = (f"Repeat 1 is the image's first pull through the cache: Artifact Registry fetches it from Docker Hub, "
+                "and GKE's image-streaming page says the first pull of an eligible image may show no benefit. It "
+                f"waited {num(first.total_s)} s (pull {num(first.pull_s)} s)")  # fmt: skip
+        if later:
+            text += (f"; the later repeats waited {_spread([x.total_s or 0.0 for x in later])} s (median, min-max of "
+                     f"{len(later)}), pulls {_spread([x.pull_s for x in later if x.pull_s is not None]) or '—'} s")
+        out.append(text + ".\n")
+    whole = [x for x in runs[1:] if pull_verdict(x) == "whole pull"]
+    if whole:
+        out.append(
+            f"**Image streaming did not take effect in repeat(s) {', '.join(str(x.repeat + 1) for x in whole)}**: the "
+            "kubelet pulled the whole image, as if streaming were off, so those repeats measure a plain pull. GKE falls "
+            "back silently when the node's service account lacks roles/serviceusage.serviceUsageConsumer in the "
+            "image's project (the stack grants it), the Container File System API is disabled, or the image is not "
+            "in Artifact Registry; GKE's ImageStreaming event on the node says when an image is streamed.\n")
+    return "\n".join(out)
+
+
 def render_cold_start_report(r: ColdStartResult) -> str:
     m, p, cs = r.meta, r.params, r.cold_start
     groups = _by_setting(r)
@@ -159,6 +192,7 @@ def render_cold_start_report(r: ColdStartResult) -> str:
         out.append(waited_section(first.phases, first.total_s, first.failure, where))
     out.append(evidence_section(m.evidence))
     failed = [x for x in r.runs if x.failure]
+    streaming = _image_streaming(r)
     out += [
         "## What was run\n",
         f"- Command: `{' '.join(m.command)}`",
@@ -178,6 +212,7 @@ def render_cold_start_report(r: ColdStartResult) -> str:
         f"Plot: `{PLOT}` (one stacked bar per run).\n",
         "## Every run\n",
         _runs_table(r),
+        *(["## Image streaming: did it take effect\n", streaming] if streaming else []),
         "## Failed cold starts\n",
         "\n".join(f"- {x.setting} repeat {x.repeat + 1}: {x.failure}" for x in failed) + "\n" if failed else "None.\n",
         "## What a cold start costs\n",
