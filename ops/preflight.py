@@ -311,17 +311,18 @@ def run_checks(client: GcpClient, cfg: LabConfig) -> list[CheckResult]:
     repeat it in a misleading form)."""
     results = []
     for check in CHECKS:
+        name = check.__name__.removeprefix("check_").replace("_", " ")  # where the check could not name itself
         try:
             result = check(client, cfg)
         except CredentialsError as e:
-            result = CheckResult(name=check.__name__.removeprefix("check_"), ok=False, detail=str(e), hint=LOGIN_HINT)
+            result = CheckResult(name=name, ok=False, detail=str(e), hint=LOGIN_HINT)
         except ApiDisabled as e:
             result = CheckResult(
-                name=check.__name__.removeprefix("check_"), ok=False, detail=str(e),
+                name=name, ok=False, detail=str(e),
                 hint="enable the API named in the message (gcloud services enable ...)",
             )
         except GcpError as e:
-            result = CheckResult(name=check.__name__.removeprefix("check_"), ok=False, detail=str(e))
+            result = CheckResult(name=name, ok=False, detail=str(e))
         results.append(result)
         if not result.ok and check is check_credentials:
             break
