@@ -38,6 +38,9 @@ endif
 endif
 endif
 
+# With JSON=1 stdout is the one JSON document alone: make does not echo the command before it.
+QUIET_JSON := $(if $(JSON),@)
+
 $(BIN)/python:
 	$(RUN)$(PY) -m venv $(VENV)
 	$(RUN)$(BIN)/pip install -q --upgrade pip
@@ -73,11 +76,11 @@ g6-prefix-sim: venv ## g6's shared-prefix experiment, prefix caching on and off,
 g6-saturation-sim: venv ## the request rate the simulated L4 holds within TTFT p99 500 ms (about 2 minutes, in real time)
 	$(BIN)/python -m benchmarks g6 --sim --experiment saturation --slo-ttft-ms 500 --out $(OUT)
 
-preflight: venv ## before `pulumi up`: credentials, APIs, L4 quota, L4 zones: make preflight LAB=g6
-	$(RUN)$(BIN)/python -m ops.preflight --stack $(LAB) $(if $(PROJECT),--project $(PROJECT))
+preflight: venv ## before `pulumi up`: Pulumi, credentials, billing, APIs, GPU quotas, L4 zones: make preflight LAB=g6 [JSON=1]
+	$(RUN)$(QUIET_JSON)$(BIN)/python -m ops.preflight --stack $(LAB) $(if $(PROJECT),--project $(PROJECT)) $(if $(JSON),--json)
 
 status: venv ## proof that everything is down: 0 DOWN, 1 NOT DOWN, 2 NOT PROVEN: make status [PROJECT=...] [JSON=1]
-	$(RUN)$(BIN)/python -m ops.status $(if $(PROJECT),--project $(PROJECT)) $(if $(JSON),--json)
+	$(RUN)$(QUIET_JSON)$(BIN)/python -m ops.status $(if $(PROJECT),--project $(PROJECT)) $(if $(JSON),--json)
 
 up: venv ## a session's start: preflight, then pulumi up: make up LAB=g6
 	$(RUN)$(BIN)/python -m ops.session up --stack $(LAB) $(if $(PROJECT),--project $(PROJECT))

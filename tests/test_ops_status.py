@@ -489,6 +489,10 @@ def test_make_status_reaches_google_through_the_endpoint_overrides_and_keeps_the
         assert done.returncode == 1, done.stdout + done.stderr
         for name in ("cluster gml-g6", "disk pvc-3f1e", "address gml-g6-ingress", "bucket gml-g7-artifacts"):
             assert name in done.stdout
+        # JSON=1 (without -s): stdout is the document alone, for `| jq`.
+        as_json = subprocess.run(["make", "status", f"PROJECT={PROJECT}", "JSON=1"], cwd=REPO, env=env,
+                                 capture_output=True, text=True, timeout=180)  # fmt: skip
+        assert as_json.returncode == 1 and json.loads(as_json.stdout)["verdict"] == "NOT DOWN", as_json.stdout[:300]
         state.clusters, state.instances, state.disks, state.addresses = [], {}, {}, {}
         state.forwarding_rules, state.buckets, state.hmac_keys = {}, [], []
         state.disabled = {"iam"}
