@@ -38,16 +38,16 @@ endif
 endif
 endif
 
-# With JSON=1 stdout is the one JSON document alone: make does not echo the command before it.
+# With JSON=1 stdout is the one JSON document alone: make echoes no command (a first venv's neither).
 QUIET_JSON := $(if $(JSON),@)
 
 $(BIN)/python:
-	$(RUN)$(PY) -m venv $(VENV)
-	$(RUN)$(BIN)/pip install -q --upgrade pip
+	$(RUN)$(QUIET_JSON)$(PY) -m venv $(VENV)
+	$(RUN)$(QUIET_JSON)$(BIN)/pip install -q --upgrade pip
 
 $(VENV)/.installed: requirements.txt | $(BIN)/python
-	$(RUN)$(BIN)/pip install -q -r requirements.txt
-	$(RUN)touch $@
+	$(RUN)$(QUIET_JSON)$(BIN)/pip install -q -r requirements.txt
+	$(RUN)$(QUIET_JSON)touch $@
 
 venv: $(VENV)/.installed ## create .venv with every pinned dependency
 
