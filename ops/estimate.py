@@ -17,12 +17,9 @@ from pathlib import Path
 
 from facts import prices
 from stacks.config import LabConfig
-from stacks.cost_estimate import CostEstimate, estimate, markdown
+from stacks.cost_estimate import EXISTING_NOT_PRICED, CostEstimate, estimate, markdown
 from stacks.loader import ConfigError
 from stacks.stackfile import REPO, load_config, stack_names
-
-
-EXISTING = "%s: no estimate: it runs on an existing cluster (cluster.target existing), whose nodes it neither creates nor bills"
 
 
 def table(estimates: list[tuple[LabConfig, CostEstimate]]) -> str:
@@ -42,7 +39,7 @@ def _all(directory: Path) -> int:
         try:
             cfg = load_config(stack, directory=directory)
             if cfg.cluster.existing:
-                print(EXISTING % stack, file=sys.stderr)
+                print(f"{stack}: no estimate: {EXISTING_NOT_PRICED}", file=sys.stderr)
                 continue
             priced.append((cfg, estimate(cfg)))
         except prices.PricingError as e:
@@ -72,7 +69,7 @@ def main(argv: list[str] | None = None, directory: Path = REPO) -> int:
         parser.error("give a stack name or --all")
     try:
         cfg = load_config(args.stack, directory=directory)
-        print(EXISTING % cfg.stack if cfg.cluster.existing else markdown(estimate(cfg)))
+        print(f"{cfg.stack}: no estimate: {EXISTING_NOT_PRICED}" if cfg.cluster.existing else markdown(estimate(cfg)))
     except (prices.PricingError, FileNotFoundError, ConfigError) as e:
         print(f"error: {e}", file=sys.stderr)
         return 2

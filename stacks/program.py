@@ -64,6 +64,5 @@ def build(cfg: LabConfig, secrets: Secrets) -> dict[str, Any]:
         "labels": cfg.billing_labels,
         "versions": out.versions,
         "benchmark": out.benchmark,
-        # Only what this stack creates is priced: an existing cluster's nodes are not (null).
-        "cost_estimate": cost.model_dump() if not cfg.cluster.existing and (cost := estimate_or_none(cfg)) else None,
+        "cost_estimate": cost.model_dump() if (cost := estimate_or_none(cfg)) else None,
     }

@@ -21,6 +21,7 @@ from ops import estimate, preflight, session
 from ops.gcp import GcpClient
 from stacks.loader import ConfigError
 from stacks.mockrun import MockRun
+from stacks.plan import main as plan_main
 from stacks.stackfile import load_config
 
 LABS = ["dev", "g1", "g2", "g3", "g4", "g5", "g6", "g7", "g8"]
@@ -191,3 +192,11 @@ def test_down_is_the_destroy_alone(mine, tmp_path, monkeypatch, capsys):
     assert session.main(["down", "--stack", "g3-mine"]) == 0
     assert [json.loads(line) for line in log.read_text().splitlines()] == [["destroy", "-s", "g3-mine", "--yes"]]
     assert "created nothing of Google, no status check to run" in capsys.readouterr().out
+
+
+def test_the_offline_plan_of_an_existing_stack_prices_nothing(mine, capsys):
+    assert plan_main(["g3-mine", "--dir", str(mine)]) == 0
+    out = capsys.readouterr().out
+    assert "resources for stack g3-mine (update)." in out and "gcp:" not in out
+    assert out.rstrip().endswith("No cost estimate: it runs on an existing cluster (cluster.target existing), whose "
+                                 "nodes it neither creates nor bills.")
