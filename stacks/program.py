@@ -42,6 +42,7 @@ def build(cfg: LabConfig, secrets: Secrets) -> dict[str, Any]:
         "region": where.region,
         "zones": where.zones,
         "cluster_name": where.cluster_name,
+        "cluster_target": cfg.cluster.target,
         "kubeconfig": where.kubeconfig,
         "system_pool": {"name": where.system_pool, "node_selector": placement.system_node_selector},
         "gpu_pool": {

@@ -5,19 +5,22 @@ meaning there, and the benchmarks read them."""
 from __future__ import annotations
 
 import json
+from datetime import datetime, timezone
 from pathlib import Path
 
 import pytest
 import yaml
+from pulumi.runtime import rpc
 
 import existing_cluster as ec
 from fake_pulumi import pulumi_answering
 from benchmarks.g6 import cli as g6_cli
 from benchmarks.g6.run import read_stack_outputs, resolve_params
+from benchmarks.harness.evidence import from_cluster
 from benchmarks.harness.outputs import read_outputs
 from benchmarks.labs import g1, g2, g3, g4, g5, g7, g8
 from benchmarks.labs.stack import gpu_placement, system_selector
-from ops import estimate, preflight, session
+from ops import estimate, preflight, session, status
 from ops.gcp import GcpClient
 from stacks.loader import ConfigError
 from stacks.mockrun import MockRun
@@ -26,7 +29,7 @@ from stacks.stackfile import load_config
 
 LABS = ["dev", "g1", "g2", "g3", "g4", "g5", "g6", "g7", "g8"]
 # The contract (DESIGN.md) and program.build's other keys: an existing cluster keeps every name.
-CONTRACT = ["lab", "lab_title", "config_sha256", "project", "region", "zones", "cluster_name", "kubeconfig",
+CONTRACT = ["lab", "lab_title", "config_sha256", "project", "region", "zones", "cluster_name", "cluster_target", "kubeconfig",
             "system_pool", "gpu_pool", "namespaces", "endpoints", "prometheus", "grafana", "artifact_bucket",
             "labels", "versions", "benchmark", "cost_estimate"]  # fmt: skip
 # The local control plane's nodes, labelled as no GKE pool is: nothing may fall back to GKE's labels.
@@ -95,6 +98,15 @@ def test_the_kubeconfig_output_is_the_chosen_context_alone_with_absolute_files()
     assert user == {"name": "admin", "user": {"client-certificate": str(pki / "admin.crt"), "client-key": str(pki / "admin.key")}}
 
 
+def test_an_unreachable_existing_cluster_fails_destroy_and_its_credentials_stay_secret(runs, stack_runs):
+    """The GKE target's provider forgets objects of a cluster that no longer answers (it deleted the
+    cluster itself); on a user's cluster that would leave every object behind unrecorded."""
+    (existing,) = runs[("dev", False)].of_type("pulumi:providers:kubernetes")
+    (gke,) = stack_runs[("dev", False)].of_type("pulumi:providers:kubernetes")
+    assert set(existing.inputs) == {"kubeconfig"} and gke.inputs["deleteUnreachable"] == "true"
+    assert existing.inputs["kubeconfig"][rpc._special_sig_key] == rpc._special_secret_sig
+
+
 @pytest.mark.parametrize(
     ("fields", "line"),
     [
@@ -157,6 +169,18 @@ def test_g8_refuses_a_pool_not_known_to_be_spot(runs):
         g8.check_outputs(runs[("g8", False)].outputs)
 
 
+def test_the_report_gives_no_billing_export_line_for_an_existing_cluster(runs, stack_runs):
+    """The billing export finds a run's cost by the labels of what its stack created: nothing, here."""
+    common = {"server_version": {}, "nodes": [], "pods": [], "events": [], "nvidia_smi": None,
+              "started": datetime(2026, 12, 1, 17, 1, tzinfo=timezone.utc), "finished": datetime(2026, 12, 1, 17, 7, tzinfo=timezone.utc)}  # fmt: skip
+    assert runs[("g1", False)].outputs["cluster_target"] == "existing"
+    assert from_cluster(outputs=runs[("g1", False)].outputs, **common).make_cost == (
+        "none: the run was on an existing cluster (cluster.target existing), whose nodes carry no billing label of "
+        "this stack; where the lab runs the cost exporter, its list-price figures stand in")
+    on_gke = from_cluster(outputs=stack_runs[("g1", False)].outputs, **common).make_cost
+    assert on_gke == "make cost LAB=g1 SINCE=2026-12-01T17:00 UNTIL=2026-12-01T19:00 BILLING_TABLE=PROJECT_ID.DATASET.TABLE"
+
+
 # ---------------------------------------------------------------- the operator commands on such a stack
 
 
@@ -187,11 +211,33 @@ def test_estimate_prices_nothing_of_an_existing_cluster(mine, capsys):
     assert capsys.readouterr().out.startswith("g3-mine: no estimate: it runs on an existing cluster")
 
 
+def test_up_is_the_kubeconfig_check_then_pulumi_up(mine, tmp_path, monkeypatch, capsys):
+    log = pulumi_answering(tmp_path, monkeypatch, {"up": ("Resources:\n    + 80 created\n", "", 0)})
+    assert session.main(["up", "--stack", "g3-mine"]) == 0
+    assert [json.loads(line) for line in log.read_text().splitlines()] == [["up", "-s", "g3-mine"]]
+    assert f"OK    kubeconfig: context {ec.GKE_CONTEXT}" in capsys.readouterr().out
+    (mine / "Pulumi.g3-mine.yaml").write_text((mine / "Pulumi.g3-mine.yaml").read_text().replace(ec.GKE_CONTEXT, "gone"))
+    assert session.main(["up", "--stack", "g3-mine"]) == 1
+    assert len(log.read_text().splitlines()) == 1, "no `pulumi up` after a failed preflight"
+
+
 def test_down_is_the_destroy_alone(mine, tmp_path, monkeypatch, capsys):
     log = pulumi_answering(tmp_path, monkeypatch, {"destroy": ("The resources in the stack have been deleted.\n", "", 0)})
     assert session.main(["down", "--stack", "g3-mine"]) == 0
     assert [json.loads(line) for line in log.read_text().splitlines()] == [["destroy", "-s", "g3-mine", "--yes"]]
     assert "created nothing of Google, no status check to run" in capsys.readouterr().out
+
+
+def test_status_checks_no_project_for_an_existing_stack_and_says_why(mine, monkeypatch, capsys):
+    monkeypatch.setattr(status.shutil, "which", lambda name: None)  # no Pulumi CLI: state not read
+    for argv in (["--stack", "g3-mine"], []):
+        assert status.main(argv, directory=mine) == 0
+        out = capsys.readouterr().out
+        assert "stack g3-mine: on an existing cluster (cluster.target existing): it created nothing of Google" in out
+        assert out.rstrip().endswith("DOWN: nothing billable of gke-ml-labs: g3-mine created nothing of Google")
+    # A stack file that cannot be read still leaves the proof incomplete.
+    (mine / "Pulumi.broken.yaml").write_text("config: [")
+    assert status.main([], directory=mine) == 2
 
 
 def test_the_offline_plan_of_an_existing_stack_prices_nothing(mine, capsys):
