@@ -17,7 +17,7 @@ from pathlib import Path
 
 from facts import prices
 from stacks.config import LabConfig
-from stacks.cost_estimate import CostEstimate, estimate, markdown
+from stacks.cost_estimate import EXISTING_NOT_PRICED, CostEstimate, estimate, markdown
 from stacks.loader import ConfigError
 from stacks.stackfile import REPO, load_config, stack_names
 
@@ -38,6 +38,9 @@ def _all(directory: Path) -> int:
     for stack in stack_names(directory):
         try:
             cfg = load_config(stack, directory=directory)
+            if cfg.cluster.existing:
+                print(f"{stack}: no estimate: {EXISTING_NOT_PRICED}", file=sys.stderr)
+                continue
             priced.append((cfg, estimate(cfg)))
         except prices.PricingError as e:
             unpriced.append(f"{stack}: no estimate: {e}")
@@ -65,7 +68,8 @@ def main(argv: list[str] | None = None, directory: Path = REPO) -> int:
     if not args.stack:
         parser.error("give a stack name or --all")
     try:
-        print(markdown(estimate(load_config(args.stack, directory=directory))))
+        cfg = load_config(args.stack, directory=directory)
+        print(f"{cfg.stack}: no estimate: {EXISTING_NOT_PRICED}" if cfg.cluster.existing else markdown(estimate(cfg)))
     except (prices.PricingError, FileNotFoundError, ConfigError) as e:
         print(f"error: {e}", file=sys.stderr)
         return 2

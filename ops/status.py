@@ -7,7 +7,8 @@ is invalid) and every --project, in every zone and region: GKE clusters, VMs, pe
 static addresses, forwarding rules and buckets labelled app=gke-ml-labs, and HMAC keys of the
 stacks' service accounts (ops.inventory), each with
 where, since when, its list price and its cost so far. Pulumi state is reported beside it, but the
-proof is the cloud's own answer: a failed destroy can leave state wrong.
+proof is the cloud's own answer: a failed destroy can leave state wrong. A stack on an existing
+cluster (`cluster.target: existing`) names no project: it created nothing of Google.
 
 Exit status: 0 only when every project was checked and nothing billable of ours exists; 1 while
 something billable exists; 2 when the proof is incomplete (a stack file that cannot be read, a
@@ -29,10 +30,14 @@ from facts import prices
 from ops import inventory
 from ops.gcp import ApiDisabled, CredentialsError, GcpClient, GcpError
 from ops.inventory import Billable
-from stacks.loader import ConfigError
+from stacks.cluster_config import KEY as CLUSTER_KEY
+from stacks.loader import ConfigError, decode, targets_existing
 from stacks.stackfile import REPO, stack_config, stack_names
 
 PULUMI_TIMEOUT_S = 60
+# A stack on an existing cluster bills nothing of ours; what it applied there is its Pulumi state.
+EXISTING = ("on an existing cluster (cluster.target existing): it created nothing of Google, so no project of "
+            "its is checked; its objects on that cluster are the Pulumi state above (`make down` removes them)")
 
 
 @dataclass(frozen=True)
@@ -76,11 +81,12 @@ def pulumi_state(directory: Path = REPO) -> PulumiState:
         return PulumiState(error=f"`pulumi stack ls --json` printed no stack list: {e}")
 
 
-def stack_projects(stacks: list[str], directory: Path) -> tuple[dict[str, list[str]], list[str]]:
-    """project -> the stack files naming it, and one line per stack file that cannot be read. Only
-    gcp:project is needed, so a stack file whose lab config is invalid still names its project."""
+def stack_projects(stacks: list[str], directory: Path) -> tuple[dict[str, list[str]], list[str], list[str]]:
+    """project -> the stack files naming it, one line per stack file that cannot be read, and the stacks
+    on an existing cluster (which name no project: they create nothing of Google). Only gcp:project and
+    the cluster target are read, so a stack file whose lab config is invalid still names its project."""
     projects: dict[str, list[str]] = {}
-    unreadable = []
+    unreadable, existing = [], []
     for stack in stacks:
         try:
             config, _ = stack_config(stack, directory)
@@ -88,9 +94,11 @@ def stack_projects(stacks: list[str], directory: Path) -> tuple[dict[str, list[s
             unreadable.append(str(e))  # one line: a StackFileError names file:line:column
             continue
         project = config.get("gcp:project")
-        if project:
+        if targets_existing(decode(config.get(CLUSTER_KEY))):
+            existing.append(stack)
+        elif project:
             projects.setdefault(project, []).append(f"Pulumi.{stack}.yaml")
-    return projects, unreadable
+    return projects, unreadable, existing
 
 
 @dataclass
@@ -169,7 +177,7 @@ def main(argv: list[str] | None = None, client: GcpClient | None = None, now: da
     parser.add_argument("--gpu-only", action="store_true", help="only GPU VMs (the narrower, faster check)")
     args = parser.parse_args(argv)
     stacks = args.stack or stack_names(directory)
-    named, unreadable = stack_projects(stacks, directory)
+    named, unreadable, existing = stack_projects(stacks, directory)
     projects = {p: [] for p in args.project} | named
     for p in args.project:
         projects[p] = [*projects[p], "--project"]
@@ -177,6 +185,11 @@ def main(argv: list[str] | None = None, client: GcpClient | None = None, now: da
     print("\n".join(state.lines(stacks)))
     for line in unreadable:
         print(f"stack file {line}")
+    for stack in existing:
+        print(f"stack {stack}: {EXISTING}")
+    if not projects and existing and not unreadable:
+        print(f"\nDOWN: nothing billable of gke-ml-labs: {', '.join(existing)} created nothing of Google")
+        return 0
     if not projects:
         print("no project to check: pass --project (make status PROJECT=...) or set gcp:project in a stack file")
         return 2
