@@ -21,7 +21,7 @@ from pathlib import Path
 
 from facts import prices
 from stacks.config import LabConfig
-from stacks.cost_estimate import CostEstimate, estimate, markdown
+from stacks.cost_estimate import EXISTING_NOT_PRICED, CostEstimate, estimate, markdown
 from stacks.loader import ConfigError
 from stacks.stackfile import REPO, load_config, stack_names
 
@@ -82,6 +82,9 @@ def everything(directory: Path = REPO) -> tuple[list[tuple[LabConfig, CostEstima
     for stack in stack_names(directory):
         try:
             cfg = load_config(stack, directory=directory)
+            if cfg.cluster.existing:
+                print(f"{stack}: no estimate: {EXISTING_NOT_PRICED}", file=sys.stderr)
+                continue
             priced.append((cfg, estimate(cfg)))
         except prices.PricingError as e:
             unpriced.append((stack, f"no estimate: {e}"))
@@ -134,6 +137,9 @@ def main(argv: list[str] | None = None, directory: Path = REPO) -> int:
         parser.error("give a stack name or --all")
     try:
         cfg = load_config(args.stack, directory=directory)
+        if cfg.cluster.existing:  # with --json on stderr, as --all says it: stdout stays JSON or nothing
+            print(f"{cfg.stack}: no estimate: {EXISTING_NOT_PRICED}", file=sys.stderr if args.json else sys.stdout)
+            return 0
         est = estimate(cfg)
     except (prices.PricingError, FileNotFoundError, ConfigError) as e:
         print(f"error: {e}", file=sys.stderr)

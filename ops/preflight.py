@@ -28,7 +28,7 @@ from ops.gcp import (
     TokenRefused, host, validated,
 )
 from stacks.stackfile import OFFLINE_PROJECT, REPO, load_config
-from stacks import program
+from stacks import cloud, kube_target, program
 from stacks.config import LabConfig
 from stacks.loader import ConfigError
 
@@ -97,8 +97,8 @@ class BillingInfo(BaseModel):
 
 
 def required_apis(cfg: LabConfig) -> list[str]:
-    """The APIs `pulumi up` enables for this stack (the same list program.build hands ProjectApis)."""
-    return sorted(set(program.BASE_APIS + [api for group in program.FEATURE_GROUPS for api in group.apis(cfg)]))
+    """The APIs `pulumi up` enables for this stack (the same list stacks.cloud hands ProjectApis)."""
+    return sorted(set(cloud.BASE_APIS + [api for group in program.FEATURE_GROUPS for api in group.apis(cfg)]))
 
 
 def quota_metric(cfg: LabConfig) -> str:
@@ -354,6 +354,8 @@ def main(argv: list[str] | None = None, client: GcpClient | None = None, directo
         cfg = load_config(args.stack, project=args.project, directory=directory)
     except (ConfigError, FileNotFoundError) as e:
         return refuse(f"stack file: {e}")
+    if cfg.cluster.existing:
+        return existing_cluster(cfg, args.json)
     if not args.project and cfg.project == OFFLINE_PROJECT:
         return refuse(f"project: gcp:project is not set in Pulumi.{args.stack}.yaml; hint: pass --project or "
                       f"`pulumi config set gcp:project YOUR_PROJECT -s {args.stack}`")  # fmt: skip
@@ -374,6 +376,24 @@ def main(argv: list[str] | None = None, client: GcpClient | None = None, directo
     for result in results:
         print(result.line())
     print(f"all checks passed: `pulumi up -s {args.stack}` may go ahead" if not failed else f"{len(failed)} check(s) failed")
+    return code
+
+
+def existing_cluster(cfg: LabConfig, as_json_: bool = False) -> int:
+    """An existing cluster: nothing of Google is created, so no Google check applies; its kubeconfig
+    context must be there (no call is made to the cluster)."""
+    c = cfg.cluster
+    try:
+        kube_target.context_kubeconfig(c, cfg.stack)
+        code, result = 0, CheckResult(name="kubeconfig", ok=True, detail=f"context {c.context} in {c.kubeconfig}")
+    except ConfigError as e:
+        code, result = 2, CheckResult(name="kubeconfig", ok=False, detail="; ".join(e.problems))
+    if as_json_:
+        print(as_json(cfg.stack, cfg, [result], code, None))
+        return code
+    print(f"preflight for stack {cfg.stack} (lab {cfg.lab}) on the existing cluster of context {c.context}: "
+          "no Google check applies, nothing of Google is created")  # fmt: skip
+    print(f"OK    {result.name}: {result.detail}" if result.ok else result.line())
     return code
 
 

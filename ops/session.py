@@ -5,7 +5,8 @@
 
 `down` runs the status check for the stack's project even when the destroy fails (what is left is
 what matters then), and exits as status does (0 DOWN, 1 NOT DOWN, 2 NOT PROVEN), 2 too when the destroy
-failed and nothing of ours was found.
+failed and nothing of ours was found. A stack on an existing cluster (`cluster.target: existing`)
+created nothing of Google, so `down` is the destroy alone.
 
 It runs the Pulumi CLI in the foreground rather than through the Automation API: the Automation API
 drives the same CLI binary (it needs it installed all the same), and it hands a failure back as one
@@ -21,6 +22,8 @@ import subprocess
 import sys
 
 from ops import preflight, status
+from stacks.loader import ConfigError
+from stacks.stackfile import load_config
 
 INSTALL_HINT = f"{preflight.PULUMI_INSTALL} and run `pulumi login --local`"
 
@@ -50,10 +53,20 @@ def down(stack: str, project: str | None) -> int:
     destroyed = _pulumi(["destroy", "-s", stack, "--yes"])
     if destroyed != 0:
         print(f"`pulumi destroy -s {stack}` did not finish (exit {destroyed}); what is left:")
+    if _on_existing_cluster(stack):
+        print(f"stack {stack} is on an existing cluster: it created nothing of Google, no status check to run")
+        return destroyed
     left = status.main(["--stack", stack, *(["--project", project] if project else [])])
     # status's own 0/1/2, so a script tells NOT DOWN from NOT PROVEN; a failed destroy with nothing found
     # left is not proof (Pulumi may still hold what it could not delete): 2.
     return left or (2 if destroyed else 0)
+
+
+def _on_existing_cluster(stack: str) -> bool:
+    try:
+        return load_config(stack).cluster.existing
+    except (ConfigError, FileNotFoundError):
+        return False  # the status check then reports the stack file and what is left
 
 
 def main(argv: list[str] | None = None) -> int:

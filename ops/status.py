@@ -7,7 +7,8 @@ is invalid) and every --project, in every zone and region, for every kind any la
 GKE creates for our clusters without our label (ops.inventory says what is ours and how it knows), each
 with where, since when, its list price (or that facts/prices.py has none) and its cost so far. Pulumi
 state is reported beside it, but the proof is the cloud's own answer: a failed destroy can leave state
-wrong.
+wrong. A stack on an existing cluster (`cluster.target: existing`) names no project: it created nothing
+of Google.
 
 Exit status: 0 only when every project and kind was checked and nothing of ours is left (the verdict
 line names what status does not list); 1 while anything of ours is left, priced or not; 2 when the
@@ -31,11 +32,15 @@ from facts import prices
 from ops import inventory
 from ops.gcp import ApiDisabled, CredentialsError, GcpClient, GcpError, host
 from ops.inventory import Billable
-from stacks.loader import ConfigError
+from stacks.cluster_config import KEY as CLUSTER_KEY
+from stacks.loader import ConfigError, decode, targets_existing
 from stacks.stackfile import REPO, misnamed_stack_files, stack_config, stack_names
 
 PULUMI_TIMEOUT_S = 60
 SCHEMA_VERSION = 1
+# A stack on an existing cluster bills nothing of ours; what it applied there is its Pulumi state.
+EXISTING = ("on an existing cluster (cluster.target existing): it created nothing of Google, so no project of "
+            "its is checked; its objects on that cluster are the Pulumi state above (`make down` removes them)")
 
 
 @dataclass(frozen=True)
@@ -79,11 +84,12 @@ def pulumi_state(directory: Path = REPO) -> PulumiState:
         return PulumiState(error=f"`pulumi stack ls --json` printed no stack list: {e}")
 
 
-def stack_projects(stacks: list[str], directory: Path) -> tuple[dict[str, list[str]], list[str]]:
-    """project -> the stack files naming it, and one line per stack file that cannot be read. Only
-    gcp:project is needed, so a stack file whose lab config is invalid still names its project."""
+def stack_projects(stacks: list[str], directory: Path) -> tuple[dict[str, list[str]], list[str], list[str]]:
+    """project -> the stack files naming it, one line per stack file that cannot be read, and the stacks
+    on an existing cluster (which name no project: they create nothing of Google). Only gcp:project and
+    the cluster target are read, so a stack file whose lab config is invalid still names its project."""
     projects: dict[str, list[str]] = {}
-    unreadable = []
+    unreadable, existing = [], []
     for stack in stacks:
         try:
             config, _ = stack_config(stack, directory)
@@ -91,9 +97,11 @@ def stack_projects(stacks: list[str], directory: Path) -> tuple[dict[str, list[s
             unreadable.append(str(e))  # one line: a StackFileError names file:line:column
             continue
         project = config.get("gcp:project")
-        if project:
+        if targets_existing(decode(config.get(CLUSTER_KEY))):
+            existing.append(stack)
+        elif project:
             projects.setdefault(project, []).append(f"Pulumi.{stack}.yaml")
-    return projects, unreadable
+    return projects, unreadable, existing
 
 
 @dataclass
@@ -245,7 +253,7 @@ def main(argv: list[str] | None = None, client: GcpClient | None = None, now: da
     parser.add_argument("--json", action="store_true", help="print one JSON document (docs/schemas/status.schema.json)")
     args = parser.parse_args(argv)
     stacks = args.stack or stack_names(directory)
-    named, unreadable = stack_projects(stacks, directory)
+    named, unreadable, existing = stack_projects(stacks, directory)
     # A --stack whose file is misnamed `.yml` is already one line naming it: not a second.
     unreadable += [m for m in misnamed_stack_files(directory) if not any(m in line for line in unreadable)]
     projects = {p: [] for p in args.project} | named
@@ -256,9 +264,16 @@ def main(argv: list[str] | None = None, client: GcpClient | None = None, now: da
     say("\n".join(state.lines(stacks)))
     for line in unreadable:
         say(line if line.startswith("no stack file") else f"stack file {line}")
+    for stack in existing:
+        say(f"stack {stack}: {EXISTING}")
     unread = unreadable + ([f"Pulumi state: {state.error}"] if state.error else [])
     now = now or datetime.now(timezone.utc)
     checks: list[ProjectCheck] = []
+    if not projects and existing and not unreadable:
+        result = Verdict("DOWN", 0, f"DOWN: nothing billable of gke-ml-labs: {', '.join(existing)} created nothing "
+                         "of Google")  # fmt: skip
+        print(as_json(state, unread, checks, projects, [], result, now, args.gpu_only) if args.json else f"\n{result.line}")
+        return result.code
     if not projects:
         result = Verdict("NOT PROVEN", 2, "NOT PROVEN: no project to check: pass --project (make status PROJECT=...) "
                          "or set gcp:project in a stack file")  # fmt: skip

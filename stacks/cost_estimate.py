@@ -225,8 +225,15 @@ def estimate_section(cfg_or_outputs: LabConfig | dict[str, Any]) -> str:
     return markdown(CostEstimate.model_validate(saved)) if isinstance(saved, dict) else ""
 
 
+# Why a stack on an existing cluster has no estimate: only what a stack creates is priced.
+EXISTING_NOT_PRICED = "it runs on an existing cluster (cluster.target existing), whose nodes it neither creates nor bills"
+
+
 def estimate_or_none(cfg: LabConfig) -> CostEstimate | None:
-    """The estimate, or None where prices are unknown: a missing price must never block `pulumi up`."""
+    """The estimate, or None where prices are unknown (a missing price must never block `pulumi up`)
+    or there is nothing to price (an existing cluster)."""
+    if cfg.cluster.existing:
+        return None
     try:
         return estimate(cfg)
     except prices.PricingError:

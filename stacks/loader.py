@@ -147,6 +147,12 @@ def plaintext_secrets(stack: str, keys: Iterable[str], secret_keys: Iterable[str
     ]
 
 
+def targets_existing(cluster: Any) -> bool:
+    """Whether the decoded `cluster` key targets an existing cluster, which needs no gcp:project and
+    gets nothing of Google created (the model checks the key itself)."""
+    return (cluster if isinstance(cluster, str) else cluster.get("target") if isinstance(cluster, dict) else None) == "existing"
+
+
 def parse(raw: dict[str, Any], *, stack: str, project: str | None, region: str | None) -> LabConfig:
     """Validate decoded config keys; pure, so tests and the offline plan share it."""
     stack_file = f"Pulumi.{stack}.yaml"
@@ -162,7 +168,7 @@ def parse(raw: dict[str, Any], *, stack: str, project: str | None, region: str |
             problems.append(f"{PROJECT}:{key}: not set here; use gcp:{key} (stack name for 'stack')")
     for key in SECRET_KEYS:
         raw = {k: v for k, v in raw.items() if k != key}
-    if not project:
+    if not project and not targets_existing(raw.get("cluster")):
         problems.append(f"gcp:project is not set: run `pulumi config set gcp:project YOUR_PROJECT -s {stack}`")
     if problems:
         raise ConfigError(stack_file, problems)

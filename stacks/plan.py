@@ -19,7 +19,7 @@ import yaml
 
 from facts.prices import PricingError
 from stacks.config import LabConfig
-from stacks.cost_estimate import estimate, markdown
+from stacks.cost_estimate import EXISTING_NOT_PRICED, estimate, markdown
 from stacks.loader import ConfigError
 from stacks.mockrun import MockRun, Recorded, run_stack
 from stacks.output_folder import OutputFolderError, prepare
@@ -158,7 +158,10 @@ def _table(run: MockRun, cfg: LabConfig) -> str:
 
 
 def cost_section(cfg: LabConfig) -> str:
-    """The estimate, or one line saying which price is missing (the stack still deploys)."""
+    """The estimate, or one line saying which price is missing (the stack still deploys) or that there
+    is nothing to price."""
+    if cfg.cluster.existing:
+        return f"No cost estimate: {EXISTING_NOT_PRICED}."
     try:
         return markdown(estimate(cfg))
     except PricingError as e:

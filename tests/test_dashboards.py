@@ -9,8 +9,8 @@ from pathlib import Path
 import pytest
 import yaml
 
-import upstream
 from promql import promtool, syntax_errors
+from components import upstream
 from components.dashboards import all_dashboards, cost_dashboard, gpu, gpu_dashboard, kueue, kueue_dashboard, serving_dashboard
 
 DASHBOARDS = {"gpu": gpu_dashboard, "kueue": kueue_dashboard, "serving": serving_dashboard, "cost": cost_dashboard}

@@ -117,6 +117,12 @@ def first_time_problems(
     return lines
 
 
+# The billing export attributes cost by the `lab` label of the resources a stack creates; a stack on an
+# existing cluster creates none, so no `make cost` line could give its run's cost.
+NOT_BILLED = ("none: the run was on an existing cluster (cluster.target existing), whose nodes carry no billing "
+              "label of this stack; where the lab runs the cost exporter, its list-price figures stand in")
+
+
 def make_cost_line(lab: str, started: datetime, finished: datetime) -> str:
     """The `make cost` command that gives the billed cost of this run's window once the export caught up."""
     since = started.replace(minute=0, second=0, microsecond=0)
@@ -167,7 +173,7 @@ def from_cluster(
         zone=of_gpu_nodes(lambda n: _labels(n).get(ZONE_LABEL)),
         spot=of_gpu_nodes(spot),
         config_sha256=str(outputs.get("config_sha256") or UNKNOWN),
-        make_cost=make_cost_line(lab, started, finished),
+        make_cost=NOT_BILLED if outputs.get("cluster_target") == "existing" else make_cost_line(lab, started, finished),
         first_time_problems=first_time_problems(events, pods, started, finished),
     )
 
