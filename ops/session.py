@@ -6,7 +6,7 @@
 `down` runs the status check for the stack's project even when the destroy fails (what is left is
 what matters then), and exits as status does (0 DOWN, 1 NOT DOWN, 2 NOT PROVEN), 2 too when the destroy
 failed and nothing of ours was found. A stack on an existing cluster (`cluster.target: existing`)
-created nothing of Google, so `down` is the destroy alone.
+created nothing of Google, so `down` is the destroy alone: 0 when it finished, 2 when it did not.
 
 It runs the Pulumi CLI in the foreground rather than through the Automation API: the Automation API
 drives the same CLI binary (it needs it installed all the same), and it hands a failure back as one
@@ -55,7 +55,7 @@ def down(stack: str, project: str | None) -> int:
         print(f"`pulumi destroy -s {stack}` did not finish (exit {destroyed}); what is left:")
     if _on_existing_cluster(stack):
         print(f"stack {stack} is on an existing cluster: it created nothing of Google, no status check to run")
-        return destroyed
+        return 2 if destroyed else 0  # the same 0/2 a GKE stack's down gives: a failed destroy proves nothing
     left = status.main(["--stack", stack, *(["--project", project] if project else [])])
     # status's own 0/1/2, so a script tells NOT DOWN from NOT PROVEN; a failed destroy with nothing found
     # left is not proof (Pulumi may still hold what it could not delete): 2.

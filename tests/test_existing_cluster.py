@@ -226,6 +226,10 @@ def test_down_is_the_destroy_alone(mine, tmp_path, monkeypatch, capsys):
     assert session.main(["down", "--stack", "g3-mine"]) == 0
     assert [json.loads(line) for line in log.read_text().splitlines()] == [["destroy", "-s", "g3-mine", "--yes"]]
     assert "created nothing of Google, no status check to run" in capsys.readouterr().out
+    # A destroy that did not finish is not proof, whatever Pulumi's own exit code: 2, as make promises.
+    (tmp_path / "unreachable").mkdir()
+    pulumi_answering(tmp_path / "unreachable", monkeypatch, {"destroy": ("", "error: the cluster is unreachable\n", 255)})
+    assert session.main(["down", "--stack", "g3-mine"]) == 2
 
 
 def test_status_checks_no_project_for_an_existing_stack_and_says_why(mine, monkeypatch, capsys):
