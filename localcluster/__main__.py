@@ -19,6 +19,7 @@ import time
 from pathlib import Path
 
 from localcluster.build import REPO, BuildError, ensure
+from localcluster.controllers import ControllerError, beside, needed
 from localcluster.controlplane import ClusterError, ControlPlane
 from stacks.loader import ConfigError
 from stacks.stackfile import load_config, stack_names
@@ -54,8 +55,8 @@ def serve(lab: str, status_fd: int | None) -> int:
     signal.signal(signal.SIGHUP, stop)
     try:
         config = load_config(lab)
-        built = ensure(NEEDS, say=say)
-        with ControlPlane(FOLDER, built, config, say=say) as cluster:
+        built = ensure(NEEDS + tuple(c.module for c in needed(config)), say=say)
+        with ControlPlane(FOLDER, built, config, say=say) as cluster, beside(cluster, built, say):
             SUPERVISOR.write_text(json.dumps({"pid": os.getpid(), "lab": lab, "kubeconfig": str(cluster.kubeconfig)}))
             say(f"local cluster for lab {lab} is up: {len(cluster.components)} processes on 127.0.0.1, logs in "
                 f"{cluster.logs.relative_to(REPO)}")
@@ -63,7 +64,7 @@ def serve(lab: str, status_fd: int | None) -> int:
             if out is not sys.stdout:
                 out.close()
             signal.pause() if hasattr(signal, "pause") else time.sleep(10**9)
-    except (BuildError, ClusterError, ConfigError, FileNotFoundError) as e:
+    except (BuildError, ClusterError, ControllerError, ConfigError, FileNotFoundError) as e:
         say(f"error: {e}")
         return 1
     except KeyboardInterrupt:

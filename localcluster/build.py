@@ -122,6 +122,11 @@ MODULES: dict[str, Module] = {
                 ].lstrip("v")
             },
         ),
+        # The lab's controllers (localcluster.controllers), stamped as their release builds stamp them, so
+        # the version each logs at start is the one it was built from.
+        Module("kueue", version_vars=lambda v: {"sigs.k8s.io/kueue/pkg/version.GitVersion": v["sigs.k8s.io/kueue"]}),
+        Module("jobset", version_vars=lambda v: {"sigs.k8s.io/jobset/pkg/version.GitVersion": v["sigs.k8s.io/jobset"]}),
+        Module("trainer"),  # its controller reports no version of its own
     )
 }
 BUILD_FLAGS = ("-trimpath", "-buildvcs=false")

@@ -1,8 +1,9 @@
 """The local control plane's keys and certificates, made fresh for each start.
 
-One CA signs the API server's serving certificate (for 127.0.0.1 and localhost only) and a client
-certificate per identity (the admin in system:masters, and the controller manager, the scheduler and
-kwok under the user names their built-in RBAC roles expect). A separate RSA key signs service-account
+One CA signs the API server's serving certificate (for 127.0.0.1 and localhost only), the one the
+lab's controllers serve their admission webhooks with (127.0.0.1), and a client certificate per
+identity (the admin in system:masters, and the controller manager, the scheduler and kwok under the
+user names their built-in RBAC roles expect). A separate RSA key signs service-account
 tokens. Everything is written under the cluster's folder and lives as long as the cluster does.
 """
 
@@ -36,6 +37,7 @@ SCHEDULER = Identity("kube-scheduler", "system:kube-scheduler")
 # kwok writes node and pod status for every node it simulates: an admin identity, as kwokctl gives it.
 KWOK = Identity("kwok", "kwok-controller", ("system:masters",))
 CLIENTS = (ADMIN, CONTROLLER_MANAGER, SCHEDULER, KWOK)
+WEBHOOKS = "webhooks"  # the serving pair of the lab's controllers' admission webhooks (127.0.0.1)
 
 
 @dataclass(frozen=True)
@@ -125,6 +127,8 @@ def generate(folder: Path) -> Pki:
             x509.DNSName("kubernetes.default.svc"),
         ],
     )
+    # The lab's controllers (localcluster.controllers) serve their admission webhooks on loopback with it.
+    issue(WEBHOOKS, _name("local webhooks"), [ExtendedKeyUsageOID.SERVER_AUTH], [x509.IPAddress(ipaddress.ip_address("127.0.0.1"))])
     for identity in CLIENTS:
         issue(identity.file, _name(identity.user, identity.groups), [ExtendedKeyUsageOID.CLIENT_AUTH])
 

@@ -19,30 +19,27 @@ from __future__ import annotations
 
 import base64
 import json
-import os
 import shutil
-import signal
-import socket
 import subprocess
+import threading
 import time
-import urllib.error
-import urllib.request
-from collections.abc import Callable, Iterator
-from contextlib import ExitStack, contextmanager
-from dataclasses import dataclass
+from collections.abc import Callable
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+import httpx
 import yaml
 
-from components.kueue import manager_config
 from components.gpu_pool import GpuPlacement
+from components.kueue import manager_config
+from localcluster import certs
+from localcluster.build import GOMOD, Built
+from localcluster.controlplane import LOOPBACK, Component, ControlPlane, free_ports, log_tail
 from stacks.compose_platform import kueue_args
 from stacks.config import LabConfig
 
-LOOPBACK = "127.0.0.1"
 READY_TIMEOUT_S = 120.0
-STOP_TIMEOUT_S = 15.0
 
 Say = Callable[[str], None]
 
@@ -65,8 +62,8 @@ class Controller:
     binary: str
     source: str  # the Go module it is built from: its webhook manifests are read from its source
     webhooks: str  # the generated webhook configurations inside that source
-    api_group: str  # served once its CRDs are applied: the controller starts then
-    api_version: str
+    crds: str  # the folder of its CRDs inside that source: the controller starts once they are established
+    api_group: str
     namespace: str
 
     def source_dir(self, gomod: Path) -> Path:
@@ -79,15 +76,15 @@ class Controller:
 
 KUEUE = Controller(
     "kueue", "kueue", "kueue", "sigs.k8s.io/kueue", "config/components/webhook/manifests.yaml",
-    "kueue.x-k8s.io", "v1beta2", "kueue-system",
+    "config/components/crd/bases", "kueue.x-k8s.io", "kueue-system",
 )  # fmt: skip
 JOBSET = Controller(
     "jobset", "jobset", "jobset", "sigs.k8s.io/jobset", "config/components/webhook/manifests.yaml",
-    "jobset.x-k8s.io", "v1alpha2", "jobset-system",
+    "config/components/crd/bases", "jobset.x-k8s.io", "jobset-system",
 )  # fmt: skip
 TRAINER = Controller(
     "trainer", "trainer", "trainer-controller-manager", "github.com/kubeflow/trainer/v2",
-    "manifests/base/webhook/manifests.yaml", "trainer.kubeflow.org", "v1alpha1", "kubeflow-system",
+    "manifests/base/webhook/manifests.yaml", "manifests/base/crds", "trainer.kubeflow.org", "kubeflow-system",
 )  # fmt: skip
 CONTROLLERS = {c.name: c for c in (KUEUE, JOBSET, TRAINER)}
 
@@ -194,147 +191,174 @@ def loopback_webhooks(manifests: str, prefix: str, port: int, ca_bundle: bytes) 
 # ------------------------------------------------------------------------------------------ processes
 
 
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind((LOOPBACK, 0))
-        return s.getsockname()[1]
+def required_crds(controller: Controller, source: Path) -> list[str]:
+    """The CRDs the controller's manager watches, named from its source's CRD files (`<group>_<plural>.yaml`)."""
+    folder = source / controller.crds
+    names = [f"{f.stem.split('_', 1)[1]}.{controller.api_group}" for f in sorted(folder.glob(f"{controller.api_group}_*.yaml"))]
+    if not names:
+        raise ControllerError(f"no CRD files of {controller.api_group} in {folder}")
+    return names
 
 
-def _ready(port: int) -> bool:
-    try:
-        with urllib.request.urlopen(f"http://{LOOPBACK}:{port}/readyz", timeout=2) as r:
-            return r.status == 200
-    except (urllib.error.URLError, OSError):
-        return False
+def established(client: httpx.Client, crds: list[str]) -> bool:
+    for name in crds:
+        answer = client.get(f"/apis/apiextensions.k8s.io/v1/customresourcedefinitions/{name}")
+        if answer.status_code != 200:
+            return False
+        conditions = (answer.json().get("status") or {}).get("conditions") or []
+        if not any(c.get("type") == "Established" and c.get("status") == "True" for c in conditions):
+            return False
+    return True
+
+
+def _webhook_path(doc: dict[str, Any]) -> str:
+    plural = "mutatingwebhookconfigurations" if doc["kind"] == "MutatingWebhookConfiguration" else "validatingwebhookconfigurations"
+    return f"/apis/admissionregistration.k8s.io/v1/{plural}"
 
 
 @dataclass
 class Running:
     controller: Controller
-    process: subprocess.Popen
-    ports: Ports
-    log: Path
+    component: Component
     webhooks: list[dict[str, Any]]
+    crds: list[str]
 
 
-class Kube:
-    """The few API calls this module makes, through the official client (admin kubeconfig)."""
+@dataclass
+class LabControllers:
+    """Runs the lab's controllers beside the control plane: each started when its CRDs are established
+    (the lab's `pulumi up` applies them), stopped when they are gone (its `pulumi destroy`) and on exit,
+    restarted if it dies, as its Deployment would be. A thread of the supervisor polls once a second."""
 
-    def __init__(self, kubeconfig: Path):
-        from kubernetes import client, config
+    controllers: list[Controller]
+    lab: LabConfig
+    binary: Callable[[str], Path]
+    gomod: Path
+    folder: Path  # each controller's configuration, certificates and log under folder/<name>/
+    kubeconfig: Path  # the admin's: the controllers act with its rights (no RBAC of their own here)
+    client: httpx.Client  # the admin's, to the API server; closed on exit
+    ca_bundle: bytes
+    serving: tuple[Path, Path]  # the local CA's serving pair for 127.0.0.1 (certs "webhooks")
+    say: Say = print
+    poll_s: float = 1.0
+    running: dict[str, Running] = field(default_factory=dict)
 
-        self._api = config.new_client_from_config(str(kubeconfig))
-        self._client = client
+    def __post_init__(self) -> None:
+        self._lock = threading.Lock()
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._loop, name="lab-controllers", daemon=True)
+        self._sources = {c.name: c.source_dir(self.gomod) for c in self.controllers}
 
-    def serves(self, group: str, version: str) -> bool:
-        try:
-            self._api.call_api(f"/apis/{group}/{version}", "GET", auth_settings=["BearerToken"],
-                               _preload_content=False, _return_http_data_only=True)  # fmt: skip
-            return True
-        except self._client.ApiException:
-            return False
+    def __enter__(self) -> LabControllers:
+        if self.controllers:
+            self.say(f"lab controllers ({', '.join(c.name for c in self.controllers)}) start once their CRDs are applied")
+            self._thread.start()
+        return self
 
-    def ensure_namespace(self, name: str) -> None:
-        core = self._client.CoreV1Api(self._api)
-        try:
-            core.create_namespace({"metadata": {"name": name}})
-        except self._client.ApiException as e:
-            if e.status != 409:
-                raise
+    def __exit__(self, *exc: object) -> None:
+        self._stop.set()
+        if self._thread.is_alive():
+            self._thread.join()
+        with self._lock:
+            for name in reversed(list(self.running)):
+                self._stop_one(name)
+        self.client.close()
 
-    def apply_webhooks(self, docs: list[dict[str, Any]]) -> None:
-        api = self._client.AdmissionregistrationV1Api(self._api)
-        for doc in docs:
-            create = (api.create_mutating_webhook_configuration if doc["kind"] == "MutatingWebhookConfiguration"
-                      else api.create_validating_webhook_configuration)  # fmt: skip
-            create({**doc, "apiVersion": "admissionregistration.k8s.io/v1"})
+    def _loop(self) -> None:
+        while not self._stop.wait(self.poll_s):
+            for controller in self.controllers:
+                try:
+                    self._reconcile(controller)
+                except Exception as e:  # one bad poll (the API server restarting) must not end the loop
+                    self.say(f"{controller.name}: {e}")
 
-    def delete_webhooks(self, docs: list[dict[str, Any]]) -> None:
-        api = self._client.AdmissionregistrationV1Api(self._api)
-        for doc in docs:
-            delete = (api.delete_mutating_webhook_configuration if doc["kind"] == "MutatingWebhookConfiguration"
-                      else api.delete_validating_webhook_configuration)  # fmt: skip
+    def _reconcile(self, controller: Controller) -> None:
+        with self._lock:
+            if self._stop.is_set():
+                return
+            current = self.running.get(controller.name)
+            crds = current.crds if current else required_crds(controller, self._sources[controller.name])
+            served = established(self.client, crds)
+            if current and not served:
+                self.say(f"{controller.name}: its CRDs are gone; stopping it")
+                self._stop_one(controller.name)
+            elif current and current.component.exited() is not None:
+                self.say(f"{controller.name}: exited with code {current.component.exited()}; restarting it. Its log:\n"
+                         + log_tail(current.component.log))  # fmt: skip
+                self._stop_one(controller.name)
+                self._start_one(controller, crds)
+            elif served and not current:
+                self._start_one(controller, crds)
+
+    def _start_one(self, controller: Controller, crds: list[str]) -> None:
+        home = self.folder / controller.name
+        cert_dir = home / "k8s-webhook-server" / "serving-certs"  # controller-runtime's default under TMPDIR
+        cert_dir.mkdir(parents=True, exist_ok=True)
+        shutil.copyfile(self.serving[0], cert_dir / "tls.crt")
+        shutil.copyfile(self.serving[1], cert_dir / "tls.key")
+        ports = Ports(*free_ports(3))
+        config_file = home / "config.yaml"
+        config_file.write_text(yaml.safe_dump(configuration(controller, self.lab, ports, cert_dir), sort_keys=False))
+        manifests = (self._sources[controller.name] / controller.webhooks).read_text()
+        webhooks = loopback_webhooks(manifests, controller.name, ports.webhook, self.ca_bundle)
+        answer = self.client.post("/api/v1/namespaces", json={"metadata": {"name": controller.namespace}})
+        if answer.status_code not in (201, 409):
+            raise ControllerError(f"namespace {controller.namespace} refused: {answer.status_code} {answer.text}")
+        component = Component(
+            controller.name,
+            [str(self.binary(controller.binary)), f"--config={config_file}", f"--kubeconfig={self.kubeconfig}"],
+            home / "controller.log",
+            env={"TMPDIR": str(home)},
+        )
+        self.say(f"{controller.name}: its CRDs are established; starting it")
+        component.start()
+        running = Running(controller, component, webhooks, crds)
+        self.running[controller.name] = running
+        deadline = time.monotonic() + READY_TIMEOUT_S
+        while not _ready(ports.health):
+            if component.exited() is not None or time.monotonic() > deadline:
+                why = f"exited with code {component.exited()}" if component.exited() is not None else "not ready in time"
+                self._stop_one(controller.name)
+                raise ControllerError(f"{controller.name} {why}; last lines of {component.log}:\n{log_tail(component.log)}")
+            time.sleep(0.5)
+        for doc in webhooks:
+            answer = self.client.post(_webhook_path(doc), json={"apiVersion": "admissionregistration.k8s.io/v1", **doc})
+            if answer.status_code != 201:
+                self._stop_one(controller.name)
+                raise ControllerError(f"{doc['kind']} {doc['metadata']['name']} refused: {answer.status_code} {answer.text}")
+        self.say(f"{controller.name}: ready, webhooks on {LOOPBACK}:{ports.webhook} (log {component.log})")
+
+    def _stop_one(self, name: str) -> None:
+        """Its webhook configurations first, so no request is refused for want of it; then the process."""
+        running = self.running.pop(name)
+        for doc in running.webhooks:
             try:
-                delete(doc["metadata"]["name"])
-            except self._client.ApiException as e:
-                if e.status != 404:
-                    raise
+                self.client.delete(f"{_webhook_path(doc)}/{doc['metadata']['name']}")
+            except httpx.HTTPError as e:  # the API server may be gone already: the process must still stop
+                self.say(f"{name}: {doc['kind']} {doc['metadata']['name']} not deleted: {e}")
+        running.component.stop()
+        self.say(f"{name}: stopped")
 
 
-def _wait(what: str, ok: Callable[[], bool], timeout_s: float, process: subprocess.Popen | None, log: Path | None) -> None:
-    deadline = time.monotonic() + timeout_s
-    while not ok():
-        if process is not None and process.poll() is not None:
-            raise ControllerError(f"{what}: the process exited with status {process.returncode}; log: {log}")
-        if time.monotonic() > deadline:
-            raise ControllerError(f"{what}: not done after {timeout_s:.0f} s" + (f"; log: {log}" if log else ""))
-        time.sleep(0.5)
-
-
-def start(controller: Controller, cfg: LabConfig, binary: Path, gomod: Path, kube: Kube, kubeconfig: Path,
-          folder: Path, ca_bundle: bytes, serving: tuple[Path, Path], say: Say = print,
-          crd_timeout_s: float = READY_TIMEOUT_S) -> Running:  # fmt: skip
-    """Start one controller once its CRDs are served; return when it is ready and its webhooks are
-    registered. `serving` is the (certificate, key) pair for 127.0.0.1 that the local CA signed."""
-    home = folder / controller.name
-    cert_dir = home / "k8s-webhook-server" / "serving-certs"  # controller-runtime's default under TMPDIR
-    cert_dir.mkdir(parents=True, exist_ok=True)
-    shutil.copyfile(serving[0], cert_dir / "tls.crt")
-    shutil.copyfile(serving[1], cert_dir / "tls.key")
-    ports = Ports(free_port(), free_port(), free_port())
-    config_file = home / "config.yaml"
-    config_file.write_text(yaml.safe_dump(configuration(controller, cfg, ports, cert_dir), sort_keys=False))
-    manifests = (controller.source_dir(gomod) / controller.webhooks).read_text()
-    webhooks = loopback_webhooks(manifests, controller.name, ports.webhook, ca_bundle)
-
-    say(f"{controller.name}: waiting for its CRDs ({controller.api_group}/{controller.api_version})")
-    _wait(f"{controller.name}: CRDs served", lambda: kube.serves(controller.api_group, controller.api_version),
-          crd_timeout_s, None, None)  # fmt: skip
-    kube.ensure_namespace(controller.namespace)
-    log = home / "controller.log"
-    env = {**os.environ, "KUBECONFIG": str(kubeconfig), "TMPDIR": str(home)}
-    with log.open("w") as out:
-        process = subprocess.Popen([str(binary), f"--config={config_file}"], env=env, stdout=out,
-                                   stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL, start_new_session=True)  # fmt: skip
-    running = Running(controller, process, ports, log, webhooks)
+def _ready(port: int) -> bool:
     try:
-        _wait(f"{controller.name}: ready", lambda: _ready(ports.health), READY_TIMEOUT_S, process, log)
-        kube.apply_webhooks(webhooks)
-    except BaseException:
-        stop(running, kube, say)
-        raise
-    say(f"{controller.name}: ready (pid {process.pid}, webhooks on {LOOPBACK}:{ports.webhook}, log {log})")
-    return running
+        return httpx.get(f"http://{LOOPBACK}:{port}/readyz", timeout=2).status_code == 200
+    except httpx.HTTPError:
+        return False
 
 
-def stop(running: Running, kube: Kube | None, say: Say = print) -> None:
-    """Webhook configurations first (no request refused for a webhook that is gone), then the process."""
-    if kube is not None:
-        try:
-            kube.delete_webhooks(running.webhooks)
-        except Exception as e:  # the API server may already be gone: the process must still stop
-            say(f"{running.controller.name}: webhook configurations not deleted: {e}")
-    process = running.process
-    if process.poll() is None:
-        os.killpg(process.pid, signal.SIGTERM)
-        try:
-            process.wait(STOP_TIMEOUT_S)
-        except subprocess.TimeoutExpired:
-            os.killpg(process.pid, signal.SIGKILL)
-            process.wait()
-    say(f"{running.controller.name}: stopped")
-
-
-@contextmanager
-def running(controllers: list[Controller], **kwargs: Any) -> Iterator[list[Running]]:
-    """`start` each in order; stop them all, newest first, however the block ends."""
-    kube: Kube = kwargs["kube"]
-    say: Say = kwargs.get("say", print)
-    binaries: Callable[[Controller], Path] = kwargs.pop("binaries")
-    started: list[Running] = []
-    with ExitStack() as stack:
-        for c in controllers:
-            r = start(c, binary=binaries(c), **kwargs)
-            started.append(r)
-            stack.callback(stop, r, kube, say)
-        yield started
+def beside(cluster: ControlPlane, built: Built, say: Say = print) -> LabControllers:
+    """The lab's controllers for a started control plane, with its admin identity and CA."""
+    pki = certs.Pki(cluster.state / "pki")
+    return LabControllers(
+        controllers=needed(cluster.lab),
+        lab=cluster.lab,
+        binary=built.binary,
+        gomod=GOMOD,
+        folder=cluster.state / "controllers",
+        kubeconfig=cluster.kubeconfig,
+        client=cluster.admin_client(pki),
+        ca_bundle=pki.ca.read_bytes(),
+        serving=(pki.cert(certs.WEBHOOKS), pki.key(certs.WEBHOOKS)),
+        say=say,
+    )

@@ -16,6 +16,7 @@ import base64
 import contextlib
 import ctypes
 import json
+import os
 import shutil
 import signal
 import socket
@@ -73,12 +74,13 @@ class Component:
     command: list[str]
     log: Path
     process: subprocess.Popen | None = None
+    env: dict[str, str] = field(default_factory=dict)  # added to the supervisor's environment
 
     def start(self) -> None:
         with self.log.open("w") as log:
             self.process = subprocess.Popen(
                 self.command, stdin=subprocess.DEVNULL, stdout=log, stderr=subprocess.STDOUT,
-                preexec_fn=_die_with_parent,
+                preexec_fn=_die_with_parent, env={**os.environ, **self.env} if self.env else None,
             )
 
     def exited(self) -> int | None:
@@ -212,7 +214,7 @@ class ControlPlane:
 
         self._wait(etcd, healthy, "healthy")
 
-    def _admin_client(self, pki: certs.Pki) -> httpx.Client:
+    def admin_client(self, pki: certs.Pki) -> httpx.Client:
         context = ssl.create_default_context(cafile=str(pki.ca))
         context.load_cert_chain(str(pki.cert(certs.ADMIN.file)), str(pki.key(certs.ADMIN.file)))
         return httpx.Client(base_url=self.server, verify=context, timeout=5)
@@ -232,11 +234,13 @@ class ControlPlane:
             "--service-account-issuer=https://kubernetes.default.svc.cluster.local",
             f"--service-cluster-ip-range={self.lab.services_cidr}",
             "--authorization-mode=Node,RBAC",
+            # The nodes' one address (loopback, kwok's server): never a host name to look up.
+            "--kubelet-preferred-address-types=InternalIP",
             # GKE's admission set beyond the defaults (Pod Security, quotas, webhooks are on by default).
             "--enable-admission-plugins=NodeRestriction",
             f"--cert-dir={self.state / 'apiserver'}",
         )
-        with self._admin_client(pki) as client:
+        with self.admin_client(pki) as client:
 
             def ready() -> str | None:
                 answer = client.get("/readyz", params={"verbose": "true"})
@@ -300,10 +304,14 @@ class ControlPlane:
     def _start_kwok(self, kubeconfig: Path) -> None:
         config = self.state / "kwok.yaml"
         config.write_text(yaml.safe_dump_all(nodes.kwok_config(self.lab.pods_cidr)))
-        kwok = self._launch("kwok", f"--kubeconfig={kubeconfig}", f"--config={config}")
-        wanted = nodes.lab_nodes(self.lab)
+        (kubelet_port,) = free_ports(1)
+        kwok = self._launch(
+            "kwok", f"--kubeconfig={kubeconfig}", f"--config={config}",
+            f"--server-address={nodes.KUBELET_ADDRESS}:{kubelet_port}",
+        )
+        wanted = nodes.lab_nodes(self.lab, kubelet_port)
         pki = certs.Pki(self.state / "pki")
-        with self._admin_client(pki) as client:
+        with self.admin_client(pki) as client:
             for node in wanted:
                 answer = client.post("/api/v1/nodes", json=node)
                 if answer.status_code != 201:

@@ -32,6 +32,7 @@ MAX_PODS = 110  # GKE Standard's default maximum pods per node
 JOB_DELAY_ANNOTATION = "pod-complete.stage.kwok.x-k8s.io/delay"
 DEFAULT_JOB_MS = 1000
 NODE_LEASE_SECONDS = 40  # as a kubelet's default lease; kwok renews it
+KUBELET_ADDRESS = "127.0.0.1"
 
 
 def _reserved(amount: float, tiers: tuple[tuple[float, float], ...]) -> float:
@@ -53,7 +54,7 @@ def resources(machine_type: str, disk_gb: int) -> tuple[dict[str, str], dict[str
     return capacity, allocatable
 
 
-def _node(name: str, cfg: LabConfig, *, pool: str, machine_type: str, spot: bool, disk_gb: int, index: int) -> dict[str, Any]:
+def _node(name: str, cfg: LabConfig, *, pool: str, machine_type: str, spot: bool, disk_gb: int, kubelet_port: int) -> dict[str, Any]:
     capacity, allocatable = resources(machine_type, disk_gb)
     return {
         "apiVersion": "v1",
@@ -74,21 +75,25 @@ def _node(name: str, cfg: LabConfig, *, pool: str, machine_type: str, spot: bool
             },
         },
         "spec": {},
-        # A node registers with its status, as a kubelet does; kwok adds conditions and addresses.
+        # A node registers with its status, as a kubelet does; kwok adds conditions. Its one address is
+        # loopback and its kubelet endpoint kwok's own server: what the API server dials for a pod's log
+        # (kwok answers) never leaves this machine, as a private node address or a host name would.
         "status": {
             "capacity": capacity,
             "allocatable": allocatable,
-            "addresses": [{"type": "InternalIP", "address": f"10.10.0.{index + 2}"}, {"type": "Hostname", "address": name}],
+            "addresses": [{"type": "InternalIP", "address": KUBELET_ADDRESS}],
+            "daemonEndpoints": {"kubeletEndpoint": {"Port": kubelet_port}},
         },
     }
 
 
-def lab_nodes(cfg: LabConfig) -> list[dict[str, Any]]:
-    """The Node objects of the lab's system pool and GPU pool."""
+def lab_nodes(cfg: LabConfig, kubelet_port: int) -> list[dict[str, Any]]:
+    """The Node objects of the lab's system pool and GPU pool, their kubelet API served by kwok on
+    127.0.0.1:`kubelet_port`."""
     nodes = [
         _node(
             f"{SYSTEM_POOL_NAME}-{i}", cfg, pool=SYSTEM_POOL_NAME, machine_type=cfg.system_machine_type,
-            spot=cfg.system_spot, disk_gb=SYSTEM_DISK_GB, index=i,
+            spot=cfg.system_spot, disk_gb=SYSTEM_DISK_GB, kubelet_port=kubelet_port,
         )
         for i in range(cfg.system_min_nodes)
     ]
@@ -97,7 +102,7 @@ def lab_nodes(cfg: LabConfig) -> list[dict[str, Any]]:
     for i in range(cfg.gpu_max_nodes):
         node = _node(
             f"{GPU_POOL_NAME}-{i}", cfg, pool=GPU_POOL_NAME, machine_type=cfg.gpu_machine_type,
-            spot=cfg.gpu_spot, disk_gb=cfg.gpu_disk_gb, index=len(nodes),
+            spot=cfg.gpu_spot, disk_gb=cfg.gpu_disk_gb, kubelet_port=kubelet_port,
         )
         node["metadata"]["labels"]["cloud.google.com/gke-accelerator"] = cfg.gpu_accelerator
         if cfg.gpu_sharing.enabled and cfg.gpu_sharing.mode == "gke":

@@ -32,7 +32,7 @@ def test_a_node_has_the_allocatable_gke_reports_for_its_machine():
 
 def test_the_g2_lab_gets_a_system_node_and_an_l4_node_shaped_like_its_pools():
     cfg = load_config("g2")  # time-slicing, 4 replicas per L4, on g2-standard-4 spot
-    shaped = _by_name(nodes.lab_nodes(cfg))
+    shaped = _by_name(nodes.lab_nodes(cfg, 10250))
     assert set(shaped) == {"system-0", "gpu-0"}
     gpu, system = shaped["gpu-0"], shaped["system-0"]
     assert gpu["metadata"]["labels"].items() >= {
@@ -54,7 +54,7 @@ def test_the_g2_lab_gets_a_system_node_and_an_l4_node_shaped_like_its_pools():
 
 
 def test_without_sharing_an_l4_node_offers_its_physical_gpus():
-    shaped = _by_name(nodes.lab_nodes(load_config("dev")))
+    shaped = _by_name(nodes.lab_nodes(load_config("dev"), 10250))
     assert shaped["gpu-0"]["status"]["allocatable"]["nvidia.com/gpu"] == "1"
     assert "cloud.google.com/gke-gpu-sharing-strategy" not in shaped["gpu-0"]["metadata"]["labels"]
 
@@ -118,3 +118,11 @@ def test_an_existing_build_is_reused_without_compiling(tmp_path, monkeypatch):
 def test_an_unknown_module_is_one_clear_line():
     with pytest.raises(build.BuildError, match="unknown build module.*kube, kwok, pulumi, pulumi-kubernetes"):
         build.ensure(["kubelet"])
+
+
+def test_what_the_api_server_dials_for_a_node_stays_on_loopback():
+    """A pod's log is read by the API server from the node's kubelet endpoint: kwok's server on
+    127.0.0.1, never a private address or a host name (this machine may reach loopback only)."""
+    for node in nodes.lab_nodes(load_config("g3"), 41234):
+        assert node["status"]["addresses"] == [{"type": "InternalIP", "address": "127.0.0.1"}]
+        assert node["status"]["daemonEndpoints"] == {"kubeletEndpoint": {"Port": 41234}}
