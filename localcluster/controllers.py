@@ -242,6 +242,7 @@ class LabControllers:
     say: Say = print
     poll_s: float = 1.0
     running: dict[str, Running] = field(default_factory=dict)
+    ready: set[str] = field(default_factory=set)  # running, webhooks registered
 
     def __post_init__(self) -> None:
         self._lock = threading.Lock()
@@ -326,11 +327,13 @@ class LabControllers:
             if answer.status_code != 201:
                 self._stop_one(controller.name)
                 raise ControllerError(f"{doc['kind']} {doc['metadata']['name']} refused: {answer.status_code} {answer.text}")
+        self.ready.add(controller.name)
         self.say(f"{controller.name}: ready, webhooks on {LOOPBACK}:{ports.webhook} (log {component.log})")
 
     def _stop_one(self, name: str) -> None:
         """Its webhook configurations first, so no request is refused for want of it; then the process."""
         running = self.running.pop(name)
+        self.ready.discard(name)
         for doc in running.webhooks:
             try:
                 self.client.delete(f"{_webhook_path(doc)}/{doc['metadata']['name']}")

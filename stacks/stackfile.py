@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import json
 from pathlib import Path
+from typing import Any
 
 import yaml
 
@@ -69,11 +70,14 @@ def stack_config(stack: str, directory: Path = REPO) -> tuple[dict[str, str], li
     return config, secret_keys
 
 
-def load_config(stack: str, project: str | None = None, directory: Path = REPO) -> LabConfig:
-    """The stack's LabConfig; `project` overrides gcp:project (a stack file often leaves it unset)."""
+def load_config(
+    stack: str, project: str | None = None, directory: Path = REPO, overrides: dict[str, Any] | None = None
+) -> LabConfig:
+    """The stack's LabConfig; `project` overrides gcp:project (a stack file often leaves it unset),
+    `overrides` the project's own keys (without the `gke-ml-labs:` prefix)."""
     config, _ = stack_config(stack, directory)
     prefix = f"{PROJECT}:"
-    raw = {k[len(prefix) :]: decode(v) for k, v in config.items() if k.startswith(prefix)}
+    raw = {k[len(prefix) :]: decode(v) for k, v in config.items() if k.startswith(prefix)} | (overrides or {})
     return parse(
         raw,
         stack=stack,

@@ -1,0 +1,113 @@
+"""A lab's local cluster for the tests of tests/cluster/: the control plane shaped like the lab's pools,
+the lab's controllers beside it (localcluster.controllers), and the pinned upstream CRDs applied
+(the files the `upstream-crds` stand-in applies in place of the charts), through the admin's client.
+
+The suite runs only under `make test-cluster` (GML_CLUSTER_TESTS=1): it builds or reuses the Go binaries
+under .cache/bin/ and takes minutes; elsewhere each test here is skipped with that reason.
+"""
+
+from __future__ import annotations
+
+import os
+import tempfile
+import time
+from collections.abc import Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import httpx
+import pytest
+import yaml
+
+from localcluster import certs
+from localcluster.build import ensure
+from localcluster.controllers import LabControllers, beside, needed
+from localcluster.controlplane import ControlPlane
+from stacks.config import LabConfig
+from tests import upstream
+
+ENABLED = os.environ.get("GML_CLUSTER_TESTS") == "1"
+CONTROLLERS_TIMEOUT_S = 240.0
+
+
+@dataclass
+class LabCluster:
+    plane: ControlPlane
+    controllers: LabControllers
+    client: httpx.Client
+
+    def create(self, obj: dict[str, Any]) -> dict[str, Any]:
+        answer = self.client.post(collection(obj), json=obj)
+        if answer.status_code != 201:
+            raise AssertionError(f"{obj['kind']} {obj['metadata']['name']} refused: {answer.status_code} {answer.text}")
+        return answer.json()
+
+    def apply(self, obj: dict[str, Any]) -> None:
+        """Server-side apply, as Pulumi's Kubernetes provider does."""
+        url = f"{collection(obj)}/{obj['metadata']['name']}"
+        answer = self.client.patch(url, content=yaml.safe_dump(obj), params={"fieldManager": "gke-ml-labs-test", "force": "true"},
+                                   headers={"Content-Type": "application/apply-patch+yaml"})  # fmt: skip
+        if answer.status_code not in (200, 201):
+            raise AssertionError(f"applying {obj['kind']} {obj['metadata']['name']}: {answer.status_code} {answer.text}")
+
+    def get(self, path: str) -> dict[str, Any]:
+        answer = self.client.get(path)
+        answer.raise_for_status()
+        return answer.json()
+
+    def list(self, path: str) -> list[dict[str, Any]]:
+        return self.get(path)["items"]
+
+    def patch(self, path: str, patch: dict[str, Any]) -> dict[str, Any]:
+        answer = self.client.patch(path, json=patch, headers={"Content-Type": "application/merge-patch+json"})
+        answer.raise_for_status()
+        return answer.json()
+
+    def wait_for_controllers(self, names: list[str]) -> None:
+        deadline = time.monotonic() + CONTROLLERS_TIMEOUT_S
+        while sorted(self.controllers.ready) != sorted(names):
+            if time.monotonic() > deadline:
+                raise AssertionError(f"controllers {names} not ready in {CONTROLLERS_TIMEOUT_S:.0f} s; ready: "
+                                     f"{sorted(self.controllers.ready)}; logs under {self.controllers.folder}")  # fmt: skip
+            time.sleep(0.5)
+
+
+def collection(obj: dict[str, Any]) -> str:
+    """The REST collection of `obj`, for the core group, the built-in groups and the CRDs our labs use."""
+    group_version, kind = obj["apiVersion"], obj["kind"]
+    plural = {"ResourceFlavor": "resourceflavors", "ClusterQueue": "clusterqueues", "LocalQueue": "localqueues",
+              "JobSet": "jobsets", "CustomResourceDefinition": "customresourcedefinitions",
+              "NetworkPolicy": "networkpolicies", "PriorityClass": "priorityclasses"}.get(kind, kind.lower() + "s")  # fmt: skip
+    prefix = "/api/v1" if group_version == "v1" else f"/apis/{group_version}"
+    namespace = obj["metadata"].get("namespace")
+    return f"{prefix}/namespaces/{namespace}/{plural}" if namespace else f"{prefix}/{plural}"
+
+
+def crd_files(component_version: str) -> list[Path]:
+    """The pinned CRDs of `<component>/<version>` from the upstream lock (UPSTREAM_DIR or the cache)."""
+    prefix = f"{component_version}/crds/"
+    return [upstream.path(p) for p in upstream.locked_paths() if p.startswith(prefix)]
+
+
+def require_cluster() -> None:
+    """Skip unless the suite runs under `make test-cluster`; call it before any slow set-up."""
+    if not ENABLED:
+        pytest.skip("the local cluster suite runs under `make test-cluster` (GML_CLUSTER_TESTS=1)")
+
+
+@contextmanager
+def lab_cluster(cfg: LabConfig, crds: tuple[str, ...] = ()) -> Iterator[LabCluster]:
+    """The cluster of the lab `cfg` describes, with `crds` (`<component>/<version>` of the upstream lock)."""
+    require_cluster()
+    lab = cfg.stack
+    built = ensure(("kube", "kwok", *(c.module for c in needed(cfg))))
+    with tempfile.TemporaryDirectory(prefix=f"gml-{lab}-") as folder:
+        with ControlPlane(Path(folder), built, cfg) as plane, beside(plane, built) as lab_controllers:
+            with plane.admin_client(certs.Pki(plane.state / "pki")) as client:
+                cluster = LabCluster(plane, lab_controllers, client)
+                for name in crds:
+                    for file in crd_files(name):
+                        cluster.apply(yaml.safe_load(file.read_text()))
+                yield cluster
