@@ -25,23 +25,26 @@ from stacks.loader import ConfigError
 from stacks.stackfile import load_config, stack_names
 
 FOLDER = REPO / ".cache" / "cluster"
-SUPERVISOR = FOLDER / "supervisor.json"
 NEEDS = ("kube", "kwok")
 READY = "ready "  # the supervisor's last word on its status pipe, followed by the kubeconfig path
 DOWN_TIMEOUT_S = 30.0
 
 
-def _running() -> dict | None:
-    """The supervisor recorded in .cache/cluster/supervisor.json, if its process still lives."""
+def _record(folder: Path) -> Path:
+    return folder / "supervisor.json"
+
+
+def _running(folder: Path) -> dict | None:
+    """The supervisor recorded in the folder's supervisor.json, if its process still lives."""
     try:
-        record = json.loads(SUPERVISOR.read_text())
+        record = json.loads(_record(folder).read_text())
         os.kill(record["pid"], 0)
     except (FileNotFoundError, ProcessLookupError, ValueError, KeyError):
         return None
     return record
 
 
-def serve(lab: str, status_fd: int | None) -> int:
+def serve(lab: str, folder: Path, status_fd: int | None) -> int:
     """Run the control plane until SIGTERM or Ctrl-C; report progress and readiness on `status_fd`."""
     out = os.fdopen(status_fd, "w", buffering=1) if status_fd is not None else sys.stdout
 
@@ -56,10 +59,9 @@ def serve(lab: str, status_fd: int | None) -> int:
     try:
         config = load_config(lab)
         built = ensure(NEEDS + tuple(c.module for c in needed(config)), say=say)
-        with ControlPlane(FOLDER, built, config, say=say) as cluster, beside(cluster, built, say):
-            SUPERVISOR.write_text(json.dumps({"pid": os.getpid(), "lab": lab, "kubeconfig": str(cluster.kubeconfig)}))
-            say(f"local cluster for lab {lab} is up: {len(cluster.components)} processes on 127.0.0.1, logs in "
-                f"{cluster.logs.relative_to(REPO)}")
+        with ControlPlane(folder, built, config, say=say) as cluster, beside(cluster, built, say):
+            _record(folder).write_text(json.dumps({"pid": os.getpid(), "lab": lab, "kubeconfig": str(cluster.kubeconfig)}))
+            say(f"local cluster for lab {lab} is up: {len(cluster.components)} processes on 127.0.0.1, logs in {cluster.logs}")
             say(f"{READY}{cluster.kubeconfig}")
             if out is not sys.stdout:
                 out.close()
@@ -70,12 +72,12 @@ def serve(lab: str, status_fd: int | None) -> int:
     except KeyboardInterrupt:
         return 130
     finally:
-        SUPERVISOR.unlink(missing_ok=True)
+        _record(folder).unlink(missing_ok=True)
     return 0
 
 
-def up(lab: str) -> int:
-    running = _running()
+def up(lab: str, folder: Path) -> int:
+    running = _running(folder)
     if running:
         if running["lab"] != lab:
             print(f"error: a local cluster for lab {running['lab']} is running: `make cluster-down` first", file=sys.stderr)
@@ -83,12 +85,12 @@ def up(lab: str) -> int:
         print(f"a local cluster for lab {lab} is already running (supervisor pid {running['pid']})")
         print(running["kubeconfig"])
         return 0
-    FOLDER.mkdir(parents=True, exist_ok=True)
+    folder.mkdir(parents=True, exist_ok=True)
     read_end, write_end = os.pipe()
-    log = (FOLDER / "supervisor.log").open("w")
+    log = (folder / "supervisor.log").open("w")
     # Its own session: the supervisor outlives this command and the terminal's Ctrl-C.
     supervisor = subprocess.Popen(
-        [sys.executable, "-m", "localcluster", "serve", "--lab", lab, "--status-fd", str(write_end)],
+        [sys.executable, "-m", "localcluster", "serve", "--lab", lab, "--folder", str(folder), "--status-fd", str(write_end)],
         cwd=REPO, stdin=subprocess.DEVNULL, stdout=log, stderr=subprocess.STDOUT,
         pass_fds=(write_end,), start_new_session=True,
     )
@@ -103,14 +105,14 @@ def up(lab: str) -> int:
                 print(line, flush=True)
     if kubeconfig is None:
         supervisor.wait()
-        print(f"error: the local cluster did not start (supervisor log: {Path(log.name).relative_to(REPO)})", file=sys.stderr)
+        print(f"error: the local cluster did not start (supervisor log: {log.name})", file=sys.stderr)
         return 1
     print(kubeconfig)
     return 0
 
 
-def down() -> int:
-    running = _running()
+def down(folder: Path) -> int:
+    running = _running(folder)
     if not running:
         print("no local cluster is running")
         return 0
@@ -130,17 +132,19 @@ def down() -> int:
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m localcluster", description=__doc__.split("\n\n")[0])
     commands = parser.add_subparsers(dest="command", required=True)
-    for name in ("up", "serve"):
+    for name in ("up", "serve", "down"):
         command = commands.add_parser(name)
-        command.add_argument("--lab", default="dev", choices=stack_names(), help="shape the nodes like this lab's pools")
+        if name != "down":
+            command.add_argument("--lab", default="dev", choices=stack_names(), help="shape the nodes like this lab's pools")
+        command.add_argument("--folder", type=Path, default=FOLDER, help="where the cluster keeps its files (default .cache/cluster)")
     commands.choices["serve"].add_argument("--status-fd", type=int, help=argparse.SUPPRESS)
-    commands.add_parser("down")
     args = parser.parse_args(argv)
+    folder = args.folder.resolve()
     if args.command == "up":
-        return up(args.lab)
+        return up(args.lab, folder)
     if args.command == "serve":
-        return serve(args.lab, args.status_fd)
-    return down()
+        return serve(args.lab, folder, args.status_fd)
+    return down(folder)
 
 
 if __name__ == "__main__":

@@ -86,7 +86,7 @@ TRAINER = Controller(
     "trainer", "trainer", "trainer-controller-manager", "github.com/kubeflow/trainer/v2",
     "manifests/base/webhook/manifests.yaml", "manifests/base/crds", "trainer.kubeflow.org", "kubeflow-system",
 )  # fmt: skip
-CONTROLLERS = {c.name: c for c in (KUEUE, JOBSET, TRAINER)}
+CONTROLLERS = {c.name: c for c in (JOBSET, KUEUE, TRAINER)}  # start order: the job kinds Kueue manages first
 
 
 def _go_json(args: list[str], cwd: Path) -> dict[str, Any]:
@@ -231,7 +231,7 @@ class LabControllers:
     restarted if it dies, as its Deployment would be. A thread of the supervisor polls once a second."""
 
     controllers: list[Controller]
-    lab: LabConfig
+    lab: Callable[[], LabConfig]  # the lab the cluster is shaped for now: Kueue's Configuration is its own
     binary: Callable[[str], Path]
     gomod: Path
     folder: Path  # each controller's configuration, certificates and log under folder/<name>/
@@ -299,7 +299,7 @@ class LabControllers:
         shutil.copyfile(self.serving[1], cert_dir / "tls.key")
         ports = Ports(*free_ports(3))
         config_file = home / "config.yaml"
-        config_file.write_text(yaml.safe_dump(configuration(controller, self.lab, ports, cert_dir), sort_keys=False))
+        config_file.write_text(yaml.safe_dump(configuration(controller, self.lab(), ports, cert_dir), sort_keys=False))
         manifests = (self._sources[controller.name] / controller.webhooks).read_text()
         webhooks = loopback_webhooks(manifests, controller.name, ports.webhook, self.ca_bundle)
         answer = self.client.post("/api/v1/namespaces", json={"metadata": {"name": controller.namespace}})
@@ -351,11 +351,12 @@ def _ready(port: int) -> bool:
 
 
 def beside(cluster: ControlPlane, built: Built, say: Say = print) -> LabControllers:
-    """The lab's controllers for a started control plane, with its admin identity and CA."""
+    """The controllers `built` holds, for a started control plane, with its admin identity and CA: each
+    runs while its CRDs are there, that is while the lab the cluster is shaped for has its chart on."""
     pki = certs.Pki(cluster.state / "pki")
     return LabControllers(
-        controllers=needed(cluster.lab),
-        lab=cluster.lab,
+        controllers=[c for c in CONTROLLERS.values() if c.module in built.folders],
+        lab=lambda: cluster.lab,
         binary=built.binary,
         gomod=GOMOD,
         folder=cluster.state / "controllers",

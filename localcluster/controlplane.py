@@ -303,20 +303,26 @@ class ControlPlane:
 
     def _start_kwok(self, kubeconfig: Path) -> None:
         config = self.state / "kwok.yaml"
-        config.write_text(yaml.safe_dump_all(nodes.kwok_config(self.lab.pods_cidr)))
-        (kubelet_port,) = free_ports(1)
-        kwok = self._launch(
-            "kwok", f"--kubeconfig={kubeconfig}", f"--config={config}",
-            f"--server-address={nodes.KUBELET_ADDRESS}:{kubelet_port}",
+        config.write_text(yaml.safe_dump_all(nodes.stages()))
+        (self.kubelet_port,) = free_ports(1)
+        self._launch(
+            "kwok", f"--kubeconfig={kubeconfig}", f"--config={config}", *nodes.kwok_flags(self.lab.pods_cidr),
+            f"--server-address={nodes.KUBELET_ADDRESS}:{self.kubelet_port}",
         )
-        wanted = nodes.lab_nodes(self.lab, kubelet_port)
-        pki = certs.Pki(self.state / "pki")
-        with self.admin_client(pki) as client:
-            for node in wanted:
+        self.shape(self.lab)
+
+    def shape(self, lab: LabConfig) -> None:
+        """Make the simulated nodes the lab's: those of another shape go, the lab's come and turn Ready."""
+        kwok = next(c for c in self.components if c.name == "kwok")
+        wanted = {n["metadata"]["name"]: n for n in nodes.lab_nodes(lab, self.kubelet_port)}
+        with self.admin_client(certs.Pki(self.state / "pki")) as client:
+            for node in client.get("/api/v1/nodes").json()["items"]:
+                if node["metadata"].get("annotations", {}).items() >= nodes.KWOK_ANNOTATION.items():
+                    client.delete(f"/api/v1/nodes/{node['metadata']['name']}").raise_for_status()
+            for name, node in wanted.items():
                 answer = client.post("/api/v1/nodes", json=node)
                 if answer.status_code != 201:
-                    raise ClusterError(f"node {node['metadata']['name']} refused: {answer.status_code} {answer.text}")
-            names = {n["metadata"]["name"] for n in wanted}
+                    raise ClusterError(f"node {name} refused: {answer.status_code} {answer.text}")
 
             def all_ready() -> str | None:
                 items = client.get("/api/v1/nodes").json()["items"]
@@ -325,10 +331,11 @@ class ControlPlane:
                     for n in items
                     if any(c["type"] == "Ready" and c["status"] == "True" for c in n["status"].get("conditions", []))
                 }
-                missing = sorted(names - ready)
+                missing = sorted(set(wanted) - ready)
                 return f"not Ready yet: {', '.join(missing)}" if missing else None
 
-            self._wait(kwok, all_ready, f"simulating {len(names)} Ready nodes ({', '.join(sorted(names))})")
+            self._wait(kwok, all_ready, f"simulating {len(wanted)} Ready nodes ({', '.join(sorted(wanted))})")
+        self.lab = lab
 
     # -------------------------------------------------------------------------------- stop
 

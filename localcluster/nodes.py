@@ -252,14 +252,11 @@ def stages() -> list[dict[str, Any]]:
     ]
 
 
-def kwok_config(pods_cidr: str) -> list[dict[str, Any]]:
-    """kwok's configuration file: which nodes it manages, its pod IP range, node leases, the Stages."""
-    options = {
-        "manageNodesWithAnnotationSelector": ",".join(f"{k}={v}" for k, v in KWOK_ANNOTATION.items()),
-        "cidr": pods_cidr,
-        "nodeLeaseDurationSeconds": NODE_LEASE_SECONDS,
-    }
+def kwok_flags(pods_cidr: str) -> list[str]:
+    """kwok's options, as flags: with a KwokConfiguration in its file kwok would skip its own defaults."""
+    selector = ",".join(f"{k}={v}" for k, v in KWOK_ANNOTATION.items())
     return [
-        {"apiVersion": "config.kwok.x-k8s.io/v1alpha1", "kind": "KwokConfiguration", "options": options},
-        *stages(),
+        f"--manage-nodes-with-annotation-selector={selector}",
+        f"--cidr={pods_cidr}",
+        f"--node-lease-duration-seconds={NODE_LEASE_SECONDS}",
     ]

@@ -60,9 +60,8 @@ def test_without_sharing_an_l4_node_offers_its_physical_gpus():
 
 
 def test_kwok_config_manages_only_annotated_nodes_and_declares_the_pod_lifecycle():
-    docs = nodes.kwok_config("10.20.0.0/14")
-    config, stages = docs[0], _by_name(docs[1:])
-    assert config["options"]["manageNodesWithAnnotationSelector"] == "kwok.x-k8s.io/node=fake"
+    assert "--manage-nodes-with-annotation-selector=kwok.x-k8s.io/node=fake" in nodes.kwok_flags("10.20.0.0/14")
+    stages = _by_name(nodes.stages())
     assert set(stages) == {"node-ready", "pod-running", "job-pod-succeeded", "pod-gone"}
     job = stages["job-pod-succeeded"]["spec"]
     assert job["delay"]["durationFrom"]["expressionFrom"] == '.metadata.annotations["pod-complete.stage.kwok.x-k8s.io/delay"]'
@@ -73,7 +72,7 @@ def test_kwok_config_manages_only_annotated_nodes_and_declares_the_pod_lifecycle
         template = stage["spec"]["next"].get("statusTemplate")
         if template:
             assert "{{ end }}" in template and template.count("{{ range") == template.count("{{ end }}")
-    yaml.safe_dump_all(docs)  # the file kwok reads
+    yaml.safe_dump_all(nodes.stages())  # the file kwok reads
 
 
 def test_each_build_module_names_its_binaries_and_stamps_the_pinned_versions():

@@ -1,14 +1,10 @@
-"""A lab's local cluster for the tests of tests/cluster/: the control plane shaped like the lab's pools,
-the lab's controllers beside it (localcluster.controllers), and the pinned upstream CRDs applied
-(the files the `upstream-crds` stand-in applies in place of the charts), through the admin's client.
-
-The suite runs only under `make test-cluster` (GML_CLUSTER_TESTS=1): it builds or reuses the Go binaries
-under .cache/bin/ and takes minutes; elsewhere each test here is skipped with that reason.
-"""
+"""A lab's own local cluster for the scheduling tests of tests/cluster/: a control plane shaped like the
+lab's pools, the lab's controllers beside it (localcluster.controllers), and the pinned upstream CRDs
+applied (the files the `upstream-crds` stand-in applies in place of the charts), through the admin's
+client. Its own, not the session's: these tests fill the GPU nodes and delete them."""
 
 from __future__ import annotations
 
-import os
 import tempfile
 import time
 from collections.abc import Iterator
@@ -18,17 +14,15 @@ from pathlib import Path
 from typing import Any
 
 import httpx
-import pytest
 import yaml
 
 from localcluster import certs
-from localcluster.build import ensure
-from localcluster.controllers import LabControllers, beside, needed
+from localcluster.build import Built
+from localcluster.controllers import LabControllers, beside
 from localcluster.controlplane import ControlPlane
 from stacks.config import LabConfig
 from tests import upstream
 
-ENABLED = os.environ.get("GML_CLUSTER_TESTS") == "1"
 CONTROLLERS_TIMEOUT_S = 240.0
 
 
@@ -91,19 +85,10 @@ def crd_files(component_version: str) -> list[Path]:
     return [upstream.path(p) for p in upstream.locked_paths() if p.startswith(prefix)]
 
 
-def require_cluster() -> None:
-    """Skip unless the suite runs under `make test-cluster`; call it before any slow set-up."""
-    if not ENABLED:
-        pytest.skip("the local cluster suite runs under `make test-cluster` (GML_CLUSTER_TESTS=1)")
-
-
 @contextmanager
-def lab_cluster(cfg: LabConfig, crds: tuple[str, ...] = ()) -> Iterator[LabCluster]:
+def lab_cluster(built: Built, cfg: LabConfig, crds: tuple[str, ...] = ()) -> Iterator[LabCluster]:
     """The cluster of the lab `cfg` describes, with `crds` (`<component>/<version>` of the upstream lock)."""
-    require_cluster()
-    lab = cfg.stack
-    built = ensure(("kube", "kwok", *(c.module for c in needed(cfg))))
-    with tempfile.TemporaryDirectory(prefix=f"gml-{lab}-") as folder:
+    with tempfile.TemporaryDirectory(prefix=f"gml-{cfg.stack}-") as folder:
         with ControlPlane(Path(folder), built, cfg) as plane, beside(plane, built) as lab_controllers:
             with plane.admin_client(certs.Pki(plane.state / "pki")) as client:
                 cluster = LabCluster(plane, lab_controllers, client)

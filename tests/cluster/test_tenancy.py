@@ -22,17 +22,16 @@ from components.tenancy import TENANT_LABEL, Tenant, tenant_objects
 from podspec.security import POD_SECURITY_VERSION
 from stacks.compose_platform import stack_id
 from stacks.stackfile import load_config
-from tests.cluster.lab_cluster import LabCluster, lab_cluster, require_cluster
+from tests.cluster.lab_cluster import LabCluster, lab_cluster
 
 TENANT = Tenant(name="team-a", group="team-a@example.com", gpus=1, cpu=4, memory_gib=16, pods=20)
 MEMBER = {"Impersonate-User": "alice@example.com", "Impersonate-Group": TENANT.group}
 
 
 @pytest.fixture(scope="module")
-def cluster() -> Iterator[LabCluster]:
-    require_cluster()
+def cluster(built) -> Iterator[LabCluster]:
     cfg = load_config("dev")
-    with lab_cluster(cfg) as c:
+    with lab_cluster(built, cfg) as c:
         ids = stack_id(cfg)
         c.create(namespace(ids, TENANT.name, "tenancy", "restricted", {TENANT_LABEL: TENANT.name}))
         for obj in tenant_objects(ids, TENANT):  # NetworkPolicies included: the API server must accept them

@@ -1,0 +1,95 @@
+"""What a Pulumi stack declared, and what the API server says about it.
+
+The objects come from the stack's own state (every `kubernetes:*` resource with its live outputs), so
+the checks need no list of their own: what `pulumi up` created is what is looked up, dry-run admitted
+and, after `pulumi destroy`, looked for again."""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Iterator
+from dataclasses import dataclass
+from typing import Any
+
+from kubernetes import client, dynamic
+from kubernetes.client.exceptions import ApiException
+
+PSA_ENFORCE = "pod-security.kubernetes.io/enforce"
+# A pod no Pod Security level but privileged admits: a namespace that enforces baseline or restricted
+# must refuse it (the API server's own answer that the label is enforced, not merely written).
+PRIVILEGED_PROBE = {
+    "containers": [{"name": "probe", "image": "registry.k8s.io/pause:3.10", "securityContext": {"privileged": True}}]
+}
+
+
+@dataclass(frozen=True)
+class Declared:
+    """One Kubernetes object a stack's state holds."""
+
+    urn: str
+    api_version: str
+    kind: str
+    name: str
+    namespace: str | None
+    outputs: dict[str, Any]
+
+    def __str__(self) -> str:
+        where = f"{self.namespace}/" if self.namespace else ""
+        return f"{self.kind} {where}{self.name}"
+
+
+def declared(deployment: dict[str, Any]) -> list[Declared]:
+    """Every Kubernetes object in an exported stack (components and providers are not objects)."""
+    found = []
+    for resource in deployment.get("resources", []):
+        outputs = resource.get("outputs") or {}
+        # Components (a Helm chart: its objects are its children) and the provider itself are not objects.
+        if not resource.get("custom") or not resource["type"].startswith("kubernetes:") or "kind" not in outputs:
+            continue
+        meta = outputs["metadata"]
+        found.append(Declared(resource["urn"], outputs["apiVersion"], outputs["kind"], meta["name"], meta.get("namespace"), outputs))
+    return found
+
+
+def live(api: client.ApiClient, obj: Declared) -> dict[str, Any] | None:
+    """The object as the API server has it now, None when it does not exist."""
+    resource = dynamic.DynamicClient(api).resources.get(api_version=obj.api_version, kind=obj.kind)
+    try:
+        return resource.get(name=obj.name, namespace=obj.namespace).to_dict()
+    except ApiException as e:
+        if e.status == 404:
+            return None
+        raise
+    except dynamic.exceptions.NotFoundError:
+        return None
+
+
+def pod_templates(value: Any) -> Iterator[dict[str, Any]]:
+    """Every pod template ({metadata, spec: {containers}}) or pod spec anywhere inside an object."""
+    if isinstance(value, dict):
+        spec = value.get("spec")
+        if isinstance(spec, dict) and isinstance(spec.get("containers"), list):
+            yield {"metadata": value.get("metadata") or {}, "spec": spec}
+        for child in value.values():
+            yield from pod_templates(child)
+    elif isinstance(value, list):
+        for child in value:
+            yield from pod_templates(child)
+
+
+def dry_run_pod(api: client.ApiClient, namespace: str, template: dict[str, Any]) -> str | None:
+    """Create the pod server-side in dry-run mode: None when admitted, else the API server's message."""
+    labels = (template.get("metadata") or {}).get("labels") or {}
+    body = {"apiVersion": "v1", "kind": "Pod", "metadata": {"generateName": "admission-check-", "labels": labels}, "spec": template["spec"]}
+    try:
+        client.CoreV1Api(api).create_namespaced_pod(namespace, body, dry_run="All")
+    except ApiException as e:
+        return f"{e.status} {e.reason}: {_message(e)}"
+    return None
+
+
+def _message(error: ApiException) -> str:
+    try:
+        return json.loads(error.body)["message"]
+    except (ValueError, KeyError, TypeError):
+        return str(error.body)
