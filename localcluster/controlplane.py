@@ -234,6 +234,8 @@ class ControlPlane:
             "--service-account-issuer=https://kubernetes.default.svc.cluster.local",
             f"--service-cluster-ip-range={self.lab.services_cidr}",
             "--authorization-mode=Node,RBAC",
+            # As GKE's: privileged pods pass validation (the DCGM exporter is one), Pod Security decides.
+            "--allow-privileged=true",
             # The nodes' one address (loopback, kwok's server): never a host name to look up.
             "--kubelet-preferred-address-types=InternalIP",
             # GKE's admission set beyond the defaults (Pod Security, quotas, webhooks are on by default).

@@ -14,16 +14,24 @@ from pathlib import Path
 from typing import Any
 
 import httpx
+import pytest
 import yaml
 
 from localcluster import certs
-from localcluster.build import Built
+from localcluster.build import Built, ensure
 from localcluster.controllers import LabControllers, beside
 from localcluster.controlplane import ControlPlane
 from stacks.config import LabConfig
 from tests import upstream
 
 CONTROLLERS_TIMEOUT_S = 240.0
+# What these tests run: the control plane, kwok and the controllers (not the Pulumi engine).
+MODULES = ("kube", "kwok", "jobset", "kueue")
+
+
+@pytest.fixture(scope="session")
+def scheduling_built() -> Built:
+    return ensure(MODULES)
 
 
 @dataclass

@@ -27,17 +27,17 @@ from localcluster.nodes import JOB_DELAY_ANNOTATION
 from stacks.compose_platform import kueue_args, stack_id
 from stacks.mockrun import run_stack
 from stacks.stackfile import load_config
-from tests.cluster.lab_cluster import LabCluster, lab_cluster
+from tests.cluster.lab_cluster import LabCluster, lab_cluster, scheduling_built  # noqa: F401 (a fixture)
 
 WORK_S = 20  # what kwok makes of a worker's work: Succeeded this long after it runs
 RUN_ID = "g3-local-test-0001"
 
 
 @pytest.fixture(scope="module")
-def g3(built) -> Iterator[tuple[LabCluster, dict[str, Any]]]:
+def g3(scheduling_built) -> Iterator[tuple[LabCluster, dict[str, Any]]]:
     cfg = load_config("g3")
     outputs = run_stack("g3").outputs  # the stack outputs g3's benchmark reads, as the program exports them
-    with lab_cluster(built, cfg, crds=("kueue/v0.19.2", "jobset/v0.12.0")) as cluster:
+    with lab_cluster(scheduling_built, cfg, crds=("kueue/v0.19.2", "jobset/v0.12.0")) as cluster:
         cluster.wait_for_controllers(["jobset", "kueue"])
         args = kueue_args(cfg, GpuPlacement())
         ids: StackId = stack_id(cfg)

@@ -25,7 +25,7 @@ from localcluster.nodes import JOB_DELAY_ANNOTATION
 from stacks.compose_platform import stack_id
 from stacks.mockrun import run_stack
 from stacks.stackfile import load_config
-from tests.cluster.lab_cluster import lab_cluster
+from tests.cluster.lab_cluster import lab_cluster, scheduling_built  # noqa: F401 (a fixture)
 
 RUN_ID = "g8-local-0001"
 PODGC_QUARANTINE_S = 40  # kube-controller-manager's pod GC: orphaned pods wait this long (pkg/controller/podgc)
@@ -39,11 +39,11 @@ def _now() -> datetime:
     return datetime.now(timezone.utc)
 
 
-def test_a_deleted_spot_node_under_the_g8_job(built):
+def test_a_deleted_spot_node_under_the_g8_job(scheduling_built):
     cfg = load_config("g8")
     outputs = run_stack("g8").outputs
     p = g8.lab_params(outputs, g8.LAB, g8.Params, g8.SECTION)
-    with lab_cluster(built, cfg) as cluster:
+    with lab_cluster(scheduling_built, cfg) as cluster:
         cluster.create(namespace(stack_id(cfg), p.namespace, "checkpoints", "restricted"))
         cluster.create({"apiVersion": "v1", "kind": "ServiceAccount", "metadata": {"name": p.service_account, "namespace": p.namespace}})
         config_map, job = g8.build_workloads(outputs, RUN_ID, "with-checkpoints")

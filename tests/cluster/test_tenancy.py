@@ -22,16 +22,16 @@ from components.tenancy import TENANT_LABEL, Tenant, tenant_objects
 from podspec.security import POD_SECURITY_VERSION
 from stacks.compose_platform import stack_id
 from stacks.stackfile import load_config
-from tests.cluster.lab_cluster import LabCluster, lab_cluster
+from tests.cluster.lab_cluster import LabCluster, lab_cluster, scheduling_built  # noqa: F401 (a fixture)
 
 TENANT = Tenant(name="team-a", group="team-a@example.com", gpus=1, cpu=4, memory_gib=16, pods=20)
 MEMBER = {"Impersonate-User": "alice@example.com", "Impersonate-Group": TENANT.group}
 
 
 @pytest.fixture(scope="module")
-def cluster(built) -> Iterator[LabCluster]:
+def cluster(scheduling_built) -> Iterator[LabCluster]:
     cfg = load_config("dev")
-    with lab_cluster(built, cfg) as c:
+    with lab_cluster(scheduling_built, cfg) as c:
         ids = stack_id(cfg)
         c.create(namespace(ids, TENANT.name, "tenancy", "restricted", {TENANT_LABEL: TENANT.name}))
         for obj in tenant_objects(ids, TENANT):  # NetworkPolicies included: the API server must accept them
@@ -119,13 +119,20 @@ def test_the_limit_range_refuses_a_container_over_its_maximum(cluster):
     assert "maximum cpu usage per Container is 4, but limit is 8" in answer.json()["message"]
 
 
-def test_pod_security_admission_refuses_a_privileged_pod_in_a_restricted_namespace(cluster):
+@pytest.mark.parametrize(
+    ("security", "violation"),
+    [({"privileged": True}, 'privileged (container "c" must not set securityContext.privileged=true)'),
+     ({}, 'allowPrivilegeEscalation != false (container "c" must set securityContext.allowPrivilegeEscalation=false)')],
+    ids=["privileged", "no-security-context"],
+)  # fmt: skip
+def test_pod_security_admission_refuses_a_non_restricted_pod(cluster, security, violation):
     ns = cluster.get(f"/api/v1/namespaces/{TENANT.name}")
     assert ns["metadata"]["labels"]["pod-security.kubernetes.io/enforce"] == "restricted"
-    bad = {"apiVersion": "v1", "kind": "Pod", "metadata": {"name": "root-pod", "namespace": TENANT.name},
-           "spec": {"containers": [{"name": "c", "image": images.BUSYBOX, "securityContext": {"privileged": True},
+    bad = {"apiVersion": "v1", "kind": "Pod", "metadata": {"name": "not-restricted", "namespace": TENANT.name},
+           "spec": {"containers": [{"name": "c", "image": images.BUSYBOX, "securityContext": security,
                                     "resources": {"limits": {"cpu": "100m", "memory": "64Mi"}}}]}}  # fmt: skip
     answer = cluster.client.post(f"/api/v1/namespaces/{TENANT.name}/pods", json=bad)
     assert answer.status_code == 403, answer.text
     message = answer.json()["message"]
-    assert f'violates PodSecurity "restricted:{POD_SECURITY_VERSION}"' in message and "privileged" in message
+    assert message.startswith(f'pods "not-restricted" is forbidden: violates PodSecurity "restricted:{POD_SECURITY_VERSION}": ')
+    assert violation in message, message
