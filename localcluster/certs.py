@@ -75,7 +75,9 @@ def _name(common_name: str, organisations: tuple[str, ...] = ()) -> x509.Name:
     return x509.Name([*parts, x509.NameAttribute(NameOID.COMMON_NAME, common_name)])
 
 
-def _certificate(subject: x509.Name, key, issuer: x509.Name, signer, *, ca: bool, usages, sans=()) -> x509.Certificate:
+def _certificate(
+    subject: x509.Name, key, issuer: x509.Name, signer, *, ca: bool, usages, sans=(), valid_for: datetime.timedelta = VALID_FOR
+) -> x509.Certificate:
     now = datetime.datetime.now(datetime.timezone.utc)
     builder = (
         x509.CertificateBuilder()
@@ -84,7 +86,7 @@ def _certificate(subject: x509.Name, key, issuer: x509.Name, signer, *, ca: bool
         .public_key(key.public_key())
         .serial_number(x509.random_serial_number())
         .not_valid_before(now - datetime.timedelta(minutes=5))
-        .not_valid_after(now + VALID_FOR)
+        .not_valid_after(now + valid_for)
         .add_extension(x509.BasicConstraints(ca=ca, path_length=None), critical=True)
     )
     if ca:
@@ -139,3 +141,31 @@ def generate(folder: Path) -> Pki:
         sa_key.public_key().public_bytes(serialization.Encoding.PEM, serialization.PublicFormat.SubjectPublicKeyInfo)
     )
     return pki
+
+
+# cert-controller (Kueue's own certificate management) keeps a Secret's pair only if both stay valid
+# 90 days ahead, and its CA for the DNS name of the CA's name (open-policy-agent/cert-controller rotator).
+ROTATOR_VALID_FOR = datetime.timedelta(days=365)
+
+
+def rotator_secret(ca_name: str, service_dns: str) -> dict[str, bytes]:
+    """A Secret's data (ca.crt, ca.key, tls.crt, tls.key) that cert-controller keeps as it is: a CA named
+    `ca_name` and a serving pair for `service_dns` that also serves 127.0.0.1, where our webhooks listen."""
+    def pem_key(key: rsa.RSAPrivateKey) -> bytes:
+        return key.private_bytes(serialization.Encoding.PEM, serialization.PrivateFormat.TraditionalOpenSSL,
+                                 serialization.NoEncryption())  # fmt: skip
+
+    ca_key = rsa.generate_private_key(public_exponent=65537, key_size=2048)
+    ca_subject = _name(ca_name)
+    ca_cert = _certificate(ca_subject, ca_key, ca_subject, ca_key, ca=True, usages=(),
+                           sans=[x509.DNSName(ca_name)], valid_for=ROTATOR_VALID_FOR)  # fmt: skip
+    key = rsa.generate_private_key(public_exponent=65537, key_size=2048)
+    cert = _certificate(_name(service_dns), key, ca_subject, ca_key, ca=False, usages=[ExtendedKeyUsageOID.SERVER_AUTH],
+                        sans=[x509.DNSName(service_dns), x509.IPAddress(ipaddress.ip_address("127.0.0.1"))],
+                        valid_for=ROTATOR_VALID_FOR)  # fmt: skip
+    return {
+        "ca.crt": ca_cert.public_bytes(serialization.Encoding.PEM),
+        "ca.key": pem_key(ca_key),
+        "tls.crt": cert.public_bytes(serialization.Encoding.PEM),
+        "tls.key": pem_key(key),
+    }

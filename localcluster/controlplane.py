@@ -214,10 +214,10 @@ class ControlPlane:
 
         self._wait(etcd, healthy, "healthy")
 
-    def admin_client(self, pki: certs.Pki) -> httpx.Client:
+    def admin_client(self, pki: certs.Pki, timeout_s: float = 5) -> httpx.Client:
         context = ssl.create_default_context(cafile=str(pki.ca))
         context.load_cert_chain(str(pki.cert(certs.ADMIN.file)), str(pki.key(certs.ADMIN.file)))
-        return httpx.Client(base_url=self.server, verify=context, timeout=5)
+        return httpx.Client(base_url=self.server, verify=context, timeout=timeout_s)
 
     def _start_apiserver(self, pki: certs.Pki, port: int, etcd_client: int) -> None:
         apiserver = self._launch(

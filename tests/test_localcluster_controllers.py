@@ -98,7 +98,9 @@ def test_kueue_keeps_the_labs_settings_and_changes_only_the_local_fields(tmp_pat
     assert local["health"] == {"healthProbeBindAddress": "127.0.0.1:40002"}
     assert local["visibilityServer"] == {"bindAddress": "127.0.0.1", "bindPort": 40003}
     assert local["leaderElection"] == {"leaderElect": False}
-    assert local["internalCertManagement"] == {"enable": False}
+    # Its rotator on (0.19.2 exits without it), reading the Secret LabControllers writes.
+    assert local["internalCertManagement"] == {
+        "enable": True, "webhookServiceName": "kueue-webhook-service", "webhookSecretName": "kueue-webhook-server-cert"}
     assert local["namespace"] == "kueue-system"
 
 

@@ -5,7 +5,6 @@ client. Its own, not the session's: these tests fill the GPU nodes and delete th
 
 from __future__ import annotations
 
-import tempfile
 import time
 from collections.abc import Iterator
 from contextlib import contextmanager
@@ -19,7 +18,7 @@ import yaml
 
 from localcluster import certs
 from localcluster.build import Built, ensure
-from localcluster.controllers import LabControllers, beside
+from localcluster.controllers import API_TIMEOUT_S, LabControllers, beside
 from localcluster.controlplane import ControlPlane
 from stacks.config import LabConfig
 from tests import upstream
@@ -94,13 +93,13 @@ def crd_files(component_version: str) -> list[Path]:
 
 
 @contextmanager
-def lab_cluster(built: Built, cfg: LabConfig, crds: tuple[str, ...] = ()) -> Iterator[LabCluster]:
-    """The cluster of the lab `cfg` describes, with `crds` (`<component>/<version>` of the upstream lock)."""
-    with tempfile.TemporaryDirectory(prefix=f"gml-{cfg.stack}-") as folder:
-        with ControlPlane(Path(folder), built, cfg) as plane, beside(plane, built) as lab_controllers:
-            with plane.admin_client(certs.Pki(plane.state / "pki")) as client:
-                cluster = LabCluster(plane, lab_controllers, client)
-                for name in crds:
-                    for file in crd_files(name):
-                        cluster.apply(yaml.safe_load(file.read_text()))
-                yield cluster
+def lab_cluster(built: Built, cfg: LabConfig, folder: Path, crds: tuple[str, ...] = ()) -> Iterator[LabCluster]:
+    """The cluster of the lab `cfg` describes in `folder` (pytest's, so a failed run's logs stay), with
+    `crds` (`<component>/<version>` of the upstream lock) applied."""
+    with ControlPlane(folder, built, cfg) as plane, beside(plane, built) as lab_controllers:
+        with plane.admin_client(certs.Pki(plane.state / "pki"), timeout_s=API_TIMEOUT_S) as client:
+            cluster = LabCluster(plane, lab_controllers, client)
+            for name in crds:
+                for file in crd_files(name):
+                    cluster.apply(yaml.safe_load(file.read_text()))
+            yield cluster

@@ -39,11 +39,11 @@ def _now() -> datetime:
     return datetime.now(timezone.utc)
 
 
-def test_a_deleted_spot_node_under_the_g8_job(scheduling_built):
+def test_a_deleted_spot_node_under_the_g8_job(scheduling_built, tmp_path_factory):
     cfg = load_config("g8")
     outputs = run_stack("g8").outputs
     p = g8.lab_params(outputs, g8.LAB, g8.Params, g8.SECTION)
-    with lab_cluster(scheduling_built, cfg) as cluster:
+    with lab_cluster(scheduling_built, cfg, tmp_path_factory.mktemp("cluster")) as cluster:
         cluster.create(namespace(stack_id(cfg), p.namespace, "checkpoints", "restricted"))
         cluster.create({"apiVersion": "v1", "kind": "ServiceAccount", "metadata": {"name": p.service_account, "namespace": p.namespace}})
         config_map, job = g8.build_workloads(outputs, RUN_ID, "with-checkpoints")

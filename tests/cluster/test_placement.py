@@ -42,9 +42,9 @@ def _scheduled(pod: dict[str, Any]) -> dict[str, Any] | None:
     return c if c and (c["status"] == "True" or c.get("reason") == "Unschedulable") else None
 
 
-def test_g1_probe_lands_on_the_l4_node_and_the_untolerated_pod_never_does(scheduling_built):
+def test_g1_probe_lands_on_the_l4_node_and_the_untolerated_pod_never_does(scheduling_built, tmp_path_factory):
     outputs = run_stack("g1").outputs
-    with lab_cluster(scheduling_built, load_config("g1")) as cluster:
+    with lab_cluster(scheduling_built, load_config("g1"), tmp_path_factory.mktemp("cluster")) as cluster:
         gpu_nodes = [n for n in cluster.list("/api/v1/nodes") if "cloud.google.com/gke-accelerator" in n["metadata"]["labels"]]
         assert [n["metadata"]["labels"]["cloud.google.com/gke-accelerator"] for n in gpu_nodes] == ["nvidia-l4"]
         assert gpu_nodes[0]["spec"]["taints"] == [GPU_TAINT]
@@ -60,12 +60,12 @@ def test_g1_probe_lands_on_the_l4_node_and_the_untolerated_pod_never_does(schedu
 
 
 @pytest.mark.parametrize("overrides", [{}, NVIDIA_MODE], ids=["gke-time-sharing", "nvidia-time-slicing"])
-def test_g2_places_allocatable_replicas_per_l4_and_refuses_the_next(scheduling_built, overrides):
+def test_g2_places_allocatable_replicas_per_l4_and_refuses_the_next(scheduling_built, tmp_path_factory, overrides):
     cfg = load_config("g2", overrides=overrides)
     outputs = run_stack("g2", overrides={f"gke-ml-labs:{k}": v for k, v in overrides.items()}).outputs
     per_node = outputs["benchmark"]["gpu_sharing"]["allocatable_gpus_per_node"]
     assert per_node == cfg.pool_capacity.per_node == 4  # 1 L4 x 4 replicas
-    with lab_cluster(scheduling_built, cfg) as cluster:
+    with lab_cluster(scheduling_built, cfg, tmp_path_factory.mktemp("cluster")) as cluster:
         gpu = next(n for n in cluster.list("/api/v1/nodes") if GPU_RESOURCE in n["status"]["allocatable"])
         assert gpu["status"]["allocatable"][GPU_RESOURCE] == str(per_node)
         objs = g2.build_workloads(outputs, "g2-local-0001", pods=per_node + 1)

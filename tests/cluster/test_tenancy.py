@@ -29,9 +29,9 @@ MEMBER = {"Impersonate-User": "alice@example.com", "Impersonate-Group": TENANT.g
 
 
 @pytest.fixture(scope="module")
-def cluster(scheduling_built) -> Iterator[LabCluster]:
+def cluster(scheduling_built, tmp_path_factory) -> Iterator[LabCluster]:
     cfg = load_config("dev")
-    with lab_cluster(scheduling_built, cfg) as c:
+    with lab_cluster(scheduling_built, cfg, tmp_path_factory.mktemp("cluster")) as c:
         ids = stack_id(cfg)
         c.create(namespace(ids, TENANT.name, "tenancy", "restricted", {TENANT_LABEL: TENANT.name}))
         for obj in tenant_objects(ids, TENANT):  # NetworkPolicies included: the API server must accept them
