@@ -66,6 +66,15 @@ class LabCluster:
         answer.raise_for_status()
         return answer.json()
 
+    def wait_for_service_account(self, namespace: str, timeout_s: float = 60) -> None:
+        """The namespace's `default` ServiceAccount, which the controller manager makes and without which
+        the ServiceAccount admission plugin refuses every pod there."""
+        deadline = time.monotonic() + timeout_s
+        while self.client.get(f"/api/v1/namespaces/{namespace}/serviceaccounts/default").status_code != 200:
+            if time.monotonic() > deadline:
+                raise AssertionError(f"no default ServiceAccount in {namespace} after {timeout_s:.0f} s")
+            time.sleep(0.5)
+
     def wait_for_controllers(self, names: list[str]) -> None:
         deadline = time.monotonic() + CONTROLLERS_TIMEOUT_S
         while sorted(self.controllers.ready) != sorted(names):
@@ -99,6 +108,7 @@ def lab_cluster(built: Built, cfg: LabConfig, folder: Path, crds: tuple[str, ...
     with ControlPlane(folder, built, cfg) as plane, beside(plane, built) as lab_controllers:
         with plane.admin_client(certs.Pki(plane.state / "pki"), timeout_s=API_TIMEOUT_S) as client:
             cluster = LabCluster(plane, lab_controllers, client)
+            cluster.wait_for_service_account("default")
             for name in crds:
                 for file in crd_files(name):
                     cluster.apply(yaml.safe_load(file.read_text()))

@@ -48,6 +48,7 @@ def g3(scheduling_built, tmp_path_factory) -> Iterator[tuple[LabCluster, dict[st
             local_queue(ids, cfg.kueue.namespace, cfg.kueue.local_queue, cfg.kueue.cluster_queue),
         ):
             cluster.create(obj)
+        cluster.wait_for_service_account(cfg.kueue.namespace)
         yield cluster, outputs
 
 

@@ -46,6 +46,7 @@ def test_a_deleted_spot_node_under_the_g8_job(scheduling_built, tmp_path_factory
     with lab_cluster(scheduling_built, cfg, tmp_path_factory.mktemp("cluster")) as cluster:
         cluster.create(namespace(stack_id(cfg), p.namespace, "checkpoints", "restricted"))
         cluster.create({"apiVersion": "v1", "kind": "ServiceAccount", "metadata": {"name": p.service_account, "namespace": p.namespace}})
+        cluster.wait_for_service_account(p.namespace)
         config_map, job = g8.build_workloads(outputs, RUN_ID, "with-checkpoints")
         template = job["spec"]["template"]
         template.setdefault("metadata", {}).setdefault("annotations", {})[JOB_DELAY_ANNOTATION] = "600s"
@@ -63,7 +64,8 @@ def test_a_deleted_spot_node_under_the_g8_job(scheduling_built, tmp_path_factory
                 assert time.monotonic() < deadline, f"{what}: not within {timeout_s:.0f} s; pods: {json.dumps(pods)[:2000]}"
                 time.sleep(0.25)
 
-        first = wait("the job's pod running", lambda ps: any((x.get("status") or {}).get("phase") == "Running" for x in ps))[0]
+        running = wait("the job's pod running", lambda ps: any((x.get("status") or {}).get("phase") == "Running" for x in ps))
+        first = next(x for x in running if (x.get("status") or {}).get("phase") == "Running")
         node = cluster.get(f"/api/v1/nodes/{first['spec']['nodeName']}")
         deleted_at = _now()
         cluster.client.delete(f"/api/v1/nodes/{node['metadata']['name']}").raise_for_status()
@@ -104,6 +106,7 @@ def test_a_deleted_spot_node_under_the_g8_job(scheduling_built, tmp_path_factory
             "old pod Failed (pod GC)": failed_at.isoformat() if failed_at else None,
             "old pod gone": seen["gone"].isoformat(),
             "replacement created": seen["replacement"].isoformat(),
+            "replacement creationTimestamp": replacement["metadata"]["creationTimestamp"],
             "node registered again": back_at.isoformat(),
             "replacement scheduled": placed_at.isoformat(),
             "disruption condition": disruption,

@@ -47,7 +47,7 @@ def test_g1_probe_lands_on_the_l4_node_and_the_untolerated_pod_never_does(schedu
     with lab_cluster(scheduling_built, load_config("g1"), tmp_path_factory.mktemp("cluster")) as cluster:
         gpu_nodes = [n for n in cluster.list("/api/v1/nodes") if "cloud.google.com/gke-accelerator" in n["metadata"]["labels"]]
         assert [n["metadata"]["labels"]["cloud.google.com/gke-accelerator"] for n in gpu_nodes] == ["nvidia-l4"]
-        assert gpu_nodes[0]["spec"]["taints"] == [GPU_TAINT]
+        assert GPU_TAINT in gpu_nodes[0]["spec"]["taints"]
         for obj in g1.build_workloads(outputs, "g1-local-0001"):
             cluster.create(obj)
         probe, untolerated = g1.probe_name("g1-local-0001"), g1.untolerated_name("g1-local-0001")

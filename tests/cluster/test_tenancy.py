@@ -10,7 +10,6 @@ quota or RBAC, and nothing outside its namespace; its namespace enforces the res
 
 from __future__ import annotations
 
-import time
 from collections.abc import Iterator
 
 import pytest
@@ -36,10 +35,7 @@ def cluster(scheduling_built, tmp_path_factory) -> Iterator[LabCluster]:
         c.create(namespace(ids, TENANT.name, "tenancy", "restricted", {TENANT_LABEL: TENANT.name}))
         for obj in tenant_objects(ids, TENANT):  # NetworkPolicies included: the API server must accept them
             c.create(obj)
-        deadline = time.monotonic() + 60
-        while c.client.get(f"/api/v1/namespaces/{TENANT.name}/serviceaccounts/default").status_code != 200:
-            assert time.monotonic() < deadline, "the service-account controller made no default account"
-            time.sleep(0.5)
+        c.wait_for_service_account(TENANT.name)
         yield c
 
 
