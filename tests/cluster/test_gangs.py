@@ -11,6 +11,7 @@ webhooks are the real ones: JobSet's refuses what its webhook refuses, Kueue's d
 
 from __future__ import annotations
 
+import json
 import time
 from collections.abc import Callable, Iterator
 from typing import Any
@@ -31,6 +32,8 @@ from tests.cluster.lab_cluster import LabCluster, lab_cluster, scheduling_built 
 
 WORK_S = 20  # what kwok makes of a worker's work: Succeeded this long after it runs
 RUN_ID = "g3-local-test-0001"
+# What the real Kueue and scheduler said in this run, for the test that holds the shipped recording to it.
+SAID: dict[str, str] = {}
 
 
 @pytest.fixture(scope="module")
@@ -94,6 +97,7 @@ def test_kueue_admits_two_whole_jobs_and_holds_the_third_with_no_pod(g3):
     reserved = _condition(full["workloads"][waiting], "QuotaReserved") or {}
     assert reserved.get("status") == "False"
     assert "insufficient unused quota for nvidia.com/gpu" in reserved.get("message", ""), reserved
+    SAID["quota"] = f"{reserved['reason']}: {reserved['message']}"
     # Kueue holds the whole job: the waiting JobSet is still suspended, so its Job made no pod.
     assert not [pod for pod in full["pods"] if pod["metadata"]["labels"].get(g3w.JOBSET_NAME_LABEL) == waiting]
     placed = _poll("the admitted jobs' workers all placed", state,
@@ -136,6 +140,7 @@ def test_without_kueue_every_job_is_partly_placed_and_none_whole(g3):
     assert placed == {j: 2 for j in names}, placed
     refused = [(_condition(x, "PodScheduled") or {}).get("message", "") for x in pods if not x["spec"].get("nodeName")]
     assert len(refused) == p.jobs and all("Insufficient nvidia.com/gpu" in m for m in refused), refused
+    SAID["no GPU"] = refused[0]
 
 
 def test_jobsets_own_webhook_refuses_what_it_validates(g3):
@@ -158,3 +163,20 @@ def test_the_controllers_webhooks_are_registered_on_loopback(g3):
         assert urls and all(u.startswith("https://127.0.0.1:") for u in urls)
         assert {i["metadata"]["name"].split("-")[0] for i in items} == {"kueue", "jobset"}
     assert [c.name for c in controllers.needed(load_config("g3"))] == ["jobset", "kueue"]
+
+
+def test_the_shipped_g3_recording_says_what_the_real_kueue_and_scheduler_say(g3):
+    """tests/data/labs/g3/recording.json (examples/g3) was built, not recorded: its Workload wait and the
+    scheduler's refusal must read as the real Kueue 0.19.2 and kube-scheduler of GKE's Regular minor wrote
+    them in this run (the same lab shape: one L4 node of 6 shared GPUs beside the system node)."""
+    if set(SAID) != {"quota", "no GPU"}:
+        pytest.skip("needs the two runs above")
+    from tests import g3_recording
+
+    recorded = set()
+    for snap in json.loads(g3_recording.PATH.read_text())["snapshots"]:
+        for w in snap["objects"].get("workloads", []):
+            recorded |= {f"{c['reason']}: {c['message']}" for c in (w.get("status") or {}).get("conditions", [])
+                         if c["type"] == "QuotaReserved" and c["status"] == "False" and "quota" in c["message"]}  # fmt: skip
+    assert recorded == {SAID["quota"]}
+    assert g3_recording.NO_GPU == SAID["no GPU"]
