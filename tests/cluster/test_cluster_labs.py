@@ -17,13 +17,16 @@ from pathlib import Path
 
 import pytest
 import yaml
+from pulumi.automation.errors import CommandError
 from engine import stack
-from inventory import PRIVILEGED_PROBE, PSA_ENFORCE, Declared, declared, dry_run_pod, live, pod_templates
+from inventory import (
+    PRIVILEGED_PROBE, PSA_ENFORCE, Declared, declared, dry_run_pod, live, pod_templates, unordered_custom_resources,
+)
 
 from localcluster.build import REPO
 from localcluster.controlplane import CONTEXT
 from stacks.cluster_config import GKE_ONLY_KEYS
-from stacks.loader import PROJECT
+from stacks.loader import PROJECT, decode
 from stacks.stackfile import load_config, stack_config, stack_names
 
 LABS = stack_names()
@@ -38,8 +41,7 @@ KEPT_ON_PURPOSE: set[tuple[str, str]] = set()
 def _stack_file(lab: str, kubeconfig: Path) -> dict:
     """The lab's stack file turned to `cluster: existing` on the local cluster, its GKE-only keys removed."""
     config, _ = stack_config(lab)
-    kept = {k: yaml.safe_load(v) if v[:1] in "{[" else v for k, v in config.items()
-            if k.removeprefix(f"{PROJECT}:") not in GKE_ONLY_KEYS and k != "gcp:project"}  # fmt: skip
+    kept = {k: decode(v) for k, v in config.items() if k.removeprefix(f"{PROJECT}:") not in GKE_ONLY_KEYS and k != "gcp:project"}
     cluster = {"target": "existing", "kubeconfig": str(kubeconfig), "context": CONTEXT, "charts": "upstream-crds"}
     if lab in BUCKETS:
         cluster["bucket"] = BUCKETS[lab]
@@ -69,11 +71,18 @@ def test_the_lab_goes_up_is_accepted_and_comes_down_to_nothing(lab, control_plan
     lab_stack = stack(lab, PROJECT, _program, tmp_path)
 
     started = time.monotonic()
-    up = lab_stack.up(on_output=print, color="never")
+    try:
+        lab_stack.up(on_output=print, color="never")
+    except CommandError as e:
+        errors = _errors(e)
+        figures[lab] = {"up_failed": errors}
+        lab_stack.destroy(on_output=print, color="never")  # leave the next lab a clean cluster
+        pytest.fail(f"pulumi up -s {lab} failed; the errors it printed:\n" + "\n".join(errors))
     up_s = time.monotonic() - started
-    assert up.summary.result == "succeeded"
-    objects = declared(lab_stack.export_stack().deployment)
+    state = lab_stack.export_stack().deployment
+    objects = declared(state)
     assert objects, "the program declared no Kubernetes object"
+    unordered = unordered_custom_resources(state, objects)
 
     missing = [str(o) for o in objects if live(api, o) is None]
     rejections = _admission(api, objects)
@@ -85,6 +94,7 @@ def test_the_lab_goes_up_is_accepted_and_comes_down_to_nothing(lab, control_plan
     figures[lab] = {"objects": len(objects), "rejections": rejections, "up_s": round(up_s, 1), "destroy_s": round(destroy_s, 1)}
 
     assert missing == [], f"declared but not on the API server: {missing}"
+    assert unordered == [], "\n".join(unordered)
     assert rejections == [], "\n".join(rejections)
     assert down.summary.result == "succeeded"
     assert left == [], f"left behind by pulumi destroy: {left}"
@@ -103,3 +113,9 @@ def _admission(api, objects: list[Declared]) -> list[str]:
         if level in ("baseline", "restricted") and dry_run_pod(api, ns.name, {"spec": PRIVILEGED_PROBE}) is None:
             rejections.append(f"{ns}: enforces {level} but admitted a privileged pod")
     return rejections
+
+
+def _errors(error: CommandError) -> list[str]:
+    """The lines of a failed `pulumi up` that carry an error: the provider quotes the API server's message."""
+    lines = [ln.strip() for ln in str(error).splitlines()]
+    return [ln for ln in lines if "error" in ln.lower()][-20:] or lines[-20:]
