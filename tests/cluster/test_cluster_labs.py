@@ -18,8 +18,8 @@ from pathlib import Path
 import pytest
 import yaml
 from pulumi.automation.errors import CommandError
-from engine import stack
-from inventory import (
+from cluster.engine import stack
+from cluster.inventory import (
     PRIVILEGED_PROBE, PSA_ENFORCE, Declared, declared, dry_run_pod, live, pod_templates, unordered_custom_resources,
 )
 

@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 from kubernetes import client, config
-from procs import alive, descendants, listening_ports
+from cluster.procs import alive, descendants, listening_ports
 
 from localcluster.build import REPO
 
