@@ -17,7 +17,7 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationInfo, field_validat
 
 from facts.machines import G2_L4_COUNT, SYSTEM_MACHINE_TYPES
 from facts.prices import L4_ZONES
-from stacks import cost_features, platform_features, serving_features
+from stacks import cluster_config, cost_features, platform_features, serving_features
 
 LabName = Literal["dev", "g1", "g2", "g3", "g4", "g5", "g6", "g7", "g8"]
 
@@ -46,7 +46,7 @@ class LabConfig(Frozen):
 
     lab: LabName = Field(description="which lab this stack is (its defaults come from stacks/labs.py)")
     stack: str = Field(description="Pulumi stack name (set by the loader)")
-    project: str = Field(description="GCP project id (from gcp:project)")
+    project: str | None = Field(description="GCP project id (from gcp:project); unused with cluster.target existing")
     region: str = Field("us-central1", description="GCP region (from gcp:region)")
     zone: str | None = Field(None, description="zone of the zonal cluster; default <region>-a")
     gpu_zones: list[str] | None = Field(
@@ -84,6 +84,7 @@ class LabConfig(Frozen):
         default_factory=dict, description="extra GCE billing labels (every resource also gets lab, stack, managed-by)"
     )
 
+    cluster: cluster_config.Cluster = cluster_config.Cluster()
     observability: platform_features.Observability = platform_features.Observability()
     gpu_sharing: platform_features.GpuSharing = platform_features.GpuSharing()
     kueue: platform_features.Kueue = platform_features.Kueue()
@@ -141,13 +142,14 @@ class LabConfig(Frozen):
                 "allowed: 1 to 20 lowercase letters, digits, '-' or '_', starting and ending with a letter or digit"
             )
         zone_ok = f"{self.region}-"
-        for z in [self.zone] + (self.gpu_zones or []):
+        # An existing cluster's zones are its own (cluster_config.check refuses zone keys there).
+        for z in [] if self.cluster.existing else [self.zone] + (self.gpu_zones or []):
             if z is not None and (not z.startswith(zone_ok) or len(z) != len(zone_ok) + 1):
                 problems.append(f"zone {z!r} is not in region {self.region} (expected {zone_ok}a, {zone_ok}b, ...)")
         # A region the catalogue does not list is left to preflight (and has no prices either, which
         # the estimate and the cost exporter report); in one it lists, a zone without L4 is refused.
         l4_zones = L4_ZONES.get(self.region)
-        for z in self.gpu_node_zones if l4_zones else []:
+        for z in self.gpu_node_zones if l4_zones and not self.cluster.existing else []:
             if z.startswith(zone_ok) and z not in l4_zones:
                 problems.append(
                     f"GPU zone {z!r} does not offer L4 GPUs (the catalogue in facts/prices.py lists those of "
@@ -171,6 +173,12 @@ class LabConfig(Frozen):
             for b in names[i + 1 :]:
                 if nets[a].overlaps(nets[b]):
                     problems.append(f"{a} {nets[a]} overlaps {b} {nets[b]}")
+        problems += cluster_config.check(
+            self.cluster,
+            set_keys=self.model_fields_set,
+            machine_type=self.gpu_machine_type,
+            features={k: getattr(self, k) for k in ("checkpoints", "argo", "vllm", "budget", "tenancy", "gpu_sharing")},
+        )
         pool = self.pool_capacity
         problems += platform_features.check(
             gpu_sharing=self.gpu_sharing,
@@ -205,6 +213,8 @@ class LabConfig(Frozen):
 
     @property
     def gpus_per_node(self) -> int:
+        if self.cluster.existing:
+            return self.cluster.gpu_nodes.gpus_per_node
         return self.gpu_count or G2_L4_COUNT[self.gpu_machine_type]
 
     @property
@@ -226,8 +236,10 @@ class LabConfig(Frozen):
 
     @property
     def sha256(self) -> str:
-        """Digest of the whole validated config (defaults included): which config a report ran against."""
-        return hashlib.sha256(self.model_dump_json().encode()).hexdigest()
+        """Digest of the whole validated config (defaults included): which config a report ran against.
+        A gke target says nothing beyond the default, so a config keeps the digest it had before the key."""
+        dump = self.model_dump_json(exclude={"cluster"} if not self.cluster.existing else None)
+        return hashlib.sha256(dump.encode()).hexdigest()
 
     @property
     def billing_labels(self) -> dict[str, str]:

@@ -115,6 +115,13 @@ def unknown_gcp_keys(keys: Iterable[str]) -> list[str]:
     return problems
 
 
+def _existing_target(raw: dict[str, Any]) -> bool:
+    """Whether the stack targets an existing cluster, which needs no gcp:project (the model checks the
+    key itself)."""
+    cluster = raw.get("cluster")
+    return (cluster if isinstance(cluster, str) else (cluster or {}).get("target") if isinstance(cluster, dict) else None) == "existing"
+
+
 def parse(raw: dict[str, Any], *, stack: str, project: str | None, region: str | None) -> LabConfig:
     """Validate decoded config keys; pure, so tests and the offline plan share it."""
     stack_file = f"Pulumi.{stack}.yaml"
@@ -124,7 +131,7 @@ def parse(raw: dict[str, Any], *, stack: str, project: str | None, region: str |
             problems.append(f"{PROJECT}:{key}: not set here; use gcp:{key} (stack name for 'stack')")
     for key in SECRET_KEYS:
         raw = {k: v for k, v in raw.items() if k != key}
-    if not project:
+    if not project and not _existing_target(raw):
         problems.append(f"gcp:project is not set: run `pulumi config set gcp:project YOUR_PROJECT -s {stack}`")
     if problems:
         raise ConfigError(stack_file, problems)

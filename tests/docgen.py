@@ -28,6 +28,7 @@ from typing import Any, Literal
 
 import yaml
 from pydantic import BaseModel
+from pydantic_core import to_jsonable_python
 from pydantic.fields import FieldInfo
 
 from stacks.config import LabConfig
@@ -152,11 +153,14 @@ def _cell(text: str) -> str:
 
 
 def _value(v: Any) -> str:
-    return _cell(f"`{json.dumps(v)}`" if not isinstance(v, str) else f"`{v}`")
+    return _cell(f"`{json.dumps(to_jsonable_python(v))}`" if not isinstance(v, str) else f"`{v}`")
 
 
-def _labs_enabling(feature: str) -> list[str]:
-    """The stacks whose validated config (stack file over the lab's defaults) has `feature` on."""
+def _labs_enabling(feature: str) -> list[str] | None:
+    """The stacks whose validated config (stack file over the lab's defaults) has `feature` on; None for
+    an object key that is not switched on and off (`cluster`), which matters in every lab."""
+    if not hasattr(LabConfig.model_fields[feature].annotation(), "enabled"):
+        return None
     return [stack for stack in stack_names() if getattr(load_config(stack, project="docs"), feature).enabled]
 
 
@@ -218,7 +222,8 @@ def _rows(fields: dict[str, FieldInfo], instance: BaseModel | None, prefix: str,
         rows.append(f"| `{key}` | {type_text(info.annotation)} | {default} | {_cell(limits(info))} | {where} | {_cell(doc)} |")
         inner = _inner_model(info.annotation)
         if inner is not None:  # e.g. tenancy.tenants: each item's fields (required ones have no default)
-            rows += _rows(inner.model_fields, None, f"{key}[].", labs)
+            item = "[]" if typing.get_origin(info.annotation) is list else ""
+            rows += _rows(inner.model_fields, None, f"{key}{item}.", labs)
     return rows
 
 
@@ -258,7 +263,7 @@ def config_reference() -> str:
     ]
     for name, model in features.items():
         on = _labs_enabling(name)
-        labs = ", ".join(on) if on else "none by default"
+        labs = "all" if on is None else ", ".join(on) or "none by default"
         doc = " ".join((model.__doc__ or "").strip().split("\n\n")[0].split())
         lines += [f"## `{name}`", "", doc, "", HEADER, *_rows(model.model_fields, model(), f"{name}.", labs), ""]
     return "\n".join(lines)
