@@ -15,8 +15,7 @@ import pulumi
 
 from components import k8s_objects, kserve, versions
 from components.buckets import lab_bucket
-from components.cluster import POOL_LABEL
-from components.helm_release import HelmRelease, HelmReleaseArgs
+from components.helm_release import ChartSource, HelmRelease, HelmReleaseArgs
 from components.namespaces import namespace
 from components.naming import StackId, k8s_labels, resource_name
 from components.workload_identity import BucketIdentity, BucketIdentityArgs
@@ -39,7 +38,6 @@ STORAGE_URI_FILE = f"{STEP_TMP.path}/storage_uri"
 # Security Context" docs advise: its init and wait containers and the step then own the same files
 # (the input artefact the init container writes, the outputs the wait container reads).
 ARGO_EXECUTOR_UID = 8737
-_SYSTEM = {POOL_LABEL: "system"}
 
 # What the workflow's pods do with the Kubernetes API, and nothing more: the deploy step gets,
 # creates or patches its InferenceService; Argo's executor (emissary) reports each step's outputs
@@ -65,10 +63,15 @@ class ArgoWorkflowsArgs:
     retry_limit: int  # retryStrategy of each step
     retry_policy: str
     artifact_retention_days: int  # bucket objects are deleted after this
+    system_node_selector: dict[str, str]  # controller, server and the steps (none needs a GPU)
     # The GKE cluster, whose creation makes the Workload Identity pool exist; None when it already does.
     cluster: pulumi.Resource | None = None
     # KServe, which serves the InferenceServices the deploy step creates; None when it already runs.
     kserve: pulumi.Resource | None = None
+    # A bucket of the user's own (cluster target existing): no bucket, Google service account or IAM
+    # is created, and its owner grants the two ServiceAccounts their roles (components.workload_identity).
+    bucket: str | None = None
+    charts: ChartSource = "install"
 
 
 def bucket_name(stack_id: StackId, project: str) -> str:
@@ -80,20 +83,21 @@ def account_id(stack_id: StackId, suffix: str) -> str:
     return f"{resource_name(stack_id)}-{suffix}"[:30].rstrip("-")
 
 
-def values(bucket: str) -> dict[str, Any]:
+def values(bucket: str, system_node_selector: dict[str, str]) -> dict[str, Any]:
     """Chart values: nothing exposed, client auth only, artefacts in our bucket without any key."""
+    system = system_node_selector
     return {
         "fullnameOverride": RELEASE,
-        "crds": {"upgradeJob": {"nodeSelector": _SYSTEM}},
+        "crds": {"upgradeJob": {"nodeSelector": system}},
         # The chart's containers already run non-root, without escalation or capabilities; with the
         # runtime's seccomp profile on their pods they meet restricted, as the argo namespace enforces.
-        "controller": {"nodeSelector": _SYSTEM, "podSecurityContext": pod_security_context(user=None)},
+        "controller": {"nodeSelector": system, "podSecurityContext": pod_security_context(user=None)},
         "server": {
             "serviceType": "ClusterIP",
             # "client": every request carries the caller's own Kubernetes token; "server" would let
             # anyone who reaches the port act as the server's service account.
             "authModes": ["client"],
-            "nodeSelector": _SYSTEM,
+            "nodeSelector": system,
             "podSecurityContext": pod_security_context(user=None),
         },
         # The init and wait containers Argo adds to every step: restricted under the workflow's pod
@@ -151,7 +155,7 @@ def _step(a: ArgoWorkflowsArgs, name: str, packages: list[str], env: dict[str, s
     return {
         "name": name,
         "retryStrategy": {"limit": a.retry_limit, "retryPolicy": a.retry_policy},
-        "nodeSelector": _SYSTEM,
+        "nodeSelector": a.system_node_selector,
         "script": hardened_container(script, scratch=(STEP_TMP,), home=STEP_TMP.path),
         **extra,
     }
@@ -283,27 +287,31 @@ class ArgoWorkflows(pulumi.ComponentResource):
         child = pulumi.ResourceOptions(parent=self)
         labels = k8s_labels(args.stack_id, "pipeline")
         kserve = [args.kserve] if args.kserve is not None else []
-        bucket = bucket_name(args.stack_id, args.project)
-        self.bucket = lab_bucket(
-            f"{name}-artifacts",
-            project=args.project,
-            location=args.region,
-            labels=args.billing_labels,
-            name=bucket,
-            delete_after_days=args.artifact_retention_days,
-            opts=child,
-        )
+        bucket = args.bucket or bucket_name(args.stack_id, args.project)
+        if args.bucket is None:
+            self.bucket = lab_bucket(
+                f"{name}-artifacts",
+                project=args.project,
+                location=args.region,
+                labels=args.billing_labels,
+                name=bucket,
+                delete_after_days=args.artifact_retention_days,
+                opts=child,
+            )
+        self.bucket_name: pulumi.Input[str] = self.bucket.name if args.bucket is None else args.bucket
+        own = [self.bucket] if args.bucket is None else []
         self.release = HelmRelease(
             RELEASE,
             HelmReleaseArgs(
                 chart=versions.ARGO_WORKFLOWS,
                 namespace=args.namespace,
-                values=values(bucket),
+                values=values(bucket, args.system_node_selector),
                 labels=labels,
                 # Controller, server and the CRD job meet restricted with the pod settings values() adds.
                 pod_security="restricted",
+                source=args.charts,
             ),
-            opts=pulumi.ResourceOptions(parent=self, depends_on=[self.bucket]),
+            opts=pulumi.ResourceOptions(parent=self, depends_on=own),
         )
         # The deploy step creates InferenceServices Pulumi does not manage, and the benchmark's Workflows
         # and their pods live here too. Waiting for KServe and Argo here makes destroy delete this
@@ -323,13 +331,14 @@ class ArgoWorkflows(pulumi.ComponentResource):
                 BucketIdentityArgs(
                     project=args.project,
                     account_id=account_id(args.stack_id, suffix),
-                    bucket=self.bucket.name,
+                    bucket=self.bucket_name,
                     role=role,
                     namespace=args.workflow_namespace,
                     service_account=ksa,
                     labels=labels,
                     cluster=args.cluster,
                     after=[self.namespace],
+                    google_account=args.bucket is None,
                 ),
                 opts=child,
             )
@@ -345,4 +354,4 @@ class ArgoWorkflows(pulumi.ComponentResource):
             workflow_template(args, bucket),
             pulumi.ResourceOptions(parent=self, depends_on=[self.release, self.namespace, *kserve]),
         )
-        self.register_outputs({"bucket": self.bucket.name})
+        self.register_outputs({"bucket": self.bucket_name})

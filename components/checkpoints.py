@@ -1,6 +1,7 @@
 """Checkpoints for g8's preemptible job: a GCS bucket deleted with the stack, written by a Kubernetes
 ServiceAccount through Workload Identity (components.workload_identity: a GCP service account with
-objectAdmin on that bucket only, no keys anywhere).
+objectAdmin on that bucket only, no keys anywhere). On an existing cluster the bucket is the user's own
+and only the namespace and the ServiceAccount are made.
 """
 
 from __future__ import annotations
@@ -27,6 +28,8 @@ class CheckpointsArgs:
     delete_after_days: int  # objects older than this are deleted
     # The GKE cluster, whose creation makes the Workload Identity pool exist; None when it already does.
     cluster: pulumi.Resource | None = None
+    # A bucket of the user's own (cluster target existing): nothing of Google is created.
+    bucket: str | None = None
 
 
 def bucket_name(stack_id: StackId, project: str) -> str:
@@ -42,15 +45,17 @@ class Checkpoints(pulumi.ComponentResource):
     def __init__(self, name: str, args: CheckpointsArgs, opts: pulumi.ResourceOptions | None = None):
         super().__init__("gke-ml-labs:checkpoints:Checkpoints", name, None, opts)
         child = pulumi.ResourceOptions(parent=self)
-        self.bucket = lab_bucket(
-            f"{name}-bucket",
-            project=args.project,
-            location=args.region,
-            labels=args.billing_labels,
-            name=bucket_name(args.stack_id, args.project),
-            delete_after_days=args.delete_after_days,
-            opts=child,
-        )
+        if args.bucket is None:
+            self.bucket = lab_bucket(
+                f"{name}-bucket",
+                project=args.project,
+                location=args.region,
+                labels=args.billing_labels,
+                name=bucket_name(args.stack_id, args.project),
+                delete_after_days=args.delete_after_days,
+                opts=child,
+            )
+        self.bucket_name: pulumi.Input[str] = self.bucket.name if args.bucket is None else args.bucket
         self.namespace = k8s_objects.create(
             f"{name}-ns", namespace(args.stack_id, args.namespace, "checkpoints", "restricted"), child
         )
@@ -60,14 +65,15 @@ class Checkpoints(pulumi.ComponentResource):
             BucketIdentityArgs(
                 project=args.project,
                 account_id=account_id(args.stack_id),
-                bucket=self.bucket.name,
+                bucket=self.bucket_name,
                 role="roles/storage.objectAdmin",
                 namespace=args.namespace,
                 service_account=args.service_account,
                 labels=k8s_labels(args.stack_id, "checkpoints"),
                 cluster=args.cluster,
                 after=[self.namespace],
+                google_account=args.bucket is None,
             ),
             opts=child,
         )
-        self.register_outputs({"bucket": self.bucket.name})
+        self.register_outputs({"bucket": self.bucket_name})

@@ -23,6 +23,8 @@ NODE_ROLES = ("roles/container.defaultNodeServiceAccount",)
 NODE_OAUTH_SCOPES = ["https://www.googleapis.com/auth/cloud-platform"]
 POOL_LABEL = "gke-ml-labs/pool"
 SYSTEM_POOL_NAME = "system"
+# What a pod selects to run on the CPU system pool (controllers, benchmark clients).
+SYSTEM_NODE_SELECTOR = {POOL_LABEL: SYSTEM_POOL_NAME}
 SYSTEM_DISK_GB = 50  # the system pool's boot disk (the cost estimate prices it)
 # Fields the node pools set explicitly so GKE has nothing to back-fill, plus those GKE still fills
 # in after creation: without ignoring them a later `up` proposes to REPLACE the pool.
@@ -185,8 +187,7 @@ class GkeCluster(pulumi.ComponentResource):
             service_account=self.node_service_account.email,
             resource_labels=args.resource_labels,
         )
-        # What a pod selects to run on the CPU system pool (controllers, benchmark clients).
-        self.system_node_selector = {POOL_LABEL: SYSTEM_POOL_NAME}
+        self.system_node_selector = dict(SYSTEM_NODE_SELECTOR)
         self.system_pool = self.pool_defaults.node_pool(
             f"{name}-system",
             name=SYSTEM_POOL_NAME,

@@ -10,7 +10,6 @@ from dataclasses import dataclass
 import pulumi
 
 from components import k8s_objects
-from components.cluster import POOL_LABEL
 from components.in_cluster_script import APP_DIR, package_items, rbac, script_files
 from components.namespaces import namespace
 from components.naming import StackId, k8s_labels
@@ -36,6 +35,7 @@ class CostExporterArgs:
     stack_id: StackId
     region: str  # whose list prices (facts.prices) the exporter applies
     refresh_seconds: int  # how often it re-reads nodes and pods, and Prometheus scrapes it
+    system_node_selector: dict[str, str]  # where the exporter runs (never a GPU node)
     # The release serving the ServiceMonitor CRD (the in-cluster Prometheus); None: no ServiceMonitor.
     prometheus: pulumi.Resource | None = None
 
@@ -64,8 +64,8 @@ def pod_spec(args: CostExporterArgs) -> dict:
     return restricted(
         {
             "serviceAccountName": NAME,
-            # System pool, no GPU toleration: the exporter must never keep a GPU node alive.
-            "nodeSelector": {POOL_LABEL: "system"},
+            # System nodes, no GPU toleration: the exporter must never keep a GPU node alive.
+            "nodeSelector": args.system_node_selector,
             "containers": [
                 {
                     "name": NAME,

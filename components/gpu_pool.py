@@ -1,8 +1,5 @@
-"""The L4 GPU node pool: spot, scaled from zero, tainted so only GPU workloads keep a node alive.
-
-Also the one place that says how a GPU workload is placed on this pool (`GpuPlacement`), so every
-lab's pods request, tolerate and select it the same way.
-"""
+"""The L4 GPU node pool: spot, scaled from zero, tainted so only GPU workloads keep a node alive; its
+`placement` is how the Kubernetes half's GPU pods select and tolerate it (components.placement)."""
 
 from __future__ import annotations
 
@@ -13,11 +10,13 @@ import pulumi
 import pulumi_gcp as gcp
 
 from components.cluster import POOL_LABEL, PoolDefaults
+from components.placement import GPU_RESOURCE, GpuPlacement, Taint
 
-GPU_RESOURCE = "nvidia.com/gpu"
 # Declared explicitly: GKE adds it to GPU nodes anyway, and leaving it out shows a permanent diff.
 GPU_TAINT = {"key": GPU_RESOURCE, "value": "present", "effect": "NoSchedule"}
 GPU_POOL_NAME = "gpu"
+# How a GPU pod lands on this pool: its label and its taint.
+POOL_PLACEMENT = GpuPlacement(node_selector={POOL_LABEL: GPU_POOL_NAME}, taints=(Taint(**GPU_TAINT),))
 
 
 @dataclass(frozen=True)
@@ -46,29 +45,10 @@ class GpuNodePoolArgs:
     image_streaming: bool = False
 
 
-@dataclass(frozen=True)
-class GpuPlacement:
-    """How a pod lands on the GPU pool: request, toleration and selector, as Kubernetes dicts."""
-
-    pool_name: str = GPU_POOL_NAME
-
-    @property
-    def node_selector(self) -> dict[str, str]:
-        return {POOL_LABEL: self.pool_name}
-
-    @property
-    def tolerations(self) -> list[dict[str, str]]:
-        return [{**{k: GPU_TAINT[k] for k in ("key", "value", "effect")}, "operator": "Equal"}]
-
-    @staticmethod
-    def limits(gpus: int = 1) -> dict[str, str]:
-        return {GPU_RESOURCE: str(gpus)}
-
-
 class GpuNodePool(pulumi.ComponentResource):
     def __init__(self, name: str, args: GpuNodePoolArgs, opts: pulumi.ResourceOptions | None = None):
         super().__init__("gke-ml-labs:platform:GpuNodePool", name, None, opts)
-        self.placement = GpuPlacement()
+        self.placement = POOL_PLACEMENT
         sharing = (
             gcp.container.NodePoolNodeConfigGuestAcceleratorGpuSharingConfigArgs(
                 gpu_sharing_strategy=args.sharing.strategy,

@@ -24,12 +24,11 @@ import pulumi_kubernetes as k8s
 import yaml
 
 from components import k8s_objects
-from components.cluster import POOL_LABEL
-from components.gpu_pool import GPU_RESOURCE
 from components.helm_release import HelmRelease, HelmReleaseArgs
 from components.namespaces import critical_pods_quota, namespace
 from components.naming import StackId
 from components.observability import GKE_NVIDIA_HOST_DIR, dcgm_metrics_csv
+from components.placement import GPU_RESOURCE
 from components.versions import GKE_COS_DRIVER_INSTALLER, GKE_COS_DRIVER_INSTALLER_COMMIT, GPU_OPERATOR
 
 NAMESPACE = "gpu-operator"
@@ -38,7 +37,6 @@ NO_GKE_DEVICE_PLUGIN_LABEL = {"gke-no-default-nvidia-gpu-device-plugin": "true"}
 TIME_SLICING_CONFIG = "time-slicing-config"
 TIME_SLICING_PROFILE = "any"
 DCGM_METRICS_CONFIG = "lab-dcgm-metrics"
-SYSTEM_POOL = {POOL_LABEL: "system"}
 
 
 @dataclass(frozen=True)
@@ -47,6 +45,7 @@ class GpuOperatorArgs:
     replicas: int  # pods sharing each physical GPU (time-slicing)
     nvidia_driver: str  # the driver Google's COS installer puts on nodes: DEFAULT or LATEST
     scrape_interval_s: int  # of the operator's DCGM exporter
+    system_node_selector: dict[str, str]  # where the operator and feature discovery's master run
     # The release serving the ServiceMonitor CRD, when the in-cluster Prometheus runs: the operator's
     # DCGM exporter is then scraped. None: no ServiceMonitor.
     prometheus: pulumi.Resource | None = None
@@ -105,10 +104,10 @@ def gpu_operator_values(args: GpuOperatorArgs) -> dict[str, Any]:
         },
         # Controllers on the system pool; the operator's DaemonSets select GPU nodes themselves (NFD labels)
         # and tolerate the GPU taint through daemonsets.tolerations (chart default).
-        "operator": {"nodeSelector": SYSTEM_POOL},
+        "operator": {"nodeSelector": args.system_node_selector},
         "node-feature-discovery": {
-            "master": {"nodeSelector": SYSTEM_POOL},
-            "gc": {"nodeSelector": SYSTEM_POOL},
+            "master": {"nodeSelector": args.system_node_selector},
+            "gc": {"nodeSelector": args.system_node_selector},
         },
     }
 

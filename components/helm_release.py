@@ -2,18 +2,26 @@
 
 `helm.v3.Release` (not `helm.v4.Chart`) because it waits until the release's workloads are ready,
 so custom resources that depend on it are created only once their CRDs and webhooks serve.
+
+With source `upstream-crds` (no network: `cluster.charts`) the chart is not installed: the CRDs of its
+pinned version from the upstream lock stand in for it (components.upstream_crds), so what depends on
+the release still waits for the CRDs it needs.
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, Literal
 
 import pulumi
 import pulumi_kubernetes as k8s
 
+from components.upstream_crds import UpstreamCrds
 from components.versions import Chart
 from podspec.security import PodSecurityLevel, pod_security_labels
+
+# install: charts and manifests from their repositories; upstream-crds: their locked CRDs instead.
+ChartSource = Literal["install", "upstream-crds"]
 
 
 @dataclass(frozen=True)
@@ -29,6 +37,7 @@ class HelmReleaseArgs:
     # Minutes, not seconds: a first install pulls images onto a node the autoscaler may still be adding.
     timeout_s: int = 900
     skip_crds: bool = False
+    source: ChartSource = "install"
 
 
 class HelmRelease(pulumi.ComponentResource):
@@ -46,8 +55,18 @@ class HelmRelease(pulumi.ComponentResource):
                 opts=pulumi.ResourceOptions(parent=self),
             )
             depends.append(self.namespace)
+        if args.source == "upstream-crds":
+            # CRDs are cluster-scoped: they need nothing first, not even the namespace.
+            self.release: pulumi.Resource = UpstreamCrds(f"{name}-crds", args.chart.crds, opts=pulumi.ResourceOptions(parent=self))
+            self.register_outputs({})
+        else:
+            release = self._release(name, args, depends)
+            self.release = release
+            self.register_outputs({"status": release.status})
+
+    def _release(self, name: str, args: HelmReleaseArgs, depends: list[pulumi.Resource]) -> k8s.helm.v3.Release:
         chart = args.chart
-        self.release = k8s.helm.v3.Release(
+        return k8s.helm.v3.Release(
             name,
             name=name,
             chart=f"{chart.repo}/{chart.name}" if chart.is_oci else chart.name,
@@ -62,4 +81,3 @@ class HelmRelease(pulumi.ComponentResource):
             cleanup_on_fail=True,
             opts=pulumi.ResourceOptions(parent=self, depends_on=depends),
         )
-        self.register_outputs({"status": self.release.status})

@@ -9,7 +9,6 @@ from dataclasses import dataclass
 import pulumi
 
 from components import k8s_objects
-from components.cluster import POOL_LABEL
 from components.in_cluster_script import APP_DIR, package_items, rbac, script_files
 from components.namespaces import namespace
 from components.naming import StackId, k8s_labels
@@ -35,6 +34,7 @@ class IdleGuardArgs:
     stack_id: StackId
     ttl_minutes: int  # a GPU workload older than this is scaled to zero or deleted
     schedule: str  # cron schedule of the guard
+    system_node_selector: dict[str, str]  # where the guard runs (never a GPU node)
     dry_run: bool = False  # log what would be stopped, stop nothing
 
 
@@ -53,8 +53,8 @@ def pod_spec(guard: IdleGuardArgs) -> dict:
         {
             "serviceAccountName": NAME,
             "restartPolicy": "Never",
-            # System pool, no GPU toleration: the guard must never keep a GPU node alive.
-            "nodeSelector": {POOL_LABEL: "system"},
+            # System nodes, no GPU toleration: the guard must never keep a GPU node alive.
+            "nodeSelector": guard.system_node_selector,
             "containers": [
                 {
                     "name": NAME,

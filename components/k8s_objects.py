@@ -31,6 +31,7 @@ TYPED: dict[tuple[str, str], type[pulumi.CustomResource]] = {
     ("batch/v1", "CronJob"): k8s.batch.v1.CronJob,
     ("batch/v1", "Job"): k8s.batch.v1.Job,
     ("scheduling.k8s.io/v1", "PriorityClass"): k8s.scheduling.v1.PriorityClass,
+    ("apiextensions.k8s.io/v1", "CustomResourceDefinition"): k8s.apiextensions.v1.CustomResourceDefinition,
 }
 CORE_API_VERSIONS = {api for api, _ in TYPED} | {"v1"}
 

@@ -20,6 +20,10 @@ pulumi-kubernetes#3047) rather than ConfigMapPatch:
   Knative's own config-defaults asks ("If this value is increased, the activator's
   terminationGracePeriodSeconds should also be increased"; 600 in 1.21.1's activator.yaml): a request
   held through a GPU cold start is not cut when the activator pod is drained.
+
+Offline (`cluster.charts: upstream-crds`) neither manifest is applied and nothing stands in: no resource
+of ours is of a Knative kind (KServe's InferenceService needs only KServe's CRD), and the upstream lock
+holds no file of Knative 1.21.1.
 """
 
 from __future__ import annotations
@@ -32,6 +36,7 @@ import pulumi
 import pulumi_kubernetes as k8s
 
 from components import versions
+from components.helm_release import ChartSource
 
 SERVING_NAMESPACE = "knative-serving"
 KOURIER_NAMESPACE = "kourier-system"
@@ -53,6 +58,7 @@ class KnativeArgs:
     progress_deadline_min: int
     request_timeout_s: int
     scale_to_zero_grace_s: int
+    charts: ChartSource = "install"
 
 
 def config_maps(args: KnativeArgs) -> dict[str, dict[str, str]]:
@@ -143,7 +149,15 @@ def manifest_transform(settings: dict[str, dict[str, str]]):
 class KnativeServing(pulumi.ComponentResource):
     def __init__(self, name: str, args: KnativeArgs, opts: pulumi.ResourceOptions | None = None):
         super().__init__("gke-ml-labs:knative:KnativeServing", name, None, opts)
-        settings = config_maps(args)
+        installed = args.charts == "install"
+        if installed:
+            self._apply(name, config_maps(args))
+        self.gateway = {"namespace": KOURIER_NAMESPACE, "service": KOURIER_GATEWAY, "port": 80}
+        # The namespaces the manifests make (none offline).
+        self.namespaces = [SERVING_NAMESPACE, KOURIER_NAMESPACE] if installed else []
+        self.register_outputs({"version": versions.KNATIVE_SERVING_VERSION})
+
+    def _apply(self, name: str, settings: dict[str, dict[str, str]]) -> None:
         self.core = k8s.yaml.v2.ConfigFile(
             f"{name}-core",
             file=versions.KNATIVE_SERVING_CORE,
@@ -155,5 +169,3 @@ class KnativeServing(pulumi.ComponentResource):
             file=versions.KOURIER,
             opts=pulumi.ResourceOptions(parent=self, depends_on=[self.core], transforms=[manifest_transform(settings)]),
         )
-        self.gateway = {"namespace": KOURIER_NAMESPACE, "service": KOURIER_GATEWAY, "port": 80}
-        self.register_outputs({"version": versions.KNATIVE_SERVING_VERSION})

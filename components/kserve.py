@@ -14,11 +14,10 @@ from typing import Any, Literal
 import pulumi
 
 from components import cert_manager, k8s_objects, versions
-from components.cluster import POOL_LABEL
-from components.gpu_pool import GpuPlacement
-from components.helm_release import HelmRelease, HelmReleaseArgs
+from components.helm_release import ChartSource, HelmRelease, HelmReleaseArgs
 from components.namespaces import namespace
 from components.naming import StackId, k8s_labels
+from components.placement import GpuPlacement, Placement
 from podspec.security import restricted
 
 NAMESPACE = "kserve"
@@ -70,14 +69,15 @@ class InferenceServiceArgs:
 class KServeArgs:
     stack_id: StackId
     domain: str  # Knative route domain the InferenceServices are reached under
-    placement: GpuPlacement  # used only by a GPU example predictor
+    placement: Placement  # controllers on the system nodes; a GPU example predictor on the GPU nodes
     example: InferenceServiceArgs | None = None  # None: KServe only (g7's workflow deploys its own)
     # What must be serving before KServe's controller starts: Knative Serving (the controller checks
     # for the Knative Service CRD at start-up in Knative mode).
     after: list[pulumi.Resource] = field(default_factory=list)
+    charts: ChartSource = "install"
 
 
-def resources_values(domain: str) -> dict[str, Any]:
+def resources_values(domain: str, system_node_selector: dict[str, str]) -> dict[str, Any]:
     """Values of the kserve-resources chart (controller, webhooks, inferenceservice-config)."""
     return {
         "kserve": {
@@ -86,7 +86,7 @@ def resources_values(domain: str) -> dict[str, Any]:
                 # KServe's top-level route is an Istio VirtualService; with Kourier it must be off
                 # (KServe's "alternative networking layer" guide) and routing is Knative's own.
                 "gateway": {"domain": domain, "disableIstioVirtualHost": True},
-                "nodeSelector": {POOL_LABEL: "system"},
+                "nodeSelector": system_node_selector,
             }
         }
     }
@@ -103,6 +103,7 @@ class KServe(pulumi.ComponentResource):
     def __init__(self, name: str, args: KServeArgs, opts: pulumi.ResourceOptions | None = None):
         super().__init__("gke-ml-labs:kserve:KServe", name, None, opts)
         labels = k8s_labels(args.stack_id, "kserve")
+        system = args.placement.system_node_selector
 
         def child(*after: pulumi.Resource) -> pulumi.ResourceOptions:
             return pulumi.ResourceOptions(parent=self, depends_on=list(after))
@@ -113,11 +114,12 @@ class KServe(pulumi.ComponentResource):
             HelmReleaseArgs(
                 chart=versions.CERT_MANAGER,
                 namespace=cert_manager.NAMESPACE,
-                values=cert_manager.values(),
+                values=cert_manager.values(system),
                 labels=labels,
                 # Every pod of the chart (controller, webhook, cainjector, startupapicheck) runs non-root
                 # with RuntimeDefault seccomp, no escalation and no capability by its defaults: restricted.
                 pod_security="restricted",
+                source=args.charts,
             ),
             opts=child(),
         )
@@ -125,7 +127,9 @@ class KServe(pulumi.ComponentResource):
             f"{name}-crd",
             # The namespace's one pod is kserve-resources' controller, restricted by that chart's own
             # securityContext and containerSecurityContext (values.yaml, files/kserve/resources.yaml).
-            HelmReleaseArgs(chart=versions.KSERVE_CRD, namespace=NAMESPACE, labels=labels, pod_security="restricted"),
+            HelmReleaseArgs(
+                chart=versions.KSERVE_CRD, namespace=NAMESPACE, labels=labels, pod_security="restricted", source=args.charts
+            ),
             opts=child(),
         )
         # The chart holds the webhook Certificate and Issuer (cert-manager CRs) and the controller.
@@ -134,8 +138,9 @@ class KServe(pulumi.ComponentResource):
             HelmReleaseArgs(
                 chart=versions.KSERVE_RESOURCES,
                 namespace=NAMESPACE,
-                values=resources_values(args.domain),
+                values=resources_values(args.domain, system),
                 create_namespace=False,
+                source=args.charts,
             ),
             opts=child(self.crds, self.cert_manager, *args.after),
         )
@@ -143,7 +148,11 @@ class KServe(pulumi.ComponentResource):
         self.runtimes = HelmRelease(
             f"{name}-runtimes",
             HelmReleaseArgs(
-                chart=versions.KSERVE_RUNTIMES, namespace=NAMESPACE, values=runtimes_values(), create_namespace=False
+                chart=versions.KSERVE_RUNTIMES,
+                namespace=NAMESPACE,
+                values=runtimes_values(),
+                create_namespace=False,
+                source=args.charts,
             ),
             opts=child(self.controller),
         )
@@ -158,11 +167,13 @@ class KServe(pulumi.ComponentResource):
                 namespace(args.stack_id, ks.namespace, "inference-service", "restricted"),
                 child(self.controller),
             )
-            # After the webhooks (controller release) and the runtime that serves its model format.
+            # After its CRD, the webhooks (controller release) and the runtime that serves its model format.
+            # The CRD is named too, not only reached through the controller: offline (charts: upstream-crds)
+            # the controller's stand-in holds nothing to wait for, while the CRD's stand-in holds the CRD.
             self.inference_service = k8s_objects.create(
                 f"{name}-{ks.name}",
-                inference_service(args.stack_id, ks, args.placement),
-                child(self.models_namespace, self.controller, self.runtimes),
+                inference_service(args.stack_id, ks, args.placement.gpu),
+                child(self.models_namespace, self.crds, self.controller, self.runtimes),
             )
         self.register_outputs({"namespace": NAMESPACE})
 

@@ -17,11 +17,10 @@ import pulumi
 import yaml
 
 from components import k8s_objects
-from components.cluster import POOL_LABEL
-from components.gpu_pool import GPU_RESOURCE, GpuPlacement
-from components.helm_release import HelmRelease, HelmReleaseArgs
+from components.helm_release import ChartSource, HelmRelease, HelmReleaseArgs
 from components.namespaces import namespace
 from components.naming import StackId, k8s_labels
+from components.placement import GPU_RESOURCE, Placement
 from components.versions import JOBSET, KUEUE
 
 API_VERSION = "kueue.x-k8s.io/v1beta2"
@@ -29,13 +28,12 @@ NAMESPACE = "kueue-system"
 JOBSET_NAMESPACE = "jobset-system"
 # Job kinds Kueue manages: batch Job, JobSet, and the Training Operator's PyTorchJob.
 INTEGRATIONS = ["batch/job", "jobset.x-k8s.io/jobset", "kubeflow.org/pytorchjob"]
-SYSTEM_POOL = {POOL_LABEL: "system"}
 
 
 @dataclass(frozen=True)
 class KueueArgs:
     stack_id: StackId
-    placement: GpuPlacement  # the GPU pool, as the ResourceFlavor describes it
+    placement: Placement  # controllers on the system nodes; the ResourceFlavor describes the GPU nodes
     namespace: str  # the lab namespace holding the LocalQueue
     cluster_queue: str
     local_queue: str
@@ -50,6 +48,7 @@ class KueueArgs:
     # The release serving the ServiceMonitor CRD, when the in-cluster Prometheus runs: Kueue then
     # exports its metrics through a ServiceMonitor. None: no metrics.
     prometheus: pulumi.Resource | None = None
+    charts: ChartSource = "install"
 
 
 def cpu_quantity(cores: float) -> str:
@@ -88,7 +87,7 @@ def kueue_values(args: KueueArgs) -> dict[str, Any]:
     return {
         "enablePrometheus": args.prometheus is not None,
         "controllerManager": {
-            "nodeSelector": SYSTEM_POOL,
+            "nodeSelector": args.placement.system_node_selector,
             "manager": {
                 "resources": {"requests": {"cpu": "100m", "memory": "256Mi"}, "limits": {"cpu": "1", "memory": "512Mi"}}
             },
@@ -97,22 +96,23 @@ def kueue_values(args: KueueArgs) -> dict[str, Any]:
     }
 
 
-def jobset_values() -> dict[str, Any]:
+def jobset_values(system_node_selector: dict[str, str]) -> dict[str, Any]:
     return {
         "controller": {
-            "nodeSelector": SYSTEM_POOL,
+            "nodeSelector": system_node_selector,
             "resources": {"requests": {"cpu": "50m", "memory": "128Mi"}, "limits": {"cpu": "1", "memory": "512Mi"}},
         }
     }
 
 
 def resource_flavor(args: KueueArgs) -> dict:
-    """The GPU pool as a Kueue flavor: its node labels, and the toleration of its taint for admitted pods."""
+    """The GPU nodes as a Kueue flavor: their labels, and the toleration of their taints for admitted pods."""
+    gpu = args.placement.gpu
     return {
         "apiVersion": API_VERSION,
         "kind": "ResourceFlavor",
         "metadata": {"name": args.flavor, "labels": k8s_labels(args.stack_id, "kueue")},
-        "spec": {"nodeLabels": args.placement.node_selector, "tolerations": args.placement.tolerations},
+        "spec": {"nodeLabels": gpu.node_selector, "tolerations": gpu.tolerations},
     }
 
 
@@ -162,7 +162,12 @@ class Kueue(pulumi.ComponentResource):
             # The chart's only pod, the controller, runs non-root with RuntimeDefault seccomp, no privilege
             # escalation and every capability dropped (its values.yaml): restricted.
             HelmReleaseArgs(
-                chart=JOBSET, namespace=JOBSET_NAMESPACE, values=jobset_values(), labels=labels, pod_security="restricted"
+                chart=JOBSET,
+                namespace=JOBSET_NAMESPACE,
+                values=jobset_values(args.placement.system_node_selector),
+                labels=labels,
+                pod_security="restricted",
+                source=args.charts,
             ),
             opts=pulumi.ResourceOptions(parent=self),
         )
@@ -173,7 +178,12 @@ class Kueue(pulumi.ComponentResource):
             # The controller manager (KueueViz is off by default) is restricted by the chart's own
             # podSecurityContext and containerSecurityContext (values.yaml).
             HelmReleaseArgs(
-                chart=KUEUE, namespace=NAMESPACE, values=kueue_values(args), labels=labels, pod_security="restricted"
+                chart=KUEUE,
+                namespace=NAMESPACE,
+                values=kueue_values(args),
+                labels=labels,
+                pod_security="restricted",
+                source=args.charts,
             ),
             opts=pulumi.ResourceOptions(parent=self, depends_on=waits),
         )

@@ -17,13 +17,12 @@ from typing import Any
 import pulumi
 
 from components import k8s_objects
-from components.cluster import POOL_LABEL
 from components.dashboards import all_dashboards
 from components.dashboards.gpu import DCGM_METRICS
-from components.gpu_pool import GpuPlacement
-from components.helm_release import HelmRelease, HelmReleaseArgs
+from components.helm_release import ChartSource, HelmRelease, HelmReleaseArgs
 from components.namespaces import NAMESPACE_NAME_LABEL, critical_pods_quota
 from components.naming import StackId, k8s_labels
+from components.placement import Placement
 from components.versions import DCGM_EXPORTER, KUBE_PROMETHEUS_STACK
 
 NAMESPACE = "monitoring"
@@ -35,7 +34,6 @@ GRAFANA = {"namespace": NAMESPACE, "service": f"{RELEASE}-grafana", "port": 80}
 DASHBOARD_LABEL = {"grafana_dashboard": "1"}
 # A NetworkPolicy peer: the pods of Prometheus' namespace.
 PROMETHEUS_PEER = {"namespaceSelector": {"matchLabels": {NAMESPACE_NAME_LABEL: NAMESPACE}}}
-SYSTEM_POOL = {POOL_LABEL: "system"}
 # GKE-installed drivers live here on the node (COS and Ubuntu); the exporter needs libnvidia-ml from it.
 GKE_NVIDIA_HOST_DIR = "/home/kubernetes/bin/nvidia"
 NVIDIA_MOUNT = "/usr/local/nvidia"
@@ -62,12 +60,13 @@ _DASHBOARD_FIELD_TYPES = {
 @dataclass(frozen=True)
 class ObservabilityArgs:
     stack_id: StackId
-    placement: GpuPlacement  # where the DCGM exporter runs: the GPU pool
+    placement: Placement  # everything on the system nodes, the DCGM exporter on the GPU nodes
     retention: str  # Prometheus retention, e.g. 2d
     scrape_interval_s: int
     grafana: bool = True  # Grafana with the lab dashboards
     # False in GPU Operator mode, where the operator runs the (only) exporter.
     standalone_dcgm: bool = True
+    charts: ChartSource = "install"
 
 
 class ObservabilityError(Exception):
@@ -93,7 +92,8 @@ def _small(cpu: str, memory: str, memory_limit: str) -> dict:
 
 
 def prometheus_stack_values(obs: ObservabilityArgs) -> dict[str, Any]:
-    """kube-prometheus-stack values: small, short retention, everything on the system pool."""
+    """kube-prometheus-stack values: small, short retention, everything on the system nodes."""
+    system = obs.placement.system_node_selector
     no_nil_selectors = {
         f"{kind}SelectorNilUsesHelmValues": False
         for kind in ("serviceMonitor", "podMonitor", "rule", "probe", "scrapeConfig")
@@ -114,20 +114,20 @@ def prometheus_stack_values(obs: ObservabilityArgs) -> dict[str, Any]:
                 "scrapeInterval": f"{obs.scrape_interval_s}s",
                 # Select every ServiceMonitor/PodMonitor/rule in every namespace, not only this release's.
                 **no_nil_selectors,
-                "nodeSelector": SYSTEM_POOL,
+                "nodeSelector": system,
                 "resources": _small("200m", "768Mi", "2Gi"),
             },
         },
         "prometheusOperator": {
-            "nodeSelector": SYSTEM_POOL,
+            "nodeSelector": system,
             "resources": _small("50m", "128Mi", "256Mi"),
-            "admissionWebhooks": {"patch": {"nodeSelector": SYSTEM_POOL}},
+            "admissionWebhooks": {"patch": {"nodeSelector": system}},
         },
-        "kube-state-metrics": {"nodeSelector": SYSTEM_POOL, "resources": _small("20m", "64Mi", "256Mi")},
+        "kube-state-metrics": {"nodeSelector": system, "resources": _small("20m", "64Mi", "256Mi")},
         # Node metrics of the system pool only: the chart's default tolerates every NoSchedule taint, which
         # would put a non-GPU pod on (and keep alive) GPU nodes; DCGM covers those.
         "prometheus-node-exporter": {
-            "nodeSelector": SYSTEM_POOL,
+            "nodeSelector": system,
             "tolerations": [],
             "resources": _small("20m", "32Mi", "128Mi"),
         },
@@ -137,7 +137,7 @@ def prometheus_stack_values(obs: ObservabilityArgs) -> dict[str, Any]:
             # No adminPassword here: this chart version leaves it unset, so the Grafana chart generates a
             # random one into the Secret kps-grafana (key admin-password) and keeps it across upgrades.
             "service": {"type": "ClusterIP"},
-            "nodeSelector": SYSTEM_POOL,
+            "nodeSelector": system,
             "resources": _small("50m", "192Mi", "512Mi"),
             "persistence": {"enabled": False},
             "sidecar": {
@@ -164,8 +164,8 @@ def dcgm_exporter_values(obs: ObservabilityArgs) -> dict[str, Any]:
     return {
         "customMetrics": dcgm_metrics_csv(),
         # A GPU-node DaemonSet: on the GPU pool only, tolerating its taint.
-        "nodeSelector": obs.placement.node_selector,
-        "tolerations": obs.placement.tolerations,
+        "nodeSelector": obs.placement.gpu.node_selector,
+        "tolerations": obs.placement.gpu.tolerations,
         # GKE's driver and NVML are under /home/kubernetes/bin/nvidia on the host, not in the image.
         "extraHostVolumes": [{"name": "nvidia-install-dir-host", "hostPath": GKE_NVIDIA_HOST_DIR}],
         "extraVolumeMounts": [
@@ -238,6 +238,7 @@ class Observability(pulumi.ComponentResource):
                 # PID namespaces and hostPath mounts, and the DCGM exporter runs privileged (podspec
                 # WAIVERS). Neither meets baseline; warn/audit still report every pod below restricted.
                 pod_security="privileged",
+                source=args.charts,
             ),
             opts=pulumi.ResourceOptions(parent=self),
         )
@@ -267,6 +268,7 @@ class Observability(pulumi.ComponentResource):
                     values=dcgm_exporter_values(args),
                     labels=labels,
                     create_namespace=False,
+                    source=args.charts,
                 ),
                 opts=pulumi.ResourceOptions(parent=self, depends_on=[self.stack, quota]),
             )

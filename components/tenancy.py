@@ -14,7 +14,7 @@ from dataclasses import dataclass
 import pulumi
 
 from components import k8s_objects
-from components.gpu_pool import GPU_RESOURCE
+from components.placement import GPU_RESOURCE
 from components.kueue import cpu_quantity, local_queue, memory_quantity
 from components.namespaces import NAMESPACE_NAME_LABEL, namespace
 from components.naming import StackId, k8s_labels

@@ -15,12 +15,12 @@ import pulumi
 import pulumi_kubernetes as k8s
 
 from components import k8s_objects
-from components.cluster import POOL_LABEL, SYSTEM_POOL_NAME
-from components.helm_release import HelmRelease, HelmReleaseArgs
+from components.helm_release import ChartSource, HelmRelease, HelmReleaseArgs
 from components.kueue import jobset_values
 from components.namespaces import namespace
 from components.naming import StackId, k8s_labels
-from components.versions import KUBEFLOW_TRAINER, TRAINING_OPERATOR_KUSTOMIZE
+from components.upstream_crds import UpstreamCrds
+from components.versions import KUBEFLOW_TRAINER, TRAINING_OPERATOR_CRDS, TRAINING_OPERATOR_KUSTOMIZE
 
 Api = Literal["trainer-v2", "v1"]
 OPERATOR_NAMESPACE: dict[Api, str] = {
@@ -29,32 +29,33 @@ OPERATOR_NAMESPACE: dict[Api, str] = {
 }
 TORCH_RUNTIME = "torch-distributed"  # the built-in ClusterTrainingRuntime the TrainJob references
 TORCH_RUNTIME_KEY = "torchDistributed"  # its key under `runtimes` in the chart's values.yaml
-_SYSTEM = {POOL_LABEL: SYSTEM_POOL_NAME}
 
 
 @dataclass(frozen=True)
 class TrainingOperatorArgs:
     stack_id: StackId
     namespace: str  # the lab namespace the jobs run in
+    system_node_selector: dict[str, str]  # where the controllers and the chart's hook Jobs run
     api: Api = "trainer-v2"
     # trainer-v2: the JobSet release already in the cluster (Kueue's), else None and the chart installs it.
     jobset: pulumi.Resource | None = None
+    charts: ChartSource = "install"
 
 
-def trainer_values(with_jobset: bool) -> dict[str, Any]:
-    """Chart values of Kubeflow Trainer v2.3.0: controllers on the system pool, torch-distributed on."""
+def trainer_values(with_jobset: bool, system_node_selector: dict[str, str]) -> dict[str, Any]:
+    """Chart values of Kubeflow Trainer v2.3.0: controllers on the system nodes, torch-distributed on."""
     values: dict[str, Any] = {
-        "manager": {"nodeSelector": _SYSTEM},
+        "manager": {"nodeSelector": system_node_selector},
         "runtimes": {
             TORCH_RUNTIME_KEY: {"enabled": True},
             # The hook Jobs that apply (post-install) and remove (pre-delete) the runtimes.
-            "installer": {"nodeSelector": _SYSTEM},
+            "installer": {"nodeSelector": system_node_selector},
         },
         # One JobSet controller per cluster: the chart's own only where Kueue's is not installed.
         "jobset": {"install": with_jobset},
     }
     if with_jobset:
-        values["jobset"].update(jobset_values())
+        values["jobset"].update(jobset_values(system_node_selector))
     return values
 
 
@@ -68,11 +69,12 @@ class TrainingOperator(pulumi.ComponentResource):
                 HelmReleaseArgs(
                     chart=KUBEFLOW_TRAINER,
                     namespace=OPERATOR_NAMESPACE["trainer-v2"],
-                    values=trainer_values(with_jobset=args.jobset is None),
+                    values=trainer_values(args.jobset is None, args.system_node_selector),
                     labels=k8s_labels(args.stack_id, "training"),
                     # Baseline: the chart's runtime installer and clean-up hook Jobs run alpine as root
                     # (`apk add kubectl`) with no security settings of their own (templates/runtimes/).
                     pod_security="baseline",
+                    source=args.charts,
                 ),
                 opts=pulumi.ResourceOptions(parent=self, depends_on=[args.jobset] if args.jobset else []),
             )
@@ -81,8 +83,10 @@ class TrainingOperator(pulumi.ComponentResource):
         else:
             # The v1.9.4 overlay as released (namespace kubeflow, CRDs, webhook, operator). Its Deployment
             # has no GPU toleration, so it runs on the system pool.
-            self.operator = k8s.kustomize.v2.Directory(
-                f"{name}-standalone", directory=TRAINING_OPERATOR_KUSTOMIZE, opts=child
+            self.operator = (
+                k8s.kustomize.v2.Directory(f"{name}-standalone", directory=TRAINING_OPERATOR_KUSTOMIZE, opts=child)
+                if args.charts == "install"
+                else UpstreamCrds(f"{name}-standalone-crds", TRAINING_OPERATOR_CRDS, opts=child)
             )
             # Baseline, not restricted: the operator adds an init container (init-pytorch, waiting for
             # the master's DNS name) to every Worker pod with no security settings of its own

@@ -1,7 +1,9 @@
 """Every chart, manifest URL and image tag the platform deploys, pinned here and nowhere else.
 
 `upstream` names the folder (<component>/<version>) of tests/upstream.lock.tsv holding that version's
-CRDs and chart defaults, so tests check our values and custom resources against exactly what we deploy.
+CRDs and chart defaults, so tests check our values and custom resources against exactly what we deploy;
+`crds` the lock folders of the CRDs a chart installs, which stand in for it offline (components.upstream_crds;
+empty where the lock holds none of them).
 """
 
 from __future__ import annotations
@@ -15,6 +17,7 @@ class Chart:
     repo: str  # an https Helm repository, or an oci:// registry path holding the chart
     version: str
     upstream: str | None = None
+    crds: tuple[str, ...] = ()
 
     @property
     def is_oci(self) -> bool:
@@ -32,19 +35,24 @@ KUBE_PROMETHEUS_STACK = Chart(
     "https://prometheus-community.github.io/helm-charts",
     "88.5.3",
     upstream="kube-prometheus-stack/88.5.3",
+    crds=("kube-prometheus-stack/88.5.3/crds/",),
 )
 # Chart 4.8.2 runs exporter image 4.5.3-4.8.2 (DCGM 4.5.3).
 DCGM_EXPORTER = Chart(
     "dcgm-exporter", "https://nvidia.github.io/dcgm-exporter/helm-charts", "4.8.2", upstream="dcgm-exporter/4.5.3-4.8.2"
 )
 GPU_OPERATOR = Chart("gpu-operator", "https://helm.ngc.nvidia.com/nvidia", "v26.7.0", upstream="gpu-operator/v26.7.0")
-KUEUE = Chart("kueue", "oci://registry.k8s.io/kueue/charts", "0.19.2", upstream="kueue/v0.19.2")
-JOBSET = Chart("jobset", "oci://registry.k8s.io/jobset/charts", "0.12.0", upstream="jobset/v0.12.0")
+KUEUE = Chart("kueue", "oci://registry.k8s.io/kueue/charts", "0.19.2", upstream="kueue/v0.19.2", crds=("kueue/v0.19.2/crds/",))
+JOBSET = Chart("jobset", "oci://registry.k8s.io/jobset/charts", "0.12.0", upstream="jobset/v0.12.0", crds=("jobset/v0.12.0/crds/",))
 # Kubeflow Trainer v2 (TrainJob, ClusterTrainingRuntime; the default `training_operator.api`): the chart
 # installs the CRDs, the controller, JobSet 0.12.0 (its dependency, unless JobSet is installed already) and,
 # through a post-install hook Job, the built-in runtimes we enable (torch-distributed).
 KUBEFLOW_TRAINER = Chart(
-    "kubeflow-trainer", "oci://ghcr.io/kubeflow/charts", "2.3.0", upstream="kubeflow-trainer/v2.3.0"
+    "kubeflow-trainer",
+    "oci://ghcr.io/kubeflow/charts",
+    "2.3.0",
+    upstream="kubeflow-trainer/v2.3.0",
+    crds=("kubeflow-trainer/v2.3.0/crds/",),
 )
 # Kubeflow Training Operator v1 (PyTorchJob, `training_operator.api: v1`): maintenance-only; the last v1
 # release, installed with its own kustomize overlay.
@@ -52,6 +60,7 @@ TRAINING_OPERATOR_VERSION = "v1.9.4"
 TRAINING_OPERATOR_KUSTOMIZE = (
     f"github.com/kubeflow/trainer.git/manifests/overlays/standalone?ref={TRAINING_OPERATOR_VERSION}"
 )
+TRAINING_OPERATOR_CRDS = (f"training-operator/{TRAINING_OPERATOR_VERSION}/crds/",)
 # Google's driver installer for COS GPU nodes whose pool has GKE's own install disabled (NVIDIA GPU
 # Operator mode). Pinned to a commit of GoogleCloudPlatform/container-engine-accelerators (2026-06-11):
 # the upstream docs point at `master`, which floats.
@@ -68,7 +77,13 @@ PYTORCH_IMAGE = "docker.io/pytorch/pytorch:2.5.1-cuda12.4-cudnn9-runtime"
 # KServe v0.20.0's own quick-install scripts (hack/setup/quick-install/kserve-knative-mode-*) were
 # tested with Knative Serving 1.21.1 and cert-manager v1.17.0: we pin that Knative rather than the newest
 # tag (1.23.0), so a first `pulumi up` runs what KServe tested; cert-manager below is newer (supported).
-KSERVE_CRD = Chart("kserve-crd", "oci://ghcr.io/kserve/charts", "v0.20.0", upstream="kserve/v0.20.0/charts/kserve-crd")
+KSERVE_CRD = Chart(
+    "kserve-crd",
+    "oci://ghcr.io/kserve/charts",
+    "v0.20.0",
+    upstream="kserve/v0.20.0/charts/kserve-crd",
+    crds=("kserve/v0.20.0/crds/",),
+)
 KSERVE_RESOURCES = Chart(
     "kserve-resources", "oci://ghcr.io/kserve/charts", "v0.20.0", upstream="kserve/v0.20.0/charts/kserve-resources"
 )
@@ -116,7 +131,11 @@ VLLM_IMAGE = VLLM_IMAGES["13"]
 # R525 and newer through CUDA's minor-version compatibility.
 VLLM_CUDA_MIN_DRIVER_BRANCH = {"13": 580, "12": 525}
 ARGO_WORKFLOWS = Chart(
-    "argo-workflows", "https://argoproj.github.io/argo-helm", "1.0.18", upstream="argo-workflows/1.0.18"
+    "argo-workflows",
+    "https://argoproj.github.io/argo-helm",
+    "1.0.18",
+    upstream="argo-workflows/1.0.18",
+    crds=("argo-workflows/1.0.18/crds/",),
 )
 # The g7 train and register steps: a slim Python with pip (scikit-learn is installed at a pinned version).
 PIPELINE_PYTHON_IMAGE = "docker.io/library/python:3.12.8-slim"

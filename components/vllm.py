@@ -12,7 +12,7 @@ from typing import Any
 import pulumi
 
 from components import k8s_objects, model_weights, versions
-from components.gpu_pool import GpuPlacement
+from components.placement import GpuPlacement
 from components.namespaces import namespace
 from components.naming import StackId, k8s_labels
 from podspec.security import TMP, Scratch, restricted

@@ -1,5 +1,7 @@
 """A Kubernetes ServiceAccount that acts as a GCP service account holding one role on one bucket,
-through Workload Identity: no key exists anywhere."""
+through Workload Identity: no key exists anywhere. On a bucket of the user's own (cluster target
+existing) only the ServiceAccount is made: its owner grants the ServiceAccount's own principal the role
+(Workload Identity Federation for GKE), and nothing of Google is created."""
 
 from __future__ import annotations
 
@@ -14,17 +16,15 @@ from components import k8s_objects
 WI_ANNOTATION = "iam.gke.io/gcp-service-account"
 
 
-def service_account(name: str, namespace: str, gcp_email: pulumi.Input[str], labels: dict[str, str]) -> dict[str, Any]:
-    return {
-        "apiVersion": "v1",
-        "kind": "ServiceAccount",
-        "metadata": {
-            "name": name,
-            "namespace": namespace,
-            "labels": labels,
-            "annotations": {WI_ANNOTATION: gcp_email},
-        },
-    }
+def service_account(
+    name: str, namespace: str, gcp_email: pulumi.Input[str] | None, labels: dict[str, str]
+) -> dict[str, Any]:
+    """The ServiceAccount, acting as `gcp_email` (None: as its own principal)."""
+    metadata: dict[str, Any] = {"name": name, "namespace": namespace, "labels": labels}
+    if gcp_email is not None:
+        metadata["annotations"] = {WI_ANNOTATION: gcp_email}
+    return {"apiVersion": "v1", "kind": "ServiceAccount", "metadata": metadata}
+
 
 
 def wi_member(project: str, namespace: str, name: str) -> str:
@@ -45,11 +45,23 @@ class BucketIdentityArgs:
     cluster: pulumi.Resource | None = None
     # What the ServiceAccount needs first, e.g. its Namespace.
     after: list[pulumi.Resource] = field(default_factory=list)
+    # False: the bucket is the user's own; only the ServiceAccount is made (see the module's doc).
+    google_account: bool = True
 
 
 class BucketIdentity(pulumi.ComponentResource):
     def __init__(self, name: str, args: BucketIdentityArgs, opts: pulumi.ResourceOptions | None = None):
         super().__init__("gke-ml-labs:workload_identity:BucketIdentity", name, None, opts)
+        email = self._google_account(name, args) if args.google_account else None
+        self.service_account = k8s_objects.create(
+            f"{name}-ksa",
+            service_account(args.service_account, args.namespace, email, args.labels),
+            pulumi.ResourceOptions(parent=self, depends_on=list(args.after)),
+        )
+        self.register_outputs({"email": email} if email is not None else {})
+
+    def _google_account(self, name: str, args: BucketIdentityArgs) -> pulumi.Output[str]:
+        """The Google service account with the role on the bucket, which the ServiceAccount may act as."""
         child = pulumi.ResourceOptions(parent=self)
         self.gcp_account = gcp.serviceaccount.Account(
             f"{name}-gsa",
@@ -72,9 +84,4 @@ class BucketIdentity(pulumi.ComponentResource):
             member=wi_member(args.project, args.namespace, args.service_account),
             opts=pulumi.ResourceOptions(parent=self, depends_on=[args.cluster] if args.cluster is not None else []),
         )
-        self.service_account = k8s_objects.create(
-            f"{name}-ksa",
-            service_account(args.service_account, args.namespace, self.gcp_account.email, args.labels),
-            pulumi.ResourceOptions(parent=self, depends_on=list(args.after)),
-        )
-        self.register_outputs({"email": self.gcp_account.email})
+        return self.gcp_account.email

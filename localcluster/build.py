@@ -37,13 +37,18 @@ class BuildError(Exception):
     """A module did not build (or Go is missing): one line naming the module and what failed."""
 
 
+def _shown(path: Path) -> str:
+    return str(path.relative_to(REPO)) if path.is_relative_to(REPO) else str(path)
+
+
 def _go(args: list[str], cwd: Path) -> str:
     try:
         done = subprocess.run(["go", *args], cwd=cwd, capture_output=True, text=True, check=False)
     except FileNotFoundError:
         raise BuildError("go is not on PATH: the local cluster is built from Go modules (Go 1.26 or newer)") from None
     if done.returncode != 0:
-        raise BuildError(f"go {' '.join(args)} in {cwd.relative_to(REPO)}: {done.stderr.strip().splitlines()[-1:]}")
+        last = (done.stderr.strip().splitlines() or [f"exit status {done.returncode}"])[-1]
+        raise BuildError(f"go {' '.join(args)} in {_shown(cwd)}: {last}")
     return done.stdout
 
 
@@ -56,6 +61,8 @@ class Module:
     rename: dict[str, str] = field(default_factory=dict)
     # `-X` flags stamping the version a binary reports, from the module it comes from (see ldflags).
     version_vars: Callable[[dict[str, str]], dict[str, str]] = lambda versions: {}
+    # Files a main package of ours embeds, written from its dependency before it builds.
+    prepare: Callable[[Module], None] | None = None
 
     @property
     def folder(self) -> Path:
@@ -73,10 +80,14 @@ class Module:
             names.append(self.rename.get(base, base))
         return names
 
-    def ldflags(self) -> str:
+    def versions(self) -> dict[str, str]:
+        """The version go.mod pins for each module it requires (a replace line's where it has one)."""
         edit = self.edit_json()
         versions = {r["Path"]: r["Version"] for r in edit.get("Require") or []}
-        versions |= {r["Old"]["Path"]: r["New"].get("Version", "") for r in edit.get("Replace") or []}
+        return versions | {r["Old"]["Path"]: r["New"].get("Version", "") for r in edit.get("Replace") or []}
+
+    def ldflags(self) -> str:
+        versions = self.versions()
         stamps = " ".join(f"-X {var}={value}" for var, value in sorted(self.version_vars(versions).items()))
         return f"-s -w {stamps}".strip()
 
@@ -84,8 +95,8 @@ class Module:
         digest = hashlib.sha256()
         for part in (go_version, self.ldflags(), " ".join(BUILD_FLAGS)):
             digest.update(part.encode() + b"\0")
-        for name in ("go.mod", "go.sum"):
-            digest.update((self.folder / name).read_bytes() + b"\0")
+        for path in [self.folder / "go.mod", self.folder / "go.sum", *sorted(self.folder.rglob("*.go"))]:
+            digest.update(path.relative_to(self.folder).as_posix().encode() + b"\0" + path.read_bytes() + b"\0")
         return digest.hexdigest()[:12]
 
 
@@ -105,6 +116,25 @@ def _kubernetes(versions: dict[str, str]) -> dict[str, str]:
     return stamps
 
 
+PROVIDER = "github.com/pulumi/pulumi-kubernetes/provider/v4"
+
+
+def _provider_version(versions: dict[str, str]) -> str:
+    return versions[PROVIDER].lstrip("v")  # Pulumi plugin versions are semver without the v
+
+
+def _provider_embeds(module: Module) -> None:
+    """What the provider's release build generates for its main package (`go generate` there): its
+    schema stamped with the version, and its Terraform mapping, from the provider module itself."""
+    download = json.loads(_go(["mod", "download", "-json", f"{PROVIDER}@{module.versions()[PROVIDER]}"], module.folder))
+    source = Path(download["Dir"]) / "cmd" / "pulumi-resource-kubernetes"
+    target = module.folder / "cmd" / "pulumi-resource-kubernetes"
+    schema = json.loads((source / "schema.json").read_text())
+    schema["version"] = _provider_version(module.versions())
+    (target / "schema-embed.json").write_text(json.dumps(schema))
+    shutil.copyfile(source / "terraform-mapping.json", target / "terraform-mapping-embed.json")
+
+
 MODULES: dict[str, Module] = {
     m.name: m
     for m in (
@@ -116,11 +146,8 @@ MODULES: dict[str, Module] = {
         ),
         Module(
             "pulumi-kubernetes",
-            version_vars=lambda v: {
-                "github.com/pulumi/pulumi-kubernetes/provider/v4/pkg/version.Version": v[
-                    "github.com/pulumi/pulumi-kubernetes/provider/v4"
-                ].lstrip("v")
-            },
+            version_vars=lambda v: {f"{PROVIDER}/pkg/version.Version": _provider_version(v)},
+            prepare=_provider_embeds,
         ),
         # The lab's controllers (localcluster.controllers), stamped as their release builds stamp them, so
         # the version each logs at start is the one it was built from.
@@ -151,12 +178,23 @@ class Built:
 
 def _compile(module: Module, final: Path, say: Say) -> None:
     """One `go build` for the whole module into a fresh folder, renamed into place only when whole."""
-    log_dir = CACHE / "logs"
-    log_dir.mkdir(parents=True, exist_ok=True)
-    log_path = log_dir / f"{module.name}.log"
     staging = final.with_name(final.name + ".partial")
     shutil.rmtree(staging, ignore_errors=True)
     staging.mkdir(parents=True)
+    try:
+        _build_into(module, staging, say)
+    except BaseException:
+        shutil.rmtree(staging, ignore_errors=True)
+        raise
+    staging.rename(final)
+
+
+def _build_into(module: Module, staging: Path, say: Say) -> None:
+    log_dir = CACHE / "logs"
+    log_dir.mkdir(parents=True, exist_ok=True)
+    log_path = log_dir / f"{module.name}.log"
+    if module.prepare:
+        module.prepare(module)
     total = len(_go(["list", "-deps", "tool"], module.folder).split())
     command = ["go", "build", *BUILD_FLAGS, "-v", f"-ldflags={module.ldflags()}", "-o", f"{staging}/", "tool"]
     started = time.monotonic()
@@ -188,18 +226,17 @@ def _compile(module: Module, final: Path, say: Say) -> None:
                 process.kill()
                 process.wait()
     if code != 0:
-        shutil.rmtree(staging, ignore_errors=True)
-        errors = [ln.strip() for ln in log_path.read_text().splitlines()[1:] if ln.strip() and (" " in ln.strip())]
+        # The first compiler or go-command message: not a package name, not the "# package" header.
+        errors = [ln.strip() for ln in log_path.read_text().splitlines()[1:] if " " in ln.strip() and not ln.startswith("#")]
         first = errors[0] if errors else f"go build exited {code}"
         raise BuildError(
-            f"module localcluster/gomod/{module.name} did not build: {first} (whole log: {log_path.relative_to(REPO)})"
+            f"module localcluster/gomod/{module.name} did not build: {first} (whole log: {_shown(log_path)})"
         )
     for old, new in module.rename.items():
         (staging / old).rename(staging / new)
     missing = [b for b in module.binaries() if not (staging / b).is_file()]
     if missing:
         raise BuildError(f"module localcluster/gomod/{module.name} built but {', '.join(missing)} is missing")
-    staging.rename(final)
     say(f"  {module.name}: built {', '.join(module.binaries())} in {time.monotonic() - started:.0f} s")
 
 
@@ -234,7 +271,7 @@ def main(argv: list[str] | None = None) -> int:
         print(f"error: {e}", file=sys.stderr)
         return 1
     for name, folder in built.folders.items():
-        print(f"{name}: {folder.relative_to(REPO)}")
+        print(f"{name}: {_shown(folder)}")
     return 0
 
 

@@ -22,6 +22,9 @@ from stacks.loader import ConfigError
 from stacks.stackfile import REPO, load_config, stack_names
 
 
+EXISTING = "%s: no estimate: it runs on an existing cluster (cluster.target existing), whose nodes it neither creates nor bills"
+
+
 def table(estimates: list[tuple[LabConfig, CostEstimate]]) -> str:
     """The README's per-lab cost table."""
     rows = ["| stack | region | GPU node | per hour, GPU at zero | per hour, GPU up |", "|---|---|---|---:|---:|"]
@@ -38,6 +41,9 @@ def _all(directory: Path) -> int:
     for stack in stack_names(directory):
         try:
             cfg = load_config(stack, directory=directory)
+            if cfg.cluster.existing:
+                print(EXISTING % stack, file=sys.stderr)
+                continue
             priced.append((cfg, estimate(cfg)))
         except prices.PricingError as e:
             unpriced.append(f"{stack}: no estimate: {e}")
@@ -65,7 +71,8 @@ def main(argv: list[str] | None = None, directory: Path = REPO) -> int:
     if not args.stack:
         parser.error("give a stack name or --all")
     try:
-        print(markdown(estimate(load_config(args.stack, directory=directory))))
+        cfg = load_config(args.stack, directory=directory)
+        print(EXISTING % cfg.stack if cfg.cluster.existing else markdown(estimate(cfg)))
     except (prices.PricingError, FileNotFoundError, ConfigError) as e:
         print(f"error: {e}", file=sys.stderr)
         return 2

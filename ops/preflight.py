@@ -23,7 +23,7 @@ from ops.gcp import (
     LOGIN_HINT, TOKEN_HINT, ApiDisabled, CredentialsError, GcpClient, GcpError, NetworkError, TokenRefused,
 )
 from stacks.stackfile import OFFLINE_PROJECT, load_config
-from stacks import program
+from stacks import cloud, kube_target, program
 from stacks.config import LabConfig
 from stacks.loader import ConfigError
 
@@ -48,8 +48,8 @@ class CheckResult(BaseModel):
 
 
 def required_apis(cfg: LabConfig) -> list[str]:
-    """The APIs `pulumi up` enables for this stack (the same list program.build hands ProjectApis)."""
-    return sorted(set(program.BASE_APIS + [api for group in program.FEATURE_GROUPS for api in group.apis(cfg)]))
+    """The APIs `pulumi up` enables for this stack (the same list stacks.cloud hands ProjectApis)."""
+    return sorted(set(cloud.BASE_APIS + [api for group in program.FEATURE_GROUPS for api in group.apis(cfg)]))
 
 
 def quota_metric(cfg: LabConfig) -> str:
@@ -212,6 +212,8 @@ def main(argv: list[str] | None = None, client: GcpClient | None = None) -> int:
     except (ConfigError, FileNotFoundError) as e:
         print(f"FAIL  stack file: {e}")
         return 2
+    if cfg.cluster.existing:
+        return existing_cluster(cfg)
     if not args.project and cfg.project == OFFLINE_PROJECT:
         print(f"FAIL  project: gcp:project is not set in Pulumi.{args.stack}.yaml\n      hint: pass --project or "
               f"`pulumi config set gcp:project YOUR_PROJECT -s {args.stack}`")
@@ -229,6 +231,21 @@ def main(argv: list[str] | None = None, client: GcpClient | None = None) -> int:
     failed = [r for r in results if not r.ok]
     print("all checks passed: `pulumi up -s %s` may go ahead" % args.stack if not failed else f"{len(failed)} check(s) failed")
     return 1 if failed else 0
+
+
+def existing_cluster(cfg: LabConfig) -> int:
+    """An existing cluster: nothing of Google is created, so no Google check applies; its kubeconfig
+    context must be there (no call is made to the cluster)."""
+    c = cfg.cluster
+    print(f"preflight for stack {cfg.stack} (lab {cfg.lab}) on the existing cluster of context {c.context}: "
+          "no Google check applies, nothing of Google is created")  # fmt: skip
+    try:
+        kube_target.context_kubeconfig(c, cfg.stack)
+    except ConfigError as e:
+        print(f"FAIL  kubeconfig: {'; '.join(e.problems)}")
+        return 2
+    print(f"OK    kubeconfig: context {c.context} in {c.kubeconfig}")
+    return 0
 
 
 if __name__ == "__main__":

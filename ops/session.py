@@ -4,7 +4,8 @@
     python -m ops.session down --stack g6 [--project P]   # `pulumi destroy -s g6 --yes`, then ops.status
 
 `down` runs the status check for the stack's project even when the destroy fails (what is left is
-what matters then) and exits non-zero while anything billable of ours remains there.
+what matters then) and exits non-zero while anything billable of ours remains there. A stack on an
+existing cluster (`cluster.target: existing`) created nothing of Google, so `down` is the destroy alone.
 
 It runs the Pulumi CLI in the foreground rather than through the Automation API: the Automation API
 drives the same CLI binary (it needs it installed all the same), and it hands a failure back as one
@@ -20,6 +21,8 @@ import subprocess
 import sys
 
 from ops import preflight, status
+from stacks.loader import ConfigError
+from stacks.stackfile import load_config
 
 INSTALL_HINT = "install it (https://www.pulumi.com/docs/iac/download-install/) and run `pulumi login --local`"
 
@@ -49,8 +52,18 @@ def down(stack: str, project: str | None) -> int:
     destroyed = _pulumi(["destroy", "-s", stack, "--yes"])
     if destroyed != 0:
         print(f"`pulumi destroy -s {stack}` did not finish (exit {destroyed}); what is left:")
+    if _on_existing_cluster(stack):
+        print(f"stack {stack} is on an existing cluster: it created nothing of Google, no status check to run")
+        return destroyed
     left = status.main(["--stack", stack, *(["--project", project] if project else [])])
     return destroyed or left
+
+
+def _on_existing_cluster(stack: str) -> bool:
+    try:
+        return load_config(stack).cluster.existing
+    except (ConfigError, FileNotFoundError):
+        return False  # the status check then reports the stack file and what is left
 
 
 def main(argv: list[str] | None = None) -> int:

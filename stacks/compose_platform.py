@@ -15,11 +15,13 @@ import pulumi
 
 from components import versions
 from components.checkpoints import Checkpoints, CheckpointsArgs
-from components.gpu_pool import GPU_RESOURCE, GpuPlacement, GpuSharing
+from components.gpu_pool import GpuSharing
 from components.gpu_sharing import NO_GKE_DEVICE_PLUGIN_LABEL, GpuOperator, GpuOperatorArgs
+from components.helm_release import ChartSource
 from components.kueue import JOBSET_NAMESPACE, Kueue, KueueArgs
 from components.kueue import NAMESPACE as KUEUE_NAMESPACE
 from components.observability import GRAFANA, PROMETHEUS, Observability, ObservabilityArgs, dashboard_ids
+from components.placement import GPU_RESOURCE, Placement
 from components.tenancy import PRIORITY_CLASSES, Tenancy, TenancyArgs, Tenant
 from components.training_operator import OPERATOR_NAMESPACE, TORCH_RUNTIME, TrainingOperator, TrainingOperatorArgs
 from stacks.config import LabConfig
@@ -60,7 +62,7 @@ def gpu_pool_overrides(cfg: LabConfig) -> dict[str, Any]:
     return overrides
 
 
-def observability_args(cfg: LabConfig, placement: GpuPlacement) -> ObservabilityArgs:
+def observability_args(cfg: LabConfig, placement: Placement, charts: ChartSource = "install") -> ObservabilityArgs:
     obs = cfg.observability
     return ObservabilityArgs(
         stack_id=stack_id(cfg),
@@ -69,15 +71,19 @@ def observability_args(cfg: LabConfig, placement: GpuPlacement) -> Observability
         scrape_interval_s=obs.scrape_interval_s,
         grafana=obs.grafana,
         standalone_dcgm=not _nvidia_mode(cfg),
+        charts=charts,
     )
 
 
-def gpu_operator_args(cfg: LabConfig, prometheus: pulumi.Resource | None = None) -> GpuOperatorArgs:
+def gpu_operator_args(
+    cfg: LabConfig, system_node_selector: dict[str, str], prometheus: pulumi.Resource | None = None
+) -> GpuOperatorArgs:
     return GpuOperatorArgs(
         stack_id=stack_id(cfg),
         replicas=cfg.gpu_sharing.replicas,
         nvidia_driver=cfg.gpu_sharing.nvidia_driver,
         scrape_interval_s=cfg.observability.scrape_interval_s,
+        system_node_selector=system_node_selector,
         prometheus=prometheus,
     )
 
@@ -96,7 +102,9 @@ def sharing_summary(cfg: LabConfig) -> dict[str, Any]:
     }
 
 
-def kueue_args(cfg: LabConfig, placement: GpuPlacement, prometheus: pulumi.Resource | None = None) -> KueueArgs:
+def kueue_args(
+    cfg: LabConfig, placement: Placement, prometheus: pulumi.Resource | None = None, charts: ChartSource = "install"
+) -> KueueArgs:
     q = cfg.kueue
     return KueueArgs(
         stack_id=stack_id(cfg),
@@ -111,6 +119,7 @@ def kueue_args(cfg: LabConfig, placement: GpuPlacement, prometheus: pulumi.Resou
         pods_ready_timeout_min=q.pods_ready_timeout_min,
         block_admission=q.block_admission,
         prometheus=prometheus,
+        charts=charts,
     )
 
 
@@ -153,6 +162,7 @@ def job_summary(cfg: LabConfig) -> dict[str, Any]:
 
 
 def checkpoints_args(cfg: LabConfig, cluster: pulumi.Resource | None = None) -> CheckpointsArgs:
+    """The checkpoints as configured; on an existing cluster in the user's own bucket (cluster.bucket)."""
     c = cfg.checkpoints
     return CheckpointsArgs(
         stack_id=stack_id(cfg),
@@ -163,6 +173,7 @@ def checkpoints_args(cfg: LabConfig, cluster: pulumi.Resource | None = None) -> 
         service_account=c.service_account,
         delete_after_days=c.delete_after_days,
         cluster=cluster,
+        bucket=cfg.cluster.bucket,
     )
 
 
@@ -190,11 +201,11 @@ def tenancy_args(cfg: LabConfig, kueue: pulumi.Resource | None = None) -> Tenanc
 
 def compose(ctx: PlatformContext) -> None:
     """Register these features' components and add their stack outputs to ctx.outputs."""
-    cfg, out = ctx.cfg, ctx.outputs
-    placement = ctx.gpu.placement
+    cfg, out, target = ctx.cfg, ctx.outputs, ctx.target
+    placement, system = target.placement, target.placement.system_node_selector
 
     if cfg.observability.enabled:
-        obs = Observability("observability", observability_args(cfg, placement), opts=ctx.k8s_opts())
+        obs = Observability("observability", observability_args(cfg, placement, target.charts), opts=ctx.k8s_opts())
         ctx.ready["prometheus"] = obs.ready
         out.prometheus = dict(PROMETHEUS)
         out.grafana = {**GRAFANA, "dashboards": dashboard_ids()} if cfg.observability.grafana else None
@@ -212,14 +223,16 @@ def compose(ctx: PlatformContext) -> None:
 
     if cfg.gpu_sharing.enabled:
         if _nvidia_mode(cfg):
-            GpuOperator("gpu-operator", gpu_operator_args(cfg, ctx.ready.get("prometheus")), opts=ctx.k8s_opts())
+            operator = gpu_operator_args(cfg, system, ctx.ready.get("prometheus"))
+            GpuOperator("gpu-operator", operator, opts=ctx.k8s_opts())
             out.namespaces.append("gpu-operator")
             out.versions["gpu-operator"] = versions.GPU_OPERATOR.version
         out.gpu_sharing = sharing_summary(cfg)
         out.benchmark["gpu_sharing"] = sharing_summary(cfg)
 
     if cfg.kueue.enabled:
-        kueue = Kueue("kueue", kueue_args(cfg, placement, ctx.ready.get("prometheus")), opts=ctx.k8s_opts())
+        queues = kueue_args(cfg, placement, ctx.ready.get("prometheus"), target.charts)
+        kueue = Kueue("kueue", queues, opts=ctx.k8s_opts())
         ctx.ready["kueue"] = kueue
         out.namespaces.extend([KUEUE_NAMESPACE, JOBSET_NAMESPACE, cfg.kueue.namespace])
         out.versions.update({"kueue": versions.KUEUE.version, "jobset": versions.JOBSET.version})
@@ -230,7 +243,8 @@ def compose(ctx: PlatformContext) -> None:
         kueue_jobset = ctx.ready["kueue"].jobset if "kueue" in ctx.ready else None
         TrainingOperator(
             "training-operator",
-            TrainingOperatorArgs(stack_id=ctx.stack_id, namespace=t.namespace, api=t.api, jobset=kueue_jobset),
+            TrainingOperatorArgs(stack_id=ctx.stack_id, namespace=t.namespace, system_node_selector=system, api=t.api,
+                                 jobset=kueue_jobset, charts=target.charts),  # fmt: skip
             opts=ctx.k8s_opts(),
         )
         out.namespaces.extend([OPERATOR_NAMESPACE[t.api], t.namespace])
@@ -242,10 +256,10 @@ def compose(ctx: PlatformContext) -> None:
         out.benchmark["training"] = job_summary(cfg)
 
     if cfg.checkpoints.enabled:
-        ckpt = Checkpoints("checkpoints", checkpoints_args(cfg, ctx.cluster.cluster), opts=ctx.k8s_opts())
-        out.artifact_bucket = ckpt.bucket.name
+        ckpt = Checkpoints("checkpoints", checkpoints_args(cfg, ctx.workload_identity_pool), opts=ctx.k8s_opts())
+        out.artifact_bucket = ckpt.bucket_name
         out.namespaces.append(cfg.checkpoints.namespace)
-        out.benchmark["checkpoints"] = checkpoint_summary(cfg, ckpt.bucket.name)
+        out.benchmark["checkpoints"] = checkpoint_summary(cfg, ckpt.bucket_name)
 
     if cfg.tenancy.enabled:
         Tenancy("tenancy", tenancy_args(cfg, ctx.ready.get("kueue")), opts=ctx.k8s_opts())

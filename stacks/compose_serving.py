@@ -7,11 +7,12 @@ from typing import Any
 
 import pulumi
 
-from components import argo, kserve, versions, vllm
-from components.gpu_pool import GpuPlacement
+from components import argo, cert_manager, kserve, versions, vllm
+from components.helm_release import ChartSource
 from components.image_cache import ImageCache, ImageCacheArgs, cached_image
 from components.naming import resource_name
 from components.knative import KnativeArgs, KnativeServing
+from components.placement import GpuPlacement, Placement
 from stacks.config import LabConfig
 from stacks.context import PlatformContext, stack_id
 
@@ -62,18 +63,21 @@ def inference_service_args(cfg: LabConfig) -> kserve.InferenceServiceArgs:
     )
 
 
-def kserve_args(cfg: LabConfig, placement: GpuPlacement, after: list[pulumi.Resource]) -> kserve.KServeArgs:
+def kserve_args(
+    cfg: LabConfig, placement: Placement, after: list[pulumi.Resource], charts: ChartSource = "install"
+) -> kserve.KServeArgs:
     return kserve.KServeArgs(
         stack_id=stack_id(cfg),
         domain=cfg.kserve.domain,
         placement=placement,
         example=inference_service_args(cfg) if cfg.kserve.deploy_example else None,
         after=after,
+        charts=charts,
     )
 
 
 def _kserve(ctx: PlatformContext) -> kserve.KServe:
-    cfg, ks = ctx.cfg, ctx.cfg.kserve
+    cfg, ks, target = ctx.cfg, ctx.cfg.kserve, ctx.target
     knative = KnativeServing(
         "knative",
         KnativeArgs(
@@ -81,10 +85,11 @@ def _kserve(ctx: PlatformContext) -> kserve.KServe:
             progress_deadline_min=ks.progress_deadline_min,
             request_timeout_s=ks.request_timeout_s,
             scale_to_zero_grace_s=ks.scale_to_zero_grace_s,
+            charts=target.charts,
         ),
         opts=ctx.k8s_opts(),
     )
-    args = kserve_args(cfg, ctx.gpu.placement, after=[knative])
+    args = kserve_args(cfg, target.placement, after=[knative], charts=target.charts)
     component = kserve.KServe("kserve", args, opts=ctx.k8s_opts())
     out = ctx.outputs
     out.versions.update(
@@ -94,7 +99,7 @@ def _kserve(ctx: PlatformContext) -> kserve.KServe:
             "cert_manager": versions.CERT_MANAGER.version,
         }
     )
-    out.namespaces.extend(["knative-serving", "kourier-system", "cert-manager", kserve.NAMESPACE])
+    out.namespaces.extend([*knative.namespaces, cert_manager.NAMESPACE, kserve.NAMESPACE])
     if args.example is not None:
         out.namespaces.append(ks.namespace)
         out.endpoints["kserve"] = kserve.endpoint(args.example, ks.domain, knative.gateway)
@@ -183,8 +188,14 @@ def vllm_benchmark(cfg: LabConfig) -> dict[str, Any]:
 
 
 def argo_args(
-    cfg: LabConfig, cluster: pulumi.Resource | None = None, serving: pulumi.Resource | None = None
+    cfg: LabConfig,
+    system_node_selector: dict[str, str],
+    cluster: pulumi.Resource | None = None,
+    serving: pulumi.Resource | None = None,
+    charts: ChartSource = "install",
 ) -> argo.ArgoWorkflowsArgs:
+    """The pipeline as configured; on an existing cluster its artefacts go to the user's own bucket
+    (cluster.bucket)."""
     a = cfg.argo
     return argo.ArgoWorkflowsArgs(
         stack_id=stack_id(cfg),
@@ -199,34 +210,39 @@ def argo_args(
         retry_limit=a.retry_limit,
         retry_policy=a.retry_policy,
         artifact_retention_days=a.artifact_retention_days,
+        system_node_selector=system_node_selector,
         cluster=cluster,
         kserve=serving,
+        bucket=cfg.cluster.bucket,
+        charts=charts,
     )
 
 
 def compose(ctx: PlatformContext) -> None:
     """Register these features' components and add their stack outputs to ctx.outputs."""
-    cfg, out = ctx.cfg, ctx.outputs
+    cfg, out, target = ctx.cfg, ctx.outputs, ctx.target
     serving = _kserve(ctx) if cfg.kserve.enabled else None
     if cfg.vllm.enabled:
         prometheus = ctx.ready.get("prometheus")  # set by the platform group when observability is on
         image, after = versions.VLLM_IMAGES[cfg.vllm.cuda], []
         if cfg.vllm.image_streaming:
-            cache_args = image_cache_args(cfg, ctx.cluster.node_service_account.email)
-            cache = ImageCache("vllm-image-cache", cache_args, opts=pulumi.ResourceOptions(depends_on=[ctx.apis]))
+            cloud = ctx.google
+            cache_args = image_cache_args(cfg, cloud.cluster.node_service_account.email)
+            cache = ImageCache("vllm-image-cache", cache_args, opts=pulumi.ResourceOptions(depends_on=[cloud.apis]))
             image, after = cached_image(cache_args, image), [cache.reader]
-        server = vllm_args(cfg, ctx.gpu.placement, ctx.secrets.hf_token, prometheus, image=image, after=after,
-                           system_node_selector=ctx.cluster.system_node_selector, cluster=ctx.cluster.cluster)  # fmt: skip
+        server = vllm_args(cfg, target.placement.gpu, ctx.secrets.hf_token, prometheus, image=image, after=after,
+                           system_node_selector=target.placement.system_node_selector,
+                           cluster=ctx.workload_identity_pool)  # fmt: skip
         vllm.VllmServer("vllm", server, opts=ctx.k8s_opts())
         out.namespaces.append(cfg.vllm.namespace)
         out.endpoints["vllm"] = vllm.endpoint(server)
         out.versions["vllm"] = server.image.rsplit(":", 1)[1]
         out.benchmark.update(vllm_benchmark(cfg))
     if cfg.argo.enabled and serving is not None:  # the config check guarantees KServe with Argo
-        pipeline = argo_args(cfg, ctx.cluster.cluster, serving)
+        pipeline = argo_args(cfg, target.placement.system_node_selector, ctx.workload_identity_pool, serving, target.charts)
         workflows = argo.ArgoWorkflows("argo", pipeline, opts=ctx.k8s_opts())
-        out.artifact_bucket = workflows.bucket.name
+        out.artifact_bucket = workflows.bucket_name
         out.namespaces.extend([cfg.argo.namespace, cfg.argo.workflow_namespace])
         out.endpoints["argo"] = argo.endpoint(pipeline)
         out.versions["argo_workflows_chart"] = versions.ARGO_WORKFLOWS.version
-        out.benchmark.update(argo.benchmark(pipeline, workflows.bucket.name))
+        out.benchmark.update(argo.benchmark(pipeline, workflows.bucket_name))

@@ -1,18 +1,20 @@
-"""What the base platform hands to each lab feature: the config, the cluster, the GPU pool, the
-Kubernetes provider, and the stack outputs the feature fills in."""
+"""What the Kubernetes half hands to each lab feature: the config, the cluster target (stacks/cluster_target.py),
+the cloud half's objects where the cluster is GKE's, and the stack outputs the feature fills in."""
 
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import pulumi
 
-from components.cluster import GkeCluster
-from components.gpu_pool import GpuNodePool
 from components.naming import StackId
+from stacks.cluster_target import ClusterTarget
 from stacks.config import LabConfig
 from stacks.loader import Secrets
+
+if TYPE_CHECKING:
+    from stacks.cloud import GkeCloud
 
 
 def stack_id(cfg: LabConfig) -> StackId:
@@ -37,11 +39,10 @@ class StackOutputs:
 class PlatformContext:
     cfg: LabConfig
     secrets: Secrets
-    cluster: GkeCluster
-    gpu: GpuNodePool
-    # The project's Google APIs: features that create cloud resources of their own (buckets, service
-    # accounts) must not call an API before it is enabled on an empty project.
-    apis: pulumi.Resource
+    target: ClusterTarget
+    # The cloud half, for the features that need Google (the config refuses them on an existing
+    # cluster, where this is None).
+    cloud: GkeCloud | None
     outputs: StackOutputs = field(default_factory=StackOutputs)
     # Resources later features wait for, by role (e.g. "prometheus": the release serving the
     # ServiceMonitor CRD), so a custom resource is never created before its CRD and controller.
@@ -51,9 +52,23 @@ class PlatformContext:
     def stack_id(self) -> StackId:
         return stack_id(self.cfg)
 
+    @property
+    def google(self) -> GkeCloud:
+        """The cloud half, for a feature that needs Google (the config refuses it without one)."""
+        if self.cloud is None:
+            raise AssertionError("a feature that needs Google ran on an existing cluster: stacks.cluster_config.check lets none")
+        return self.cloud
+
+    @property
+    def workload_identity_pool(self) -> pulumi.Resource | None:
+        """What makes the Workload Identity pool exist: the GKE cluster, or None on an existing cluster
+        (whose pool, if any, exists already)."""
+        return self.cloud.cluster.cluster if self.cloud is not None else None
+
     def k8s_opts(self, depends_on: list[pulumi.Resource] | None = None) -> pulumi.ResourceOptions:
-        """Options for a feature component: the cluster's provider, handed down to every child, and the
-        project's APIs enabled first (its children wait for them through it)."""
+        """Options for a feature component: the target's provider, handed down to every child, and what
+        the target says to wait for (the project's APIs on GKE; its children wait for them through it)."""
         return pulumi.ResourceOptions(
-            providers={"kubernetes": self.cluster.provider}, depends_on=[self.apis, *(depends_on or [])]
+            providers={"kubernetes": self.target.provider},
+            depends_on=[*self.target.waits_for, *(depends_on or [])],
         )

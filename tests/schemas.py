@@ -25,7 +25,7 @@ import jsonschema
 import kubernetes_validate
 import yaml
 
-import upstream
+from components import upstream
 
 # The newest minor that GKE's Regular channel offers (available 1.34 to 1.36, default 1.35.7 for
 # new clusters, per the GKE release notes' "Current versions" table read 2026-11); kubernetes-validate

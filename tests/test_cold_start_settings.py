@@ -11,7 +11,8 @@ import pytest
 import schemas
 
 from components import model_weights, versions, vllm
-from components.gpu_pool import GpuPlacement
+from components.cluster import SYSTEM_NODE_SELECTOR
+from components.gpu_pool import POOL_PLACEMENT
 from stacks.compose_serving import vllm_args
 from stacks.config import LabConfig
 from stacks.cost_estimate import estimate
@@ -109,7 +110,7 @@ def _cfg(**vllm_keys) -> LabConfig:
 
 def test_the_gcs_objects_are_valid_kubernetes_and_meet_restricted():
     cfg = _cfg(weights="gcs")
-    args = vllm_args(cfg, GpuPlacement(), system_node_selector={"gke-ml-labs/pool": "system"})
+    args = vllm_args(cfg, POOL_PLACEMENT, system_node_selector=SYSTEM_NODE_SELECTOR)
     deployment = vllm.deployment(args, with_token=True)
     weights = model_weights.ModelWeightsArgs(stack_id=args.stack_id, project="proj-1", region="us-central1",
                                              namespace="llm", model=cfg.vllm.model, billing_labels={},

@@ -26,7 +26,7 @@ from components.budget import BudgetArgs, ProjectBudget
 from components.checkpoints import Checkpoints, CheckpointsArgs
 from components.cluster import POOL_LABEL, GkeCluster, GkeClusterArgs, PoolDefaults
 from components.cost_exporter import CostExporter, CostExporterArgs
-from components.gpu_pool import GpuNodePool, GpuNodePoolArgs, GpuPlacement, GpuSharing
+from components.gpu_pool import GpuNodePool, GpuNodePoolArgs, GpuSharing
 from components.gpu_sharing import GpuOperator, GpuOperatorArgs
 from components.helm_release import HelmRelease, HelmReleaseArgs
 from components.idle_guard import IdleGuard, IdleGuardArgs
@@ -38,14 +38,21 @@ from components.model_weights import ModelWeights, ModelWeightsArgs
 from components.naming import StackId
 from components.network import Network, NetworkArgs
 from components.observability import Observability, ObservabilityArgs
+from components.placement import GpuPlacement, Placement, Taint
 from components.tenancy import Tenancy, TenancyArgs, Tenant
 from components.training_operator import TrainingOperator, TrainingOperatorArgs
+from components.upstream_crds import UpstreamCrds
 from components.vllm import VllmServer, VllmServerArgs
 from components.workload_identity import BucketIdentity, BucketIdentityArgs
 from stacks.mockrun import MockRun, Recorded, run_program
 
 OWNER = StackId(lab="g3", stack="team-x")
-PLACEMENT = GpuPlacement()
+# Nodes named as no GKE pool of ours is: a component alone follows its args, never GKE's labels.
+SYSTEM = {"node-role.example.com/system": "true"}
+PLACEMENT = Placement(
+    system_node_selector=SYSTEM,
+    gpu=GpuPlacement(node_selector={"accelerator.example.com/l4": "true"}, taints=(Taint("dedicated", "gpu", "NoSchedule"),)),
+)
 PROJECT = "proj-alone"
 LABELS = {"lab": "g3", "stack": "team-x", "managed-by": "pulumi"}
 
@@ -94,14 +101,17 @@ CASES: dict[type, Callable[[], pulumi.ComponentResource]] = {
         "obs", ObservabilityArgs(stack_id=OWNER, placement=PLACEMENT, retention="6h", scrape_interval_s=30)
     ),
     GpuOperator: lambda: GpuOperator(
-        "gpu-operator", GpuOperatorArgs(stack_id=OWNER, replicas=6, nvidia_driver="DEFAULT", scrape_interval_s=20)
+        "gpu-operator",
+        GpuOperatorArgs(stack_id=OWNER, replicas=6, nvidia_driver="DEFAULT", scrape_interval_s=20, system_node_selector=SYSTEM),
     ),
     Kueue: lambda: Kueue(
         "kueue",
         KueueArgs(stack_id=OWNER, placement=PLACEMENT, namespace="queued", cluster_queue="cq", local_queue="lq",
                   flavor="l4", quota_gpus=5, quota_cpu=1.5, quota_memory_gib=2.5, pods_ready_timeout_min=9),
     ),
-    TrainingOperator: lambda: TrainingOperator("training", TrainingOperatorArgs(stack_id=OWNER, namespace="train")),
+    TrainingOperator: lambda: TrainingOperator(
+        "training", TrainingOperatorArgs(stack_id=OWNER, namespace="train", system_node_selector=SYSTEM)
+    ),
     Checkpoints: lambda: Checkpoints(
         "ckpt",
         CheckpointsArgs(stack_id=OWNER, project=PROJECT, region="asia-south1", billing_labels=LABELS,
@@ -127,7 +137,7 @@ CASES: dict[type, Callable[[], pulumi.ComponentResource]] = {
     ),
     VllmServer: lambda: VllmServer(
         "vllm",
-        VllmServerArgs(stack_id=OWNER, placement=PLACEMENT, namespace="llm", model="org/model", dtype="float16",
+        VllmServerArgs(stack_id=OWNER, placement=PLACEMENT.gpu, namespace="llm", model="org/model", dtype="float16",
                        max_model_len=2048, gpu_memory_utilization=0.8, max_num_seqs=32, startup_timeout_min=12,
                        hf_token=pulumi.Output.secret("hf_token_value")),
     ),
@@ -135,15 +145,19 @@ CASES: dict[type, Callable[[], pulumi.ComponentResource]] = {
         "argo",
         ArgoWorkflowsArgs(stack_id=OWNER, project=PROJECT, region="asia-south1", billing_labels=LABELS, namespace="wf",
                           workflow_namespace="runs", template_name="tpl", model_name="m", fail_step="train",
-                          retry_limit=2, retry_policy="Always", artifact_retention_days=4),
+                          retry_limit=2, retry_policy="Always", artifact_retention_days=4, system_node_selector=SYSTEM),
     ),
     ProjectBudget: lambda: ProjectBudget(
         "budget",
         BudgetArgs(project=PROJECT, billing_account="012345-6789AB-CDEF01", display_name="a budget", amount_usd=12.34,
                    thresholds=[0.5, 1.0], forecast=False),
     ),
-    IdleGuard: lambda: IdleGuard("guard", IdleGuardArgs(stack_id=OWNER, ttl_minutes=33, schedule="*/7 * * * *")),
-    CostExporter: lambda: CostExporter("costs", CostExporterArgs(stack_id=OWNER, region="asia-south1", refresh_seconds=45)),
+    IdleGuard: lambda: IdleGuard(
+        "guard", IdleGuardArgs(stack_id=OWNER, ttl_minutes=33, schedule="*/7 * * * *", system_node_selector=SYSTEM)
+    ),
+    CostExporter: lambda: CostExporter(
+        "costs", CostExporterArgs(stack_id=OWNER, region="asia-south1", refresh_seconds=45, system_node_selector=SYSTEM)
+    ),
     ImageCache: lambda: ImageCache(
         "cache", ImageCacheArgs(project=PROJECT, region="asia-south1", repository_id="gml-x-hub", labels=LABELS,
                                 reader_email="nodes@proj-alone.iam.gserviceaccount.com")
@@ -153,6 +167,7 @@ CASES: dict[type, Callable[[], pulumi.ComponentResource]] = {
         ModelWeightsArgs(stack_id=OWNER, project=PROJECT, region="asia-south1", namespace="llm", model="org/model",
                          billing_labels=LABELS, system_node_selector={POOL_LABEL: "system"}),
     ),
+    UpstreamCrds: lambda: UpstreamCrds("offline", ("kueue/v0.19.2/crds/",)),
 }
 
 
@@ -257,7 +272,7 @@ def test_vllm_prefix_caching_is_the_flag_or_its_no_form_and_unset_leaves_vllms_d
 
     from components.vllm import server_args
 
-    base = VllmServerArgs(stack_id=OWNER, placement=PLACEMENT, namespace="llm", model="org/model", dtype="float16",
+    base = VllmServerArgs(stack_id=OWNER, placement=PLACEMENT.gpu, namespace="llm", model="org/model", dtype="float16",
                           max_model_len=2048, gpu_memory_utilization=0.8, max_num_seqs=32, startup_timeout_min=12)  # fmt: skip
     flags = {v: [a for a in server_args(replace(base, enable_prefix_caching=v)) if "prefix" in a] for v in (None, True, False)}
     # vLLM v0.33.0's serve --help: --enable-prefix-caching, --disable-prefix-caching.
@@ -273,7 +288,8 @@ def test_kserve_alone_deploys_the_triton_canary_on_the_gpu_pool():
     model = predictor["model"]
     assert model["storageUri"] == "gs://b/m2" and model["runtime"] == "kserve-tritonserver"
     assert model["modelFormat"] == {"name": "triton", "version": "2"}, "runtime triton ignores model_format"
-    assert predictor["nodeSelector"] == PLACEMENT.node_selector
+    assert predictor["nodeSelector"] == PLACEMENT.gpu.node_selector
+    assert predictor["tolerations"] == [{"key": "dedicated", "value": "gpu", "effect": "NoSchedule", "operator": "Equal"}]
     assert isvc["metadata"]["annotations"]["serving.knative.dev/progress-deadline"] == "33m"
     assert isvc["metadata"]["annotations"]["autoscaling.knative.dev/scale-to-zero-pod-retention-period"] == "45s"
     controller = run.one("kubernetes:helm.sh/v3:Release", "kserve-resources").inputs
@@ -349,3 +365,38 @@ def test_model_weights_alone_copy_the_model_of_its_args_on_the_system_pool():
     pod = job["spec"]["template"]["spec"]
     assert pod["nodeSelector"] == {POOL_LABEL: "system"} and "repo_id='org/model'" in pod["containers"][0]["command"][2]
     assert run.one("gcp:storage/bucket:Bucket").inputs["location"] == "asia-south1"
+
+
+def _selectors(value, key=None):
+    """Every nodeSelector (and Kueue's nodeLabels) in a tree of inputs, Helm values included."""
+    if isinstance(value, dict):
+        if key in ("nodeSelector", "nodeLabels"):
+            yield value
+            return
+        for k, v in value.items():
+            yield from _selectors(v, k)
+    elif isinstance(value, list):
+        for v in value:
+            yield from _selectors(v)
+
+
+KUBERNETES_HALF = [Observability, GpuOperator, Kueue, TrainingOperator, Tenancy, KServe, VllmServer, ArgoWorkflows,
+                   IdleGuard, CostExporter]  # fmt: skip
+
+
+@pytest.mark.parametrize("component", KUBERNETES_HALF, ids=lambda c: c.__name__)
+def test_a_kubernetes_half_component_places_pods_by_its_args_never_by_gke_pools(component):
+    run, _ = built_alone(component)
+    selectors = [s for r in run.resources if r.custom for s in _selectors(r.inputs)]
+    assert all(s in (SYSTEM, PLACEMENT.gpu.node_selector) for s in selectors), selectors
+    assert POOL_LABEL not in json.dumps([r.inputs for r in run.resources], default=str)
+
+
+def test_the_offline_stand_in_alone_registers_each_locked_crd_of_its_folder():
+    run, _ = built_alone(UpstreamCrds)
+    crds = run.of_type("kubernetes:apiextensions.k8s.io/v1:CustomResourceDefinition")
+    # The lock holds these four of Kueue v0.19.2's CRDs (tests/upstream.lock.tsv).
+    assert sorted(c.inputs["metadata"]["name"] for c in crds) == [
+        "clusterqueues.kueue.x-k8s.io", "localqueues.kueue.x-k8s.io", "resourceflavors.kueue.x-k8s.io",
+        "workloads.kueue.x-k8s.io",
+    ]

@@ -11,6 +11,7 @@ from prometheus_client import CollectorRegistry, generate_latest
 import schemas
 from promql import syntax_errors
 from components import cost_exporter as component
+from components.cluster import SYSTEM_NODE_SELECTOR
 from components.dashboards.cost import COST_METRICS, cost_dashboard
 from components.scripts import cost_exporter as exporter
 from facts.prices import exporter_table, hourly
@@ -131,7 +132,7 @@ def g6(observability: bool = True):
 
 
 def test_objects_validate_and_run_on_the_system_pool():
-    args = cost_exporter_args(g6())
+    args = cost_exporter_args(g6(), SYSTEM_NODE_SELECTOR)
     objects = component.objects(args) + [component.service_monitor(args)]
     for obj in objects:
         schemas.validate_object(obj)
@@ -146,7 +147,7 @@ def test_objects_validate_and_run_on_the_system_pool():
 
 
 def test_only_prometheus_reaches_the_exporter_and_its_dependency_lands_in_an_empty_dir():
-    args = cost_exporter_args(g6())
+    args = cost_exporter_args(g6(), SYSTEM_NODE_SELECTOR)
     objects = component.objects(args)
     deployment = next(o for o in objects if o["kind"] == "Deployment")
     policy = next(o for o in objects if o["kind"] == "NetworkPolicy")

@@ -234,7 +234,7 @@ def test_dry_run_writes_nothing_and_a_refused_patch_fails_the_run(capsys):
 
 def g6(**guard) -> component.IdleGuardArgs:
     cfg = parse({"lab": "g6", "idle_guard": {"enabled": True, **guard}}, stack="g6", project="p", region=None)
-    return idle_guard_args(cfg)
+    return idle_guard_args(cfg, {POOL_LABEL: "system"})
 
 
 def test_objects_validate_and_rbac_is_least_privilege():

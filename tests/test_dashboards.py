@@ -8,7 +8,7 @@ import re
 import pytest
 import yaml
 
-import upstream
+from components import upstream
 from promql import promtool, syntax_errors
 from components.dashboards import all_dashboards, cost_dashboard, gpu, gpu_dashboard, kueue, kueue_dashboard, serving_dashboard
 

@@ -194,7 +194,7 @@ BAD = [
 @pytest.mark.parametrize("overrides,message", BAD, ids=[m[:40] for _, m in BAD])
 def test_bad_config_fails_with_file_key_and_what_is_allowed_before_any_resource(overrides, message, monkeypatch):
     created = []
-    monkeypatch.setattr("stacks.program.ProjectApis", lambda *a, **k: created.append(a))
+    monkeypatch.setattr("stacks.cloud.ProjectApis", lambda *a, **k: created.append(a))
     with pytest.raises(ConfigError) as info:
         run_stack("dev", overrides=overrides)
     text = str(info.value)

@@ -11,7 +11,7 @@ import g3_recording as fixture
 import kube_fixtures as kf
 import pytest
 import schemas
-import upstream
+from components import upstream
 import yaml
 from labs_fakes import FakeCluster, fixture_outputs, live_args, recording_path
 from pod_security import findings

@@ -114,6 +114,23 @@ def test_an_existing_build_is_reused_without_compiling(tmp_path, monkeypatch):
     assert said == ["reused kwok from .cache/bin/ (nothing to build)"]
 
 
+def test_a_module_that_does_not_compile_fails_in_one_line_naming_it(tmp_path, monkeypatch):
+    module_dir = tmp_path / "gomod" / "broken"
+    (module_dir / "cmd" / "broken").mkdir(parents=True)
+    (module_dir / "go.mod").write_text("module example.com/broken\n\ngo 1.24\n\ntool example.com/broken/cmd/broken\n")
+    (module_dir / "go.sum").write_text("")
+    (module_dir / "cmd" / "broken" / "main.go").write_text("package main\n\nfunc main() { println(missing) }\n")
+    monkeypatch.setattr(build, "GOMOD", tmp_path / "gomod")
+    monkeypatch.setattr(build, "CACHE", tmp_path / "bin")
+    monkeypatch.setitem(build.MODULES, "broken", build.Module("broken"))
+    with pytest.raises(build.BuildError) as failed:
+        build.ensure(["broken"], say=lambda line: None)
+    message = str(failed.value)
+    assert "\n" not in message and message.startswith("module localcluster/gomod/broken did not build:")
+    assert "cmd/broken/main.go:3:23: undefined: missing" in message and "logs/broken.log" in message
+    assert sorted(p.name for p in (tmp_path / "bin").iterdir()) == ["logs"]  # no half-built folder to reuse
+
+
 def test_an_unknown_module_is_one_clear_line():
     with pytest.raises(build.BuildError, match="unknown build module.*kube, kwok, pulumi, pulumi-kubernetes"):
         build.ensure(["kubelet"])

@@ -11,12 +11,12 @@ import pytest
 
 from benchmarks.labs import g4
 import schemas
-import upstream
+from components import upstream
 import yaml
 
 from components.dashboards import all_dashboards
 from components.dashboards.gpu import DCGM_METRICS
-from components.gpu_pool import GpuPlacement
+from components.gpu_pool import POOL_PLACEMENT
 from stacks.mockrun import MockRun, run_stack
 
 K = "gke-ml-labs"
@@ -100,7 +100,7 @@ def test_outputs_name_the_prometheus_and_grafana_services():
 def test_dcgm_exporter_runs_on_gpu_nodes_with_gke_drivers_and_every_dashboard_metric():
     r = run("g1")
     v = values(r, "dcgm-exporter")
-    placement = GpuPlacement()
+    placement = POOL_PLACEMENT
     assert v["nodeSelector"] == placement.node_selector and v["tolerations"] == placement.tolerations
     enabled = {line.split(",")[0] for line in v["customMetrics"].splitlines() if line and not line.startswith("#")}
     assert set(DCGM_METRICS) <= enabled and "DCGM_FI_PROF_SM_ACTIVE" in enabled
@@ -202,7 +202,7 @@ def test_g3_queues_target_the_gpu_pool_and_admit_all_or_nothing():
     flavor = r.one("kubernetes:kueue.x-k8s.io/v1beta2:ResourceFlavor").inputs["spec"]
     pool_labels = r.one(POOL, "gpu-pool").inputs["nodeConfig"]["labels"]
     assert flavor["nodeLabels"].items() <= pool_labels.items()
-    assert flavor["tolerations"] == GpuPlacement().tolerations
+    assert flavor["tolerations"] == POOL_PLACEMENT.tolerations
     lq = r.one("kubernetes:kueue.x-k8s.io/v1beta2:LocalQueue").inputs
     bench = r.outputs["benchmark"]["kueue"]
     assert lq["metadata"] == {**lq["metadata"], "namespace": bench["namespace"], "name": bench["local_queue"]}

@@ -9,7 +9,7 @@ from typing import Any
 
 import pytest
 import schemas
-import upstream
+from components import upstream
 import yaml
 
 from components import versions

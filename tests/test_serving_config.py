@@ -78,7 +78,7 @@ BAD = [
 @pytest.mark.parametrize("stack,overrides,message", BAD, ids=[m[:40] for _, _, m in BAD])
 def test_bad_serving_config_fails_clearly_and_creates_nothing(stack, overrides, message, monkeypatch):
     created = []
-    monkeypatch.setattr("stacks.program.ProjectApis", lambda *a, **k: created.append(a))
+    monkeypatch.setattr("stacks.cloud.ProjectApis", lambda *a, **k: created.append(a))
     with pytest.raises(ConfigError) as info:
         run_stack(stack, overrides=overrides)
     text = str(info.value)

@@ -13,12 +13,14 @@ import pytest
 import schemas
 
 from components import argo, cert_manager, knative, kserve, versions, vllm, workload_identity
-from components.gpu_pool import GPU_RESOURCE, GpuPlacement
+from components.cluster import SYSTEM_NODE_SELECTOR
+from components.gpu_pool import POOL_PLACEMENT
+from components.placement import GPU_RESOURCE
 from stacks.compose_serving import argo_args, inference_service_args, vllm_args
 from stacks.config import LabConfig
 from stacks.context import stack_id
 
-PLACEMENT = GpuPlacement()
+PLACEMENT = POOL_PLACEMENT
 
 
 def lab(name: str = "g5", **keys) -> LabConfig:
@@ -260,7 +262,7 @@ def test_vllm_service_and_service_monitor_validate():
 
 def test_workflow_template_validates_and_chains_train_register_deploy():
     cfg = lab("g7", kserve={"enabled": True}, argo={"enabled": True, "retry_limit": 3, "retry_policy": "Always"})
-    template = argo.workflow_template(argo_args(cfg), "bucket-x")
+    template = argo.workflow_template(argo_args(cfg, SYSTEM_NODE_SELECTOR), "bucket-x")
     schemas.validate_object(template)
     spec = template["spec"]
     assert spec["serviceAccountName"] == argo.WORKFLOW_SA
@@ -285,7 +287,7 @@ def test_workflow_template_validates_and_chains_train_register_deploy():
 
 def test_workflow_steps_install_and_write_only_under_their_tmp_empty_dir():
     cfg = lab("g7", kserve={"enabled": True}, argo={"enabled": True})
-    spec = argo.workflow_template(argo_args(cfg), "bucket-x")["spec"]
+    spec = argo.workflow_template(argo_args(cfg, SYSTEM_NODE_SELECTOR), "bucket-x")["spec"]
     # The pods run as argoexec's user, so the init and wait containers and the step share file ownership.
     assert spec["securityContext"]["runAsUser"] == argo.ARGO_EXECUTOR_UID
     assert spec["volumes"] == [{"name": "tmp", "emptyDir": {"sizeLimit": "2Gi"}}]
@@ -302,7 +304,7 @@ def test_workflow_steps_install_and_write_only_under_their_tmp_empty_dir():
 
 def test_deploy_step_creates_a_restricted_predictor_that_validates():
     cfg = lab("g7", kserve={"enabled": True}, argo={"enabled": True})
-    step = next(t for t in argo.workflow_template(argo_args(cfg), "bucket-x")["spec"]["templates"] if t["name"] == "deploy")
+    step = next(t for t in argo.workflow_template(argo_args(cfg, SYSTEM_NODE_SELECTOR), "bucket-x")["spec"]["templates"] if t["name"] == "deploy")
     env = {e["name"]: e["value"] for e in step["script"]["env"]}
     # As the step does it: the predictor from the template, the storageUri from the register step.
     predictor = json.loads(env["PREDICTOR"])
@@ -318,7 +320,7 @@ def test_deploy_step_creates_a_restricted_predictor_that_validates():
 
 def test_workflow_service_account_may_do_exactly_what_its_steps_do():
     cfg = lab("g7", kserve={"enabled": True}, argo={"enabled": True})
-    role, binding = argo.workflow_role(argo_args(cfg)), argo.workflow_role_binding(argo_args(cfg))
+    role, binding = argo.workflow_role(argo_args(cfg, SYSTEM_NODE_SELECTOR)), argo.workflow_role_binding(argo_args(cfg, SYSTEM_NODE_SELECTOR))
     schemas.validate_object(role)
     schemas.validate_object(binding)
     granted = {
@@ -355,22 +357,22 @@ def test_workload_identity_service_account_names_its_gcp_account():
 
 
 def test_helm_values_exist_in_the_pinned_charts():
-    schemas.assert_helm_values_exist(kserve.resources_values("example.com"), versions.KSERVE_RESOURCES.upstream)
+    schemas.assert_helm_values_exist(kserve.resources_values("example.com", SYSTEM_NODE_SELECTOR), versions.KSERVE_RESOURCES.upstream)
     schemas.assert_helm_values_exist(kserve.runtimes_values(), versions.KSERVE_RUNTIMES.upstream)
-    schemas.assert_helm_values_exist(cert_manager.values(), versions.CERT_MANAGER.upstream)
-    schemas.validate_helm_values(cert_manager.values(), versions.CERT_MANAGER.upstream)
-    schemas.assert_helm_values_exist(argo.values("bucket-x"), versions.ARGO_WORKFLOWS.upstream)
+    schemas.assert_helm_values_exist(cert_manager.values(SYSTEM_NODE_SELECTOR), versions.CERT_MANAGER.upstream)
+    schemas.validate_helm_values(cert_manager.values(SYSTEM_NODE_SELECTOR), versions.CERT_MANAGER.upstream)
+    schemas.assert_helm_values_exist(argo.values("bucket-x", SYSTEM_NODE_SELECTOR), versions.ARGO_WORKFLOWS.upstream)
 
 
 def test_argo_server_is_cluster_internal_with_client_auth_and_keyless_artifacts():
-    values = argo.values("bucket-x")
+    values = argo.values("bucket-x", SYSTEM_NODE_SELECTOR)
     assert values["server"]["serviceType"] == "ClusterIP"
     assert values["server"]["authModes"] == ["client"]
     assert values["artifactRepository"] == {"gcs": {"bucket": "bucket-x"}}, "no key secret: Workload Identity"
 
 
 def test_kserve_runs_in_knative_mode_behind_kourier():
-    values = kserve.resources_values("lab.example")["kserve"]["controller"]
+    values = kserve.resources_values("lab.example", SYSTEM_NODE_SELECTOR)["kserve"]["controller"]
     assert values["deploymentMode"] == "Knative"
     assert values["gateway"] == {"domain": "lab.example", "disableIstioVirtualHost": True}
 
@@ -479,7 +481,7 @@ def test_cert_manager_is_pinned_to_the_chart_its_values_are_checked_against():
     assert versions.CERT_MANAGER.upstream == f"cert-manager/{versions.CERT_MANAGER.version}"
     # KServe's webhook configurations get their CA from the CA injector (cert-manager.io/inject-ca-from).
     assert schemas.chart_defaults(versions.CERT_MANAGER.upstream)["cainjector"]["enabled"] is True
-    assert cert_manager.values()["cainjector"].get("enabled", True) is True
+    assert cert_manager.values(SYSTEM_NODE_SELECTOR)["cainjector"].get("enabled", True) is True
 
 
 def test_a_cert_manager_value_of_the_wrong_type_fails_as_helm_would():

@@ -14,7 +14,7 @@ from pathlib import Path
 
 import pytest
 
-import upstream
+from components import upstream
 from components import versions
 
 COMMIT = "8eab68778fc1b52affe165fdf5af29d1e9b4f3cb"

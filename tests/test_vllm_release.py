@@ -24,7 +24,7 @@ from benchmarks.sim.config import SimConfig
 from benchmarks.sim.engine import Engine
 from components import versions, vllm
 from components.dashboards import serving as dashboard
-from components.gpu_pool import GpuPlacement
+from components.gpu_pool import POOL_PLACEMENT
 from components.naming import StackId
 from stacks.serving_features import Quantization, Vllm
 
@@ -75,7 +75,7 @@ def test_every_pinned_image_is_the_recorded_release():
 def _server(weights: vllm.WeightsBucket | None = None) -> vllm.VllmServerArgs:
     """A server with every optional flag set (and the weights from a bucket, when given)."""
     return vllm.VllmServerArgs(
-        stack_id=StackId(lab="g6", stack="g6"), placement=GpuPlacement(), namespace="llm", model="m", dtype="bfloat16",
+        stack_id=StackId(lab="g6", stack="g6"), placement=POOL_PLACEMENT, namespace="llm", model="m", dtype="bfloat16",
         max_model_len=4096, gpu_memory_utilization=0.9, max_num_seqs=8, startup_timeout_min=5, quantization="fp8",
         weights=weights,
     )

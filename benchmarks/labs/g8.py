@@ -146,8 +146,11 @@ def build_workloads(
 def check_outputs(outputs: dict[str, Any]) -> None:
     lab_params(outputs, LAB, Params, SECTION)
     gpu_placement(outputs)
-    if not (outputs.get("gpu_pool") or {}).get("spot"):
-        raise LabError("gpu_pool.spot is false: g8 preempts a Spot VM; an on-demand node would only be restarted")
+    spot = (outputs.get("gpu_pool") or {}).get("spot")
+    if not spot:
+        # None on an existing cluster whose gpu_nodes.node_selector does not say cloud.google.com/gke-spot.
+        said = "false" if spot is False else "not known"
+        raise LabError(f"gpu_pool.spot is {said}: g8 preempts a Spot VM; an on-demand node would only be restarted")
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:

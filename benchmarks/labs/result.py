@@ -95,7 +95,7 @@ def common_fields(
     client = rec.client
     meta = RunMeta(
         lab=rec.lab,
-        target=f"GKE cluster {rec.outputs.get('cluster_name', '?')} (project {rec.outputs.get('project', '?')})",
+        target=target_of(rec.outputs),
         model=model,
         started_at=rec.started_at,
         finished_at=rec.finished_at,
@@ -119,6 +119,14 @@ def common_fields(
         "checks": checks,
         "cost": cost_estimate(rec.outputs),
     }
+
+
+def target_of(outputs: dict[str, Any]) -> str:
+    """What the run ran against: the GKE cluster and project the outputs name, or an existing cluster
+    whose kubeconfig context names neither (stacks.kube_target: both null then)."""
+    if "cluster_name" in outputs and outputs["cluster_name"] is None:
+        return "an existing cluster (its kubeconfig context names no GKE cluster)"
+    return f"GKE cluster {outputs.get('cluster_name', '?')} (project {outputs.get('project', '?')})"
 
 
 def evidence_of(rec: Recording) -> evidence.Evidence:

@@ -62,17 +62,19 @@ def require_output(outputs: dict[str, Any], key: str, lab: str) -> Any:
 
 
 def gpu_placement(outputs: dict[str, Any]) -> tuple[dict[str, str], list[dict[str, str]]]:
-    """The GPU pool's node selector and tolerations, as the stack exported them."""
+    """The GPU pool's node selector and tolerations, as the stack exported them (an existing cluster's
+    GPU nodes may carry no taint: no toleration then)."""
     pool = outputs.get("gpu_pool") or {}
     selector, tolerations = pool.get("node_selector"), pool.get("tolerations")
-    if not selector or not tolerations:
+    if not selector or tolerations is None:
         raise LabError("stack output gpu_pool lacks node_selector/tolerations: the stack is older than this benchmark")
     return dict(selector), [dict(t) for t in tolerations]
 
 
 def system_selector(outputs: dict[str, Any]) -> dict[str, str]:
-    """The node selector of the CPU system pool, where benchmark clients run, as the stack exported it."""
+    """The node selector of the CPU system pool, where benchmark clients run, as the stack exported it
+    ({} on an existing cluster that runs them on any untainted node)."""
     selector = (outputs.get("system_pool") or {}).get("node_selector")
-    if not selector:
+    if selector is None:
         raise LabError("stack output system_pool lacks node_selector: the stack is older than this benchmark")
     return dict(selector)

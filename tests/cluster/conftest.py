@@ -26,6 +26,12 @@ def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
 
 
 @pytest.fixture(scope="session")
+def cluster_binaries() -> build.Built:
+    """etcd, the Kubernetes components and kwok, built once or reused."""
+    return build.ensure(("kube", "kwok"))
+
+
+@pytest.fixture(scope="session")
 def built() -> build.Built:
     """Every binary, built once (minutes, cold) or reused; on PATH so Pulumi finds its plugins there."""
     binaries = build.ensure()
@@ -35,8 +41,8 @@ def built() -> build.Built:
 
 
 @pytest.fixture(scope="session")
-def control_plane(built: build.Built, tmp_path_factory: pytest.TempPathFactory) -> Iterator[ControlPlane]:
-    with ControlPlane(tmp_path_factory.mktemp("cluster"), built, load_config("dev")) as cluster:
+def control_plane(cluster_binaries: build.Built, tmp_path_factory: pytest.TempPathFactory) -> Iterator[ControlPlane]:
+    with ControlPlane(tmp_path_factory.mktemp("cluster"), cluster_binaries, load_config("dev")) as cluster:
         yield cluster
 
 

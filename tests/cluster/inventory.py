@@ -93,3 +93,33 @@ def _message(error: ApiException) -> str:
         return json.loads(error.body)["message"]
     except (ValueError, KeyError, TypeError):
         return str(error.body)
+
+
+def unordered_custom_resources(deployment: dict[str, Any], objects: list[Declared]) -> list[str]:
+    """Custom resources whose CRD the same stack creates but that do not depend on it (DESIGN: a custom
+    resource is created only after its CRD), read from the engine's dependency graph in the state."""
+    by_urn = {r["urn"]: r for r in deployment.get("resources", [])}
+    crds = {}
+    for obj in objects:
+        if obj.kind == "CustomResourceDefinition":
+            spec = obj.outputs.get("spec") or {}
+            crds[(spec.get("group"), (spec.get("names") or {}).get("kind"))] = obj.urn
+
+    def upstream(urn: str) -> set[str]:
+        seen, todo = set(), [urn]
+        while todo:
+            resource = by_urn.get(todo.pop())
+            if resource is None:
+                continue
+            for nxt in [*resource.get("dependencies", []), *([resource["parent"]] if resource.get("parent") else [])]:
+                if nxt not in seen:
+                    seen.add(nxt)
+                    todo.append(nxt)
+        return seen
+
+    problems = []
+    for obj in objects:
+        crd = crds.get((obj.api_version.rpartition("/")[0], obj.kind))
+        if crd and crd not in upstream(obj.urn):
+            problems.append(f"{obj} does not depend on its CRD ({crd.rpartition('::')[2]})")
+    return problems

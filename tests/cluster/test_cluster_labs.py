@@ -17,33 +17,29 @@ from pathlib import Path
 
 import pytest
 import yaml
-from engine import stack
-from inventory import PRIVILEGED_PROBE, PSA_ENFORCE, Declared, declared, dry_run_pod, live, pod_templates
+from pulumi.automation.errors import CommandError
+from cluster.engine import stack
+from existing_cluster import raw
+from cluster.inventory import (
+    PRIVILEGED_PROBE, PSA_ENFORCE, Declared, declared, dry_run_pod, live, pod_templates, unordered_custom_resources,
+)
 
 from localcluster.build import REPO
 from localcluster.controlplane import CONTEXT
-from stacks.cluster_config import GKE_ONLY_KEYS
 from stacks.loader import PROJECT
-from stacks.stackfile import load_config, stack_config, stack_names
+from stacks.stackfile import load_config, stack_names
 
 LABS = stack_names()
 RESULTS = REPO / ".cache" / "test-cluster" / "labs.json"
-# What a user with an existing cluster and a bucket of their own gives g7 and g8 (no bucket is created).
-BUCKETS = {"g7": "local-artifacts", "g8": "local-checkpoints"}
-# Objects `pulumi destroy` leaves on purpose: none. (Helm keeps a chart's crds/ on uninstall, but with
-# charts: upstream-crds the CRDs are the program's own objects and go with it.)
-KEPT_ON_PURPOSE: set[tuple[str, str]] = set()
+# `pulumi destroy` is to leave nothing, CRDs included: Helm keeps a chart's crds/ on uninstall, but with
+# charts: upstream-crds the CRDs are the program's own objects and go with it.
 
 
 def _stack_file(lab: str, kubeconfig: Path) -> dict:
-    """The lab's stack file turned to `cluster: existing` on the local cluster, its GKE-only keys removed."""
-    config, _ = stack_config(lab)
-    kept = {k: yaml.safe_load(v) if v[:1] in "{[" else v for k, v in config.items()
-            if k.removeprefix(f"{PROJECT}:") not in GKE_ONLY_KEYS and k != "gcp:project"}  # fmt: skip
-    cluster = {"target": "existing", "kubeconfig": str(kubeconfig), "context": CONTEXT, "charts": "upstream-crds"}
-    if lab in BUCKETS:
-        cluster["bucket"] = BUCKETS[lab]
-    return {"config": {**kept, f"{PROJECT}:cluster": cluster}}
+    """The lab's stack file turned to `cluster: existing` on the local cluster, offline charts (the
+    locked CRDs of each chart's pinned version), as a user on their own cluster would write it."""
+    keys = raw(lab, kubeconfig=str(kubeconfig), context=CONTEXT, charts="upstream-crds")
+    return {"config": {f"{PROJECT}:{k}": v for k, v in keys.items()}}
 
 
 def _program() -> None:
@@ -59,7 +55,10 @@ def figures():
     RESULTS.write_text(json.dumps(found, indent=2) + "\n")
     print("\nlab   objects  rejections  up_s  destroy_s")
     for lab, f in found.items():
-        print(f"{lab:5} {f['objects']:7} {len(f['rejections']):11} {f['up_s']:5.0f} {f['destroy_s']:10.0f}")
+        if "up_failed" in f:
+            print(f"{lab:5} pulumi up failed: {f['up_failed'][-1]}")
+        else:
+            print(f"{lab:5} {f['objects']:7} {len(f['rejections']):11} {f['up_s']:5.0f} {f['destroy_s']:10.0f}")
 
 
 @pytest.mark.parametrize("lab", LABS)
@@ -69,11 +68,18 @@ def test_the_lab_goes_up_is_accepted_and_comes_down_to_nothing(lab, control_plan
     lab_stack = stack(lab, PROJECT, _program, tmp_path)
 
     started = time.monotonic()
-    up = lab_stack.up(on_output=print, color="never")
+    try:
+        lab_stack.up(on_output=print, color="never")
+    except CommandError as e:
+        errors = _errors(e)
+        figures[lab] = {"up_failed": errors}
+        lab_stack.destroy(on_output=print, color="never")  # leave the next lab a clean cluster
+        pytest.fail(f"pulumi up -s {lab} failed; the errors it printed:\n" + "\n".join(errors))
     up_s = time.monotonic() - started
-    assert up.summary.result == "succeeded"
-    objects = declared(lab_stack.export_stack().deployment)
+    state = lab_stack.export_stack().deployment
+    objects = declared(state)
     assert objects, "the program declared no Kubernetes object"
+    unordered = unordered_custom_resources(state, objects)
 
     missing = [str(o) for o in objects if live(api, o) is None]
     rejections = _admission(api, objects)
@@ -81,10 +87,11 @@ def test_the_lab_goes_up_is_accepted_and_comes_down_to_nothing(lab, control_plan
     started = time.monotonic()
     down = lab_stack.destroy(on_output=print, color="never")
     destroy_s = time.monotonic() - started
-    left = [str(o) for o in objects if (o.kind, o.name) not in KEPT_ON_PURPOSE and live(api, o) is not None]
+    left = [str(o) for o in objects if live(api, o) is not None]
     figures[lab] = {"objects": len(objects), "rejections": rejections, "up_s": round(up_s, 1), "destroy_s": round(destroy_s, 1)}
 
     assert missing == [], f"declared but not on the API server: {missing}"
+    assert unordered == [], "\n".join(unordered)
     assert rejections == [], "\n".join(rejections)
     assert down.summary.result == "succeeded"
     assert left == [], f"left behind by pulumi destroy: {left}"
@@ -103,3 +110,9 @@ def _admission(api, objects: list[Declared]) -> list[str]:
         if level in ("baseline", "restricted") and dry_run_pod(api, ns.name, {"spec": PRIVILEGED_PROBE}) is None:
             rejections.append(f"{ns}: enforces {level} but admitted a privileged pod")
     return rejections
+
+
+def _errors(error: CommandError) -> list[str]:
+    """The lines of a failed `pulumi up` that carry an error: the provider quotes the API server's message."""
+    lines = [ln.strip() for ln in str(error).splitlines()]
+    return [ln for ln in lines if "error" in ln.lower()][-20:] or lines[-20:]

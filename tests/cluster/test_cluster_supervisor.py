@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 from kubernetes import client, config
-from procs import alive, descendants, listening_ports
+from cluster.procs import alive, descendants, listening_ports
 
 from localcluster.build import REPO
 
@@ -32,8 +32,8 @@ def _serve(folder: Path) -> subprocess.Popen:
     pytest.fail("the supervisor exited before it was ready:\n" + "\n".join(lines))
 
 
-@pytest.mark.parametrize("stop_with", [signal.SIGTERM, signal.SIGINT])
-def test_a_signal_to_the_supervisor_leaves_no_process_and_no_port(built, tmp_path, stop_with):
+@pytest.mark.parametrize("stop_with", [signal.SIGTERM, signal.SIGINT], ids=["SIGTERM", "SIGINT"])
+def test_a_signal_to_the_supervisor_leaves_no_process_and_no_port(cluster_binaries, tmp_path, stop_with):
     supervisor = _serve(tmp_path)
     children = descendants(supervisor.pid)
     names = {Path(Path(f"/proc/{pid}/exe").readlink()).name for pid in children}
@@ -54,7 +54,7 @@ def test_a_signal_to_the_supervisor_leaves_no_process_and_no_port(built, tmp_pat
     assert not (tmp_path / "supervisor.json").exists()
 
 
-def test_up_prints_the_kubeconfig_last_and_down_stops_everything(built, tmp_path):
+def test_up_prints_the_kubeconfig_last_and_down_stops_everything(cluster_binaries, tmp_path):
     up = subprocess.run(
         [sys.executable, "-m", "localcluster", "up", "--lab", "dev", "--folder", str(tmp_path)],
         cwd=REPO, capture_output=True, text=True, timeout=600,

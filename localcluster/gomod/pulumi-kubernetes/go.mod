@@ -1,11 +1,13 @@
-// The Kubernetes provider, pulumi-resource-kubernetes, at the one commit the module proxy serves
+// The Kubernetes provider, pulumi-resource-kubernetes (cmd/ here: why), at the one commit the module proxy serves
 // (docs/testing.md compares it with the pinned Python SDK). Its own module: it builds against its
 // own releases of the Pulumi and k8s.io libraries.
 module gke-ml-labs/localcluster/pulumi-kubernetes
 
 go 1.24.7
 
-tool github.com/pulumi/pulumi-kubernetes/provider/v4/cmd/pulumi-resource-kubernetes
+tool gke-ml-labs/localcluster/pulumi-kubernetes/cmd/pulumi-resource-kubernetes
+
+require github.com/pulumi/pulumi-kubernetes/provider/v4 v4.0.0-20260115033456-f47bc2d6f199
 
 require (
 	cel.dev/expr v0.20.0 // indirect
@@ -141,7 +143,6 @@ require (
 	github.com/pulumi/appdash v0.0.0-20231130102222-75f619a67231 // indirect
 	github.com/pulumi/cloud-ready-checks v1.3.0 // indirect
 	github.com/pulumi/esc v0.21.0 // indirect
-	github.com/pulumi/pulumi-kubernetes/provider/v4 v4.0.0-20260115033456-f47bc2d6f199 // indirect
 	github.com/pulumi/pulumi-kubernetes/sdk/v4 v4.24.0 // indirect
 	github.com/pulumi/pulumi/pkg/v3 v3.215.0 // indirect
 	github.com/pulumi/pulumi/sdk/v3 v3.215.0 // indirect

@@ -1,0 +1,150 @@
+"""`cluster: existing`: every lab's Kubernetes half applied to a kubeconfig context, with no Google
+resource, in update and in preview mode; the outputs keep their names, say honestly what has no
+meaning there, and the benchmarks read them."""
+
+from __future__ import annotations
+
+import json
+import pytest
+import yaml
+
+import existing_cluster as ec
+from benchmarks.g6 import cli as g6_cli
+from benchmarks.g6.run import read_stack_outputs, resolve_params
+from benchmarks.harness.outputs import read_outputs
+from benchmarks.labs import g1, g2, g3, g4, g5, g7, g8
+from benchmarks.labs.stack import gpu_placement, system_selector
+from stacks.loader import ConfigError
+from stacks.mockrun import MockRun
+
+LABS = ["dev", "g1", "g2", "g3", "g4", "g5", "g6", "g7", "g8"]
+# The contract (DESIGN.md) and program.build's other keys: an existing cluster keeps every name.
+CONTRACT = ["lab", "lab_title", "config_sha256", "project", "region", "zones", "cluster_name", "kubeconfig",
+            "system_pool", "gpu_pool", "namespaces", "endpoints", "prometheus", "grafana", "artifact_bucket",
+            "labels", "versions", "benchmark", "cost_estimate"]  # fmt: skip
+# The local control plane's nodes, labelled as no GKE pool is: nothing may fall back to GKE's labels.
+LOCAL = {
+    "context": ec.LOCAL_CONTEXT,
+    "system_node_selector": {"node-role.example.com/system": "true"},
+    "gpu_nodes": {"node_selector": {"accelerator.example.com/l4": "true"},
+                  "taints": [{"key": "accelerator.example.com/l4", "effect": "NoSchedule"}]},
+}  # fmt: skip
+
+
+@pytest.fixture(scope="module")
+def runs() -> dict[tuple[str, bool], MockRun]:
+    return {(lab, preview): ec.run_existing(lab, preview=preview) for lab in LABS for preview in (False, True)}
+
+
+@pytest.mark.parametrize("preview", [False, True], ids=["update", "preview"])
+@pytest.mark.parametrize("lab", LABS)
+def test_every_lab_runs_on_an_existing_cluster_and_creates_nothing_of_google(runs, lab, preview):
+    run = runs[(lab, preview)]
+    assert [r.type for r in run.resources if r.type.startswith("gcp:")] == []
+    assert [r.type for r in run.resources if r.type.startswith("pulumi:providers:")] == ["pulumi:providers:kubernetes"]
+    (provider,) = run.of_type("pulumi:providers:kubernetes")
+    objects = [r for r in run.resources if r.custom and r.type.startswith("kubernetes:")]
+    assert all(r.provider.startswith(provider.urn) for r in objects), "every object goes to the existing cluster"
+    assert sorted(run.outputs) == sorted(CONTRACT) and not run.unknown_outputs
+
+
+def test_the_kubernetes_half_is_the_same_as_on_gke(runs, stack_runs):
+    """Every Kubernetes object of each lab's GKE stack exists on the existing cluster too (the GKE-only
+    objects are Google's, and g7/g8's Workload Identity pieces become plain ServiceAccounts)."""
+    for lab in LABS:
+        gke = {(r.type, r.name) for r in stack_runs[(lab, False)].resources if r.type.startswith("kubernetes:")}
+        existing = {(r.type, r.name) for r in runs[(lab, False)].resources if r.type.startswith("kubernetes:")}
+        assert gke == existing, lab
+
+
+def test_outputs_with_no_gke_meaning_say_so(runs):
+    out = runs[("g3", False)].outputs
+    # The context is gcloud's gke_<project>_<zone>_<cluster>: the outputs name that project and cluster.
+    assert (out["project"], out["region"], out["zones"], out["cluster_name"]) == (
+        "ml-labs-demo", "us-central1", ["us-central1-a"], "team-l4")
+    assert out["cost_estimate"] is None, "the nodes are the user's: this stack prices nothing"
+    assert out["system_pool"] == {"name": None, "node_selector": {}}
+    pool = out["gpu_pool"]
+    assert (pool["name"], pool["spot"], pool["min_nodes"], pool["max_nodes"]) == (None, None, None, 1)
+    assert pool["node_selector"] == {"cloud.google.com/gke-accelerator": "nvidia-l4"}
+    assert pool["tolerations"] == [{"key": "nvidia.com/gpu", "value": "present", "effect": "NoSchedule", "operator": "Equal"}]
+    assert pool["sharing"]["max_allocatable_gpus"] == 6  # gpus_per_node 1 x gpu_sharing.replicas 6 x 1 node
+    local = ec.run_existing("dev", **LOCAL).outputs
+    assert (local["project"], local["region"], local["zones"], local["cluster_name"]) == (None, None, [], None)
+
+
+def test_a_gke_nodepool_and_spot_label_in_the_selectors_name_the_pools():
+    out = ec.run_existing("g8", gpu_nodes={"node_selector": {"cloud.google.com/gke-nodepool": "l4-spot",
+                                                             "cloud.google.com/gke-spot": "true"}}).outputs  # fmt: skip
+    assert (out["gpu_pool"]["name"], out["gpu_pool"]["spot"]) == ("l4-spot", True)
+
+
+def test_the_kubeconfig_output_is_the_chosen_context_alone_with_absolute_files():
+    kubeconfig = yaml.safe_load(ec.run_existing("dev", context=ec.LOCAL_CONTEXT).outputs["kubeconfig"])
+    assert kubeconfig["current-context"] == "local" and [c["name"] for c in kubeconfig["contexts"]] == ["local"]
+    (cluster,), (user,) = kubeconfig["clusters"], kubeconfig["users"]
+    pki = ec.KUBECONFIG.parent / "pki"
+    assert cluster["cluster"] == {"server": "https://127.0.0.1:46443", "certificate-authority": str(pki / "ca.crt")}
+    assert user == {"name": "admin", "user": {"client-certificate": str(pki / "admin.crt"), "client-key": str(pki / "admin.key")}}
+
+
+@pytest.mark.parametrize(
+    ("fields", "line"),
+    [
+        ({"kubeconfig": "/nonexistent/kubeconfig"}, "gke-ml-labs:cluster.kubeconfig: cannot read /nonexistent/kubeconfig"),
+        ({"context": "prod"}, "gke-ml-labs:cluster.context: 'prod' is not a context of "),
+    ],
+    ids=["no-file", "no-context"],
+)
+def test_a_kubeconfig_or_context_that_is_not_there_is_one_line_naming_the_key(fields, line):
+    with pytest.raises(ConfigError) as e:
+        ec.run_existing("dev", **fields)
+    (problem,) = e.value.problems
+    assert problem.startswith(line) and "\n" not in problem and e.value.stack_file == "Pulumi.dev.yaml"
+
+
+def test_pods_land_on_the_configured_nodes_never_on_gke_pools():
+    for lab in ("g1", "g3", "g5", "g6", "g7"):
+        run = ec.run_existing(lab, **LOCAL)
+        text = json.dumps([r.inputs for r in run.resources], default=str)
+        assert "gke-ml-labs/pool" not in text, lab
+        out = run.outputs
+        assert gpu_placement(out) == (
+            {"accelerator.example.com/l4": "true"},
+            [{"key": "accelerator.example.com/l4", "effect": "NoSchedule", "operator": "Exists"}],
+        )
+        assert system_selector(out) == {"node-role.example.com/system": "true"}
+
+
+def test_g7_and_g8_use_the_users_bucket_and_create_no_identity_of_google(runs):
+    for lab, namespace, accounts in (("g7", "pipelines", {"workflow-runner", "model-reader"}), ("g8", "spot-jobs", {"checkpointer"})):
+        run = runs[(lab, False)]
+        assert run.outputs["artifact_bucket"] == ec.BUCKETS[lab]
+        sas = [r.inputs["metadata"] for r in run.of_type("kubernetes:core/v1:ServiceAccount")
+               if r.inputs["metadata"]["namespace"] == namespace]  # fmt: skip
+        assert {m["name"] for m in sas} == accounts and all("annotations" not in m for m in sas)
+    values = next(r.inputs["values"] for r in runs[("g7", False)].of_type("kubernetes:helm.sh/v3:Release")
+                  if r.name == "argo-workflows")  # fmt: skip
+    assert values["artifactRepository"] == {"gcs": {"bucket": ec.BUCKETS["g7"]}}
+
+
+CHECKS = {"g1": g1, "g2": g2, "g3": g3, "g4": g4, "g5": g5, "g7": g7, "g8": g8}
+
+
+@pytest.mark.parametrize("lab", [*CHECKS, "g6"])
+def test_the_benchmarks_accept_an_existing_clusters_outputs(runs, lab, tmp_path):
+    saved = tmp_path / "outputs.json"
+    outputs = dict(runs[(lab, False)].outputs)
+    if lab == "g8":  # g8 preempts a Spot VM: its selector must say the nodes are spot
+        outputs = ec.run_existing("g8", gpu_nodes={"node_selector": {"cloud.google.com/gke-spot": "true"}}).outputs
+    saved.write_text(json.dumps(outputs))
+    if lab == "g6":
+        inv = g6_cli.parse(["--outputs", str(saved)])
+        assert resolve_params(inv, read_stack_outputs(inv)).model == "Qwen/Qwen2.5-1.5B-Instruct"
+    else:
+        CHECKS[lab].check_outputs(read_outputs(outputs_file=saved))
+
+
+def test_g8_refuses_a_pool_not_known_to_be_spot(runs):
+    with pytest.raises(Exception, match="gpu_pool.spot is not known"):
+        g8.check_outputs(runs[("g8", False)].outputs)
