@@ -14,7 +14,7 @@ import json
 import pulumi
 
 from components import k8s_objects, kserve, versions
-from components.buckets import lab_bucket
+from components.buckets import unless_own
 from components.helm_release import ChartSource, HelmRelease, HelmReleaseArgs
 from components.namespaces import namespace
 from components.naming import StackId, k8s_labels, resource_name
@@ -288,18 +288,16 @@ class ArgoWorkflows(pulumi.ComponentResource):
         labels = k8s_labels(args.stack_id, "pipeline")
         kserve = [args.kserve] if args.kserve is not None else []
         bucket = args.bucket or bucket_name(args.stack_id, args.project)
-        if args.bucket is None:
-            self.bucket = lab_bucket(
-                f"{name}-artifacts",
-                project=args.project,
-                location=args.region,
-                labels=args.billing_labels,
-                name=bucket,
-                delete_after_days=args.artifact_retention_days,
-                opts=child,
-            )
-        self.bucket_name: pulumi.Input[str] = self.bucket.name if args.bucket is None else args.bucket
-        own = [self.bucket] if args.bucket is None else []
+        self.bucket, self.bucket_name = unless_own(
+            args.bucket,
+            f"{name}-artifacts",
+            project=args.project,
+            location=args.region,
+            labels=args.billing_labels,
+            name=bucket,
+            delete_after_days=args.artifact_retention_days,
+            opts=child,
+        )
         self.release = HelmRelease(
             RELEASE,
             HelmReleaseArgs(
@@ -311,7 +309,7 @@ class ArgoWorkflows(pulumi.ComponentResource):
                 pod_security="restricted",
                 source=args.charts,
             ),
-            opts=pulumi.ResourceOptions(parent=self, depends_on=own),
+            opts=pulumi.ResourceOptions(parent=self, depends_on=[self.bucket] if self.bucket is not None else []),
         )
         # The deploy step creates InferenceServices Pulumi does not manage, and the benchmark's Workflows
         # and their pods live here too. Waiting for KServe and Argo here makes destroy delete this

@@ -1,5 +1,6 @@
 """A lab's GCS bucket: private, labelled for billing, emptied by a lifecycle rule and deleted with the
-stack (no soft-delete retention), so nothing outlives `pulumi destroy` or keeps costing."""
+stack (no soft-delete retention), so nothing outlives `pulumi destroy` or keeps costing. On an existing
+cluster a feature uses the user's own bucket instead, and none is created (`unless_own`)."""
 
 from __future__ import annotations
 
@@ -35,3 +36,11 @@ def lab_bucket(
         ],
         opts=opts,
     )
+
+
+def unless_own(own: str | None, resource: str, **bucket) -> tuple[gcp.storage.Bucket | None, pulumi.Input[str]]:
+    """The lab's bucket (lab_bucket's arguments) and its name; given the user's own bucket, none and that name."""
+    if own is not None:
+        return None, own
+    created = lab_bucket(resource, **bucket)
+    return created, created.name

@@ -11,7 +11,7 @@ from dataclasses import dataclass
 import pulumi
 
 from components import k8s_objects
-from components.buckets import lab_bucket
+from components.buckets import unless_own
 from components.namespaces import namespace
 from components.naming import StackId, k8s_labels, resource_name
 from components.workload_identity import BucketIdentity, BucketIdentityArgs
@@ -45,17 +45,16 @@ class Checkpoints(pulumi.ComponentResource):
     def __init__(self, name: str, args: CheckpointsArgs, opts: pulumi.ResourceOptions | None = None):
         super().__init__("gke-ml-labs:checkpoints:Checkpoints", name, None, opts)
         child = pulumi.ResourceOptions(parent=self)
-        if args.bucket is None:
-            self.bucket = lab_bucket(
-                f"{name}-bucket",
-                project=args.project,
-                location=args.region,
-                labels=args.billing_labels,
-                name=bucket_name(args.stack_id, args.project),
-                delete_after_days=args.delete_after_days,
-                opts=child,
-            )
-        self.bucket_name: pulumi.Input[str] = self.bucket.name if args.bucket is None else args.bucket
+        self.bucket, self.bucket_name = unless_own(
+            args.bucket,
+            f"{name}-bucket",
+            project=args.project,
+            location=args.region,
+            labels=args.billing_labels,
+            name=bucket_name(args.stack_id, args.project),
+            delete_after_days=args.delete_after_days,
+            opts=child,
+        )
         self.namespace = k8s_objects.create(
             f"{name}-ns", namespace(args.stack_id, args.namespace, "checkpoints", "restricted"), child
         )

@@ -27,6 +27,7 @@ import yaml
 
 from components import upstream
 
+
 # The newest minor that GKE's Regular channel offers (available 1.34 to 1.36, default 1.35.7 for
 # new clusters, per the GKE release notes' "Current versions" table read 2026-11); kubernetes-validate
 # 1.37.0 ships schemas for 1.25 to 1.37.

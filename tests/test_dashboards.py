@@ -8,8 +8,8 @@ import re
 import pytest
 import yaml
 
-from components import upstream
 from promql import promtool, syntax_errors
+from components import upstream
 from components.dashboards import all_dashboards, cost_dashboard, gpu, gpu_dashboard, kueue, kueue_dashboard, serving_dashboard
 
 DASHBOARDS = {"gpu": gpu_dashboard, "kueue": kueue_dashboard, "serving": serving_dashboard, "cost": cost_dashboard}

@@ -5,17 +5,23 @@ meaning there, and the benchmarks read them."""
 from __future__ import annotations
 
 import json
+from pathlib import Path
+
 import pytest
 import yaml
 
 import existing_cluster as ec
+from fake_pulumi import pulumi_answering
 from benchmarks.g6 import cli as g6_cli
 from benchmarks.g6.run import read_stack_outputs, resolve_params
 from benchmarks.harness.outputs import read_outputs
 from benchmarks.labs import g1, g2, g3, g4, g5, g7, g8
 from benchmarks.labs.stack import gpu_placement, system_selector
+from ops import estimate, preflight, session
+from ops.gcp import GcpClient
 from stacks.loader import ConfigError
 from stacks.mockrun import MockRun
+from stacks.stackfile import load_config
 
 LABS = ["dev", "g1", "g2", "g3", "g4", "g5", "g6", "g7", "g8"]
 # The contract (DESIGN.md) and program.build's other keys: an existing cluster keeps every name.
@@ -148,3 +154,40 @@ def test_the_benchmarks_accept_an_existing_clusters_outputs(runs, lab, tmp_path)
 def test_g8_refuses_a_pool_not_known_to_be_spot(runs):
     with pytest.raises(Exception, match="gpu_pool.spot is not known"):
         g8.check_outputs(runs[("g8", False)].outputs)
+
+
+# ---------------------------------------------------------------- the operator commands on such a stack
+
+
+@pytest.fixture
+def mine(tmp_path, monkeypatch) -> Path:
+    """A user's Pulumi.g3-mine.yaml on an existing cluster, where the operator commands read stack files."""
+    config = {f"gke-ml-labs:{k}": v for k, v in ec.raw("g3").items()}
+    (tmp_path / "Pulumi.g3-mine.yaml").write_text(yaml.safe_dump({"config": config}))
+    read = lambda stack, project=None: load_config(stack, project, directory=tmp_path)  # noqa: E731
+    monkeypatch.setattr(preflight, "load_config", read)
+    monkeypatch.setattr(session, "load_config", read)
+    monkeypatch.setattr(GcpClient, "from_environment", classmethod(lambda cls: pytest.fail("a Google client was made")))
+    return tmp_path
+
+
+def test_preflight_checks_only_the_kubeconfig_context(mine, capsys):
+    assert preflight.main(["--stack", "g3-mine"]) == 0
+    out = capsys.readouterr().out
+    assert "no Google check applies" in out and f"OK    kubeconfig: context {ec.GKE_CONTEXT} in {ec.KUBECONFIG}" in out
+    text = (mine / "Pulumi.g3-mine.yaml").read_text().replace(ec.GKE_CONTEXT, "gone")
+    (mine / "Pulumi.g3-mine.yaml").write_text(text)
+    assert preflight.main(["--stack", "g3-mine"]) == 2
+    assert "FAIL  kubeconfig: gke-ml-labs:cluster.context: 'gone' is not a context of" in capsys.readouterr().out
+
+
+def test_estimate_prices_nothing_of_an_existing_cluster(mine, capsys):
+    assert estimate.main(["g3-mine"], directory=mine) == 0
+    assert capsys.readouterr().out.startswith("g3-mine: no estimate: it runs on an existing cluster")
+
+
+def test_down_is_the_destroy_alone(mine, tmp_path, monkeypatch, capsys):
+    log = pulumi_answering(tmp_path, monkeypatch, {"destroy": ("The resources in the stack have been deleted.\n", "", 0)})
+    assert session.main(["down", "--stack", "g3-mine"]) == 0
+    assert [json.loads(line) for line in log.read_text().splitlines()] == [["destroy", "-s", "g3-mine", "--yes"]]
+    assert "created nothing of Google, no status check to run" in capsys.readouterr().out

@@ -11,8 +11,9 @@ import g3_recording as fixture
 import kube_fixtures as kf
 import pytest
 import schemas
-from components import upstream
 import yaml
+
+from components import upstream
 from labs_fakes import FakeCluster, fixture_outputs, live_args, recording_path
 from pod_security import findings
 

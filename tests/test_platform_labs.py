@@ -11,9 +11,9 @@ import pytest
 
 from benchmarks.labs import g4
 import schemas
-from components import upstream
 import yaml
 
+from components import upstream
 from components.dashboards import all_dashboards
 from components.dashboards.gpu import DCGM_METRICS
 from components.gpu_pool import POOL_PLACEMENT

@@ -9,10 +9,9 @@ from typing import Any
 
 import pytest
 import schemas
-from components import upstream
 import yaml
 
-from components import versions
+from components import upstream, versions
 from components.gpu_pool import GPU_TAINT
 from stacks.mockrun import MockRun, run_stack
 

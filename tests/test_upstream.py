@@ -14,8 +14,7 @@ from pathlib import Path
 
 import pytest
 
-from components import upstream
-from components import versions
+from components import upstream, versions
 
 COMMIT = "8eab68778fc1b52affe165fdf5af29d1e9b4f3cb"
 FILES = {
@@ -233,13 +232,13 @@ def _sources() -> dict[str, str]:
 @pytest.mark.parametrize(
     "pattern, why",
     [
-        (r"\.cache/upstream|UPSTREAM_DIR|UPSTREAM_BASE_URL", "only tests/upstream.py knows where the files lie"),
+        (r"\.cache/upstream|UPSTREAM_DIR|UPSTREAM_BASE_URL", "only components/upstream.py knows where the files lie"),
         (r"schemas\.UPSTREAM|\bUPSTREAM\s*/", "paths are built by upstream.path, which checks the lock"),
     ],
 )
 def test_every_upstream_file_a_test_reads_goes_through_the_lock(pattern, why):
     offenders = [name for name, text in _sources().items() if re.search(pattern, text)]
-    assert offenders == [], f"{', '.join(offenders)} reach upstream files around tests/upstream.py ({why})"
+    assert offenders == [], f"{', '.join(offenders)} reach upstream files around components/upstream.py ({why})"
 
 
 REPO = TESTS.parent
