@@ -2,14 +2,14 @@
 controller managers built from localcluster/gomod/, run as processes against its API server.
 
 On a real cluster each runs as a pod behind a Service, and the API server reaches its webhooks through
-that Service with a certificate the controller makes for itself. Here there is no pod network: each
-serves its webhooks on a loopback port with a certificate the local CA signs, and its webhook
-configurations, read from the controller's own source at the pinned version (the files its release
-manifests are built from), are written with `url: https://127.0.0.1:PORT/PATH` and that CA's bundle in
-place of the Service reference. Each runs with a Configuration of its own API, leader election off
-(one replica) and its own certificate management off; Kueue's is the lab's own
-(`components.kueue.manager_config`) with only those fields changed. Everything else, every controller
-and webhook, is the real one.
+that Service. Here there is no pod network: each serves its webhooks on a loopback port, and its
+webhook configurations, read from the controller's own source at the pinned version (the files its
+release manifests are built from), are written with `url: https://127.0.0.1:PORT/PATH` and the CA
+bundle of its serving certificate in place of the Service reference. That certificate is the local
+CA's for 127.0.0.1 (localcluster.certs), except Kueue's (see KUEUE). Each runs with a Configuration of
+its own API, leader election off (one replica); Kueue's is the lab's own
+(`components.kueue.manager_config`) with only the local fields changed. Every controller and webhook
+is the real one; they act with the admin's identity.
 
 A controller starts once the lab's `pulumi up` has applied its CRDs (the project pins only those it
 uses; the others its manager watches come from its own source, as its chart would install them) and is
