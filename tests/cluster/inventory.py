@@ -51,16 +51,13 @@ def declared(deployment: dict[str, Any]) -> list[Declared]:
     return found
 
 
-def live(api: client.ApiClient, obj: Declared) -> dict[str, Any] | None:
-    """The object as the API server has it now, None when it does not exist."""
-    resource = dynamic.DynamicClient(api).resources.get(api_version=obj.api_version, kind=obj.kind)
+def live(kinds: dynamic.DynamicClient, obj: Declared) -> dict[str, Any] | None:
+    """The object as the API server has it now, None when it (or its kind) does not exist. `kinds` is a
+    DynamicClient made after the last CRD change: it knows the kinds the server served then."""
     try:
+        resource = kinds.resources.get(api_version=obj.api_version, kind=obj.kind)
         return resource.get(name=obj.name, namespace=obj.namespace).to_dict()
-    except ApiException as e:
-        if e.status == 404:
-            return None
-        raise
-    except dynamic.exceptions.NotFoundError:
+    except (dynamic.exceptions.NotFoundError, dynamic.exceptions.ResourceNotFoundError):
         return None
 
 

@@ -17,6 +17,7 @@ from pathlib import Path
 
 import pytest
 import yaml
+from kubernetes import dynamic
 from pulumi.automation.errors import CommandError
 from cluster.engine import stack
 from existing_cluster import raw
@@ -81,13 +82,15 @@ def test_the_lab_goes_up_is_accepted_and_comes_down_to_nothing(lab, control_plan
     assert objects, "the program declared no Kubernetes object"
     unordered = unordered_custom_resources(state, objects)
 
-    missing = [str(o) for o in objects if live(api, o) is None]
+    kinds = dynamic.DynamicClient(api)
+    missing = [str(o) for o in objects if live(kinds, o) is None]
     rejections = _admission(api, objects)
 
     started = time.monotonic()
     down = lab_stack.destroy(on_output=print, color="never")
     destroy_s = time.monotonic() - started
-    left = [str(o) for o in objects if live(api, o) is not None]
+    kinds = dynamic.DynamicClient(api)  # the kinds served now, the lab's CRDs gone
+    left = [str(o) for o in objects if live(kinds, o) is not None]
     figures[lab] = {"objects": len(objects), "rejections": rejections, "up_s": round(up_s, 1), "destroy_s": round(destroy_s, 1)}
 
     assert missing == [], f"declared but not on the API server: {missing}"
