@@ -33,6 +33,7 @@ test: venv ## run the whole test suite (no cloud; fetches the pinned upstream fi
 	$(BIN)/python -m pytest
 
 test-cluster: venv ## every lab through the real Pulumi engine against a local control plane (binaries built once into .cache/)
+	$(BIN)/python -m tests.upstream fetch
 	$(BIN)/python -m localcluster.build
 	$(BIN)/python -m pytest -m cluster tests/cluster
 

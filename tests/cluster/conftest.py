@@ -31,10 +31,15 @@ def cluster_binaries() -> build.Built:
     return build.ensure(("kube", "kwok"))
 
 
+# The control plane, kwok, the Pulumi CLI and the Kubernetes provider (the lab controllers are the
+# scheduling tests' own: tests/cluster/lab_cluster.py).
+ENGINE = ("kube", "kwok", "pulumi", "pulumi-kubernetes")
+
+
 @pytest.fixture(scope="session")
 def built() -> build.Built:
-    """Every binary, built once (minutes, cold) or reused; on PATH so Pulumi finds its plugins there."""
-    binaries = build.ensure()
+    """The engine's binaries, built once (minutes, cold) or reused; on PATH so Pulumi finds its plugins there."""
+    binaries = build.ensure(ENGINE)
     os.environ["PATH"] = binaries.path + os.pathsep + os.environ["PATH"]
     os.environ.pop("PULUMI_IGNORE_AMBIENT_PLUGINS", None)  # the provider is found as an ambient plugin
     return binaries

@@ -27,11 +27,17 @@ class Declared:
     """One Kubernetes object a stack's state holds."""
 
     urn: str
+    type: str  # the Pulumi resource type, kubernetes:core/v1:Namespace
     api_version: str
     kind: str
     name: str
     namespace: str | None
     outputs: dict[str, Any]
+
+    @property
+    def logical_name(self) -> str:
+        """The name the program gave the resource (the last part of its URN)."""
+        return self.urn.rpartition("::")[2]
 
     def __str__(self) -> str:
         where = f"{self.namespace}/" if self.namespace else ""
@@ -47,7 +53,7 @@ def declared(deployment: dict[str, Any]) -> list[Declared]:
         if not resource.get("custom") or not resource["type"].startswith("kubernetes:") or "kind" not in outputs:
             continue
         meta = outputs["metadata"]
-        found.append(Declared(resource["urn"], outputs["apiVersion"], outputs["kind"], meta["name"], meta.get("namespace"), outputs))
+        found.append(Declared(resource["urn"], resource["type"], outputs["apiVersion"], outputs["kind"], meta["name"], meta.get("namespace"), outputs))
     return found
 
 

@@ -13,6 +13,7 @@ from kubernetes import client
 from kubernetes.client.exceptions import ApiException
 
 
+@pytest.mark.usefixtures("built")  # the Pulumi CLI and the provider on PATH
 def test_a_program_goes_up_and_comes_down_through_the_real_engine(control_plane, api, tmp_path):
     kubeconfig = control_plane.kubeconfig.read_text()
 
