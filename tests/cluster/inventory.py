@@ -91,6 +91,19 @@ def dry_run_pod(api: client.ApiClient, namespace: str, template: dict[str, Any])
     return None
 
 
+def dry_run_create(kinds: dynamic.DynamicClient, obj: dict[str, Any]) -> str | None:
+    """Create any object server-side in dry-run mode (schema, CEL rules, quota, admission): None when
+    accepted, else the API server's message."""
+    try:
+        resource = kinds.resources.get(api_version=obj["apiVersion"], kind=obj["kind"])
+        resource.create(body=obj, namespace=obj["metadata"].get("namespace"), dry_run="All")
+    except dynamic.exceptions.ResourceNotFoundError as e:
+        return f"the API server serves no {obj['apiVersion']} {obj['kind']}: {e}"
+    except ApiException as e:
+        return f"{e.status} {e.reason}: {_message(e)}"
+    return None
+
+
 def _message(error: ApiException) -> str:
     try:
         return json.loads(error.body)["message"]

@@ -2,7 +2,8 @@
 the local control plane, its nodes shaped like the lab's pools: `pulumi up`, then the API server's own
 answers (every declared object exists; every pod template we write is admitted, by a server-side
 dry-run create, under its namespace's Pod Security level; every namespace that sets a level refuses a
-privileged pod), then `pulumi destroy` and none of the lab's objects remain.
+privileged pod; every object the lab's benchmark creates, built from the stack's real outputs, is
+accepted, and so is each of its pods), then `pulumi destroy` and none of the lab's objects remain.
 
 Pods are simulated (kwok: no container runs); scheduling, admission and controllers are real. The
 figures per lab (objects, rejections, seconds up and down) go to .cache/test-cluster/labs.json and are
@@ -22,8 +23,12 @@ from pulumi.automation.errors import CommandError
 from cluster.engine import stack
 from existing_cluster import raw, run_existing
 from cluster.inventory import (
-    PRIVILEGED_PROBE, PSA_ENFORCE, Declared, declared, dry_run_pod, live, pod_templates, unordered_custom_resources,
+    PRIVILEGED_PROBE, PSA_ENFORCE, Declared, declared, dry_run_create, dry_run_pod, live, pod_templates,
+    unordered_custom_resources,
 )
+from kubernetes import client
+
+from benchmarks.labs.manifests import LABS as BENCHMARKED, workloads
 
 from localcluster.build import REPO
 from localcluster.controlplane import CONTEXT
@@ -62,12 +67,12 @@ def figures():
     yield found
     RESULTS.parent.mkdir(parents=True, exist_ok=True)
     RESULTS.write_text(json.dumps(found, indent=2) + "\n")
-    print("\nlab   objects  rejections  up_s  destroy_s")
+    print("\nlab   objects  kit  rejections  up_s  destroy_s")
     for lab, f in found.items():
         if "up_failed" in f:
             print(f"{lab:5} pulumi up failed: {f['up_failed'][-1]}")
         else:
-            print(f"{lab:5} {f['objects']:7} {len(f['rejections']):11} {f['up_s']:5.0f} {f['destroy_s']:10.0f}")
+            print(f"{lab:5} {f['objects']:7} {f['kit_objects']:4} {len(f['rejections']):11} {f['up_s']:5.0f} {f['destroy_s']:10.0f}")
 
 
 @pytest.mark.usefixtures("built")  # the Pulumi CLI and the provider on PATH
@@ -80,7 +85,7 @@ def test_the_lab_goes_up_is_accepted_and_comes_down_to_nothing(lab, control_plan
 
     started = time.monotonic()
     try:
-        lab_stack.up(on_output=print, color="never")
+        up = lab_stack.up(on_output=print, color="never")
     except CommandError as e:
         errors = _errors(e)
         figures[lab] = {"up_failed": errors}
@@ -95,13 +100,15 @@ def test_the_lab_goes_up_is_accepted_and_comes_down_to_nothing(lab, control_plan
     kinds = dynamic.DynamicClient(api)
     missing = [str(o) for o in objects if live(kinds, o) is None]
     rejections = _admission(api, objects)
+    kit = workloads(lab, {k: v.value for k, v in up.outputs.items()}) if lab in BENCHMARKED else []
+    rejections += _kit_admission(api, kit)
 
     started = time.monotonic()
     down = lab_stack.destroy(on_output=print, color="never")
     destroy_s = time.monotonic() - started
     kinds = dynamic.DynamicClient(api)  # the kinds served now, the lab's CRDs gone
     left = [str(o) for o in objects if live(kinds, o) is not None]
-    figures[lab] = {"objects": len(objects), "rejections": rejections, "up_s": round(up_s, 1), "destroy_s": round(destroy_s, 1)}
+    figures[lab] = {"objects": len(objects), "kit_objects": len(kit), "rejections": rejections, "up_s": round(up_s, 1), "destroy_s": round(destroy_s, 1)}
 
     assert missing == [], f"declared but not on the API server: {missing}"
     assert unordered == [], "\n".join(unordered)
@@ -123,6 +130,58 @@ def _admission(api, objects: list[Declared]) -> list[str]:
         if level in ("baseline", "restricted") and dry_run_pod(api, ns.name, {"spec": PRIVILEGED_PROBE}) is None:
             rejections.append(f"{ns}: enforces {level} but admitted a privileged pod")
     return rejections
+
+
+# What the benchmark's pods refer to (their namespace, ServiceAccount, scripts): created for real, as the
+# benchmark creates them first, then deleted; its workloads and pods are dry-run created.
+KIT_MADE = ("Namespace", "ServiceAccount", "ConfigMap")
+# A TrainJob's pod specs are patches onto its runtime's (runtimePatches: no image of their own): its pods
+# exist only once the Trainer controller merges them, which this test does not run.
+NOT_PODS = ("TrainJob",)
+
+
+def _kit_admission(api, kit: list[dict]) -> list[str]:
+    """What the benchmark creates, as it writes it: each object accepted, each pod its workloads make
+    admitted (server-side dry-run)."""
+    kinds, rejections, made = dynamic.DynamicClient(api), [], []
+    try:
+        for obj in kit:
+            meta = obj["metadata"]
+            where = f"{obj['kind']} {meta.get('namespace', '')}/{meta['name']} (the benchmark's)"
+            resource = kinds.resources.get(api_version=obj["apiVersion"], kind=obj["kind"])
+            if obj["kind"] in KIT_MADE:
+                resource.create(body=obj, namespace=meta.get("namespace"))
+                made.append((resource, meta))
+                if obj["kind"] == "Namespace":
+                    _default_service_account(api, meta["name"])
+                continue
+            refused = dry_run_create(kinds, obj)
+            if refused:
+                rejections.append(f"{where}: refused: {refused}")
+            if obj["kind"] == "Pod" or obj["kind"] in NOT_PODS:
+                continue
+            for template in pod_templates(obj.get("spec")):
+                refused = dry_run_pod(api, meta["namespace"], template)
+                if refused:
+                    rejections.append(f"{where}: a pod of its template was refused: {refused}")
+    finally:
+        for resource, meta in reversed(made):
+            resource.delete(name=meta["name"], namespace=meta.get("namespace"))
+    return rejections
+
+
+def _default_service_account(api, namespace: str, timeout_s: float = 60) -> None:
+    """The namespace's `default` ServiceAccount, which the controller manager makes and without which the
+    ServiceAccount admission plugin refuses every pod there (the benchmark's pods come later)."""
+    deadline = time.monotonic() + timeout_s
+    while True:
+        try:
+            client.CoreV1Api(api).read_namespaced_service_account("default", namespace)
+            return
+        except client.ApiException as e:
+            if e.status != 404 or time.monotonic() > deadline:
+                raise
+            time.sleep(0.5)
 
 
 def _errors(error: CommandError) -> list[str]:
