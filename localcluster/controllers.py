@@ -33,11 +33,11 @@ from typing import Any
 import httpx
 import yaml
 
-from components.gpu_pool import GpuPlacement
 from components.kueue import manager_config
 from localcluster import certs
 from localcluster.build import GOMOD, Built
 from localcluster.controlplane import LOOPBACK, Component, ControlPlane, free_ports, log_tail
+from localcluster.nodes import PLACEMENT
 from stacks.compose_platform import kueue_args
 from stacks.config import LabConfig
 
@@ -140,7 +140,7 @@ def _manager_fields(ports: Ports) -> dict[str, Any]:
 
 def kueue_configuration(cfg: LabConfig, ports: Ports, cert_dir: Path) -> dict[str, Any]:
     """The lab's own Kueue Configuration, served on loopback, with the certificate of its Secret."""
-    config = yaml.safe_load(manager_config(kueue_args(cfg, GpuPlacement())))
+    config = yaml.safe_load(manager_config(kueue_args(cfg, PLACEMENT)))
     config.update(_manager_fields(ports))
     config["namespace"] = KUEUE.namespace
     config["webhook"] = {"port": ports.webhook, "host": LOOPBACK, "certDir": str(cert_dir)}

@@ -15,8 +15,9 @@ from __future__ import annotations
 
 from typing import Any
 
-from components.cluster import POOL_LABEL, SYSTEM_DISK_GB, SYSTEM_POOL_NAME
-from components.gpu_pool import GPU_POOL_NAME, GPU_RESOURCE, GPU_TAINT
+from components.cluster import POOL_LABEL, SYSTEM_DISK_GB, SYSTEM_NODE_SELECTOR, SYSTEM_POOL_NAME
+from components.gpu_pool import GPU_POOL_NAME, GPU_RESOURCE, GPU_TAINT, POOL_PLACEMENT
+from components.placement import Placement
 from facts.machines import (
     GKE_CPU_RESERVED,
     GKE_EVICTION_THRESHOLD_MIB,
@@ -33,6 +34,8 @@ JOB_DELAY_ANNOTATION = "pod-complete.stage.kwok.x-k8s.io/delay"
 DEFAULT_JOB_MS = 1000
 NODE_LEASE_SECONDS = 40  # as a kubelet's default lease; kwok renews it
 KUBELET_ADDRESS = "127.0.0.1"
+# How pods land on these nodes: they carry the GKE pools' labels and taint, so the GKE half's placement.
+PLACEMENT = Placement(system_node_selector=dict(SYSTEM_NODE_SELECTOR), gpu=POOL_PLACEMENT)
 
 
 def _reserved(amount: float, tiers: tuple[tuple[float, float], ...]) -> float:
