@@ -5,7 +5,7 @@ kube-scheduler and kwok, started in that order, each waited for, all stopped tog
         cluster.kubeconfig  # the admin kubeconfig
 
 Every process listens on 127.0.0.1 at a port chosen free, dies with the process that started it
-(PR_SET_PDEATHSIG, so not even a killed supervisor leaves one behind), and is stopped on the way out
+(PR_SET_PDEATHSIG through util-linux's setpriv, so not even a killed supervisor leaves one behind), and is stopped on the way out
 of the `with` block whatever ended it. A component that fails to come up is reported with the
 reason its health check gave and the tail of its log.
 """
@@ -14,11 +14,9 @@ from __future__ import annotations
 
 import base64
 import contextlib
-import ctypes
 import json
 import os
 import shutil
-import signal
 import socket
 import ssl
 import subprocess
@@ -40,7 +38,10 @@ CONTEXT = "gke-ml-labs-local"
 START_TIMEOUT_S = 180.0  # the API server's first start on a busy 2-core machine takes about a minute
 STOP_GRACE_S = 10.0
 LOG_TAIL_LINES = 25
-_PR_SET_PDEATHSIG = 1
+# Each component is exec'd by setpriv, which sets PR_SET_PDEATHSIG first: the kernel kills it when the
+# supervisor dies. Not a preexec_fn: that forks the whole Python process and runs its atfork handlers,
+# and gRPC's (the Pulumi Automation API's, in the tests) aborted a child that way before it could exec.
+DIE_WITH_PARENT = ("setpriv", "--pdeathsig", "KILL")
 
 Say = Callable[[str], None]
 
@@ -56,11 +57,6 @@ def free_ports(count: int) -> list[int]:
         for s in sockets:
             s.bind((LOOPBACK, 0))
         return [s.getsockname()[1] for s in sockets]
-
-
-def _die_with_parent() -> None:
-    # Runs in the child between fork and exec: the kernel sends SIGKILL when the supervisor dies.
-    ctypes.CDLL("libc.so.6", use_errno=True).prctl(_PR_SET_PDEATHSIG, signal.SIGKILL)
 
 
 def log_tail(path: Path, lines: int = LOG_TAIL_LINES) -> str:
@@ -79,8 +75,8 @@ class Component:
     def start(self) -> None:
         with self.log.open("w") as log:
             self.process = subprocess.Popen(
-                self.command, stdin=subprocess.DEVNULL, stdout=log, stderr=subprocess.STDOUT,
-                preexec_fn=_die_with_parent, env={**os.environ, **self.env} if self.env else None,
+                [*DIE_WITH_PARENT, *self.command], stdin=subprocess.DEVNULL, stdout=log, stderr=subprocess.STDOUT,
+                env={**os.environ, **self.env} if self.env else None,
             )
 
     def exited(self) -> int | None:
