@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import os
 import signal
 import subprocess
 import sys
@@ -35,18 +36,22 @@ def _serve(folder: Path) -> subprocess.Popen:
 @pytest.mark.parametrize("stop_with", [signal.SIGTERM, signal.SIGINT], ids=["SIGTERM", "SIGINT"])
 def test_a_signal_to_the_supervisor_leaves_no_process_and_no_port(cluster_binaries, tmp_path, stop_with):
     supervisor = _serve(tmp_path)
-    children = descendants(supervisor.pid)
-    names = {Path(Path(f"/proc/{pid}/exe").readlink()).name for pid in children}
-    ports = listening_ports(children)
-    assert names == COMPONENTS
-    # etcd (client, peer), the API server, the controller manager, the scheduler, and kwok's kubelet
-    # server (what the API server dials for a pod's log).
-    assert len(ports) == 6
-    api = client.CoreV1Api(config.new_client_from_config(config_file=str(tmp_path / "kubeconfig")))
-    assert {n.metadata.name for n in api.list_node().items} == {"system-0", "gpu-0"}
+    try:
+        children = descendants(supervisor.pid)
+        names = {Path(Path(f"/proc/{pid}/exe").readlink()).name for pid in children}
+        ports = listening_ports(children)
+        assert names == COMPONENTS
+        # etcd (client, peer), the API server, the controller manager, the scheduler, and kwok's kubelet
+        # server (what the API server dials for a pod's log).
+        assert len(ports) == 6
+        api = client.CoreV1Api(config.new_client_from_config(config_file=str(tmp_path / "kubeconfig")))
+        assert {n.metadata.name for n in api.list_node().items} == {"system-0", "gpu-0"}
 
-    supervisor.send_signal(stop_with)
-    assert supervisor.wait(timeout=60) in (128 + stop_with, 130)
+        supervisor.send_signal(stop_with)
+        assert supervisor.wait(timeout=60) in (128 + stop_with, 130)
+    finally:  # a failed check above must not leave the supervisor and its cluster running
+        if supervisor.poll() is None:
+            supervisor.kill()
     deadline = time.monotonic() + 10
     while time.monotonic() < deadline and (any(alive(p) for p in children) or ports & listening_ports()):
         time.sleep(0.2)
@@ -63,17 +68,21 @@ def test_up_prints_the_kubeconfig_last_and_down_stops_everything(cluster_binarie
     assert up.returncode == 0, up.stdout + up.stderr
     assert up.stdout.splitlines()[-1] == str(tmp_path / "kubeconfig")
     supervisor = int(json.loads((tmp_path / "supervisor.json").read_text())["pid"])
-    children = descendants(supervisor)
-    assert len(children) == len(COMPONENTS)
-    version = client.VersionApi(config.new_client_from_config(config_file=str(tmp_path / "kubeconfig"))).get_code()
-    assert version.git_version == "v1.35.4"  # the release the build stamped, as GKE's API server reports its own
+    try:
+        children = descendants(supervisor)
+        assert len(children) == len(COMPONENTS)
+        version = client.VersionApi(config.new_client_from_config(config_file=str(tmp_path / "kubeconfig"))).get_code()
+        assert version.git_version == "v1.35.4"  # the release the build stamped, as GKE's API server reports its own
 
-    down = subprocess.run(
-        [sys.executable, "-m", "localcluster", "down", "--folder", str(tmp_path)],
-        cwd=REPO, capture_output=True, text=True, timeout=60,
-    )
-    assert down.returncode == 0 and "stopped" in down.stdout
-    assert [p for p in children | {supervisor} if alive(p)] == []
+        down = subprocess.run(
+            [sys.executable, "-m", "localcluster", "down", "--folder", str(tmp_path)],
+            cwd=REPO, capture_output=True, text=True, timeout=60,
+        )
+        assert down.returncode == 0 and "stopped" in down.stdout
+        assert [p for p in children | {supervisor} if alive(p)] == []
+    finally:  # a failed check above must not leave the supervisor and its cluster running
+        if alive(supervisor):
+            os.kill(supervisor, signal.SIGKILL)  # its components die with it (PR_SET_PDEATHSIG)
 
 
 def test_every_binary_keeps_the_build_info_of_its_module(built):
