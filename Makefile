@@ -5,7 +5,7 @@ BIN := $(VENV)/bin
 LAB ?= $(STACK)
 OUT ?= results
 
-.PHONY: venv test plan docs g6-sim g6-kv-sim g6-quant-sim g6-prefix-sim g6-saturation-sim preflight status up down cost clean
+.PHONY: venv test test-cluster cluster-up cluster-down plan docs g6-sim g6-kv-sim g6-quant-sim g6-prefix-sim g6-saturation-sim preflight status up down cost clean
 
 # A target's required variables, checked before anything runs (no venv, no python): one line naming
 # those missing and an example.
@@ -54,6 +54,17 @@ venv: $(VENV)/.installed ## create .venv with every pinned dependency
 test: venv ## run the whole test suite (no cloud; fetches the pinned upstream files once, see README)
 	$(BIN)/python -m tests.upstream fetch
 	$(BIN)/python -m pytest
+
+test-cluster: venv ## every lab through the real Pulumi engine against a local control plane (binaries built once into .cache/)
+	$(BIN)/python -m tests.upstream fetch
+	$(BIN)/python -m localcluster.build
+	$(BIN)/python -m pytest -m cluster tests/cluster
+
+cluster-up: venv ## a real control plane on 127.0.0.1, kwok nodes shaped like a lab's pools; prints the kubeconfig: make cluster-up LAB=g6 (default dev)
+	$(BIN)/python -m localcluster up --lab $(or $(LAB),dev)
+
+cluster-down: venv ## stop the local control plane: every process it started, every port it held
+	$(BIN)/python -m localcluster down
 
 plan: venv ## offline plan of a lab, no cloud: make plan LAB=g6 (default dev)
 	$(RUN)$(BIN)/python -m stacks.plan $(or $(LAB),dev)

@@ -7,6 +7,7 @@ from __future__ import annotations
 import difflib
 import json
 from pathlib import Path
+from typing import Any
 
 import yaml
 
@@ -144,15 +145,16 @@ def stack_config(stack: str, directory: Path = REPO) -> tuple[dict[str, str], li
 
 
 def load_config(stack: str, project: str | None = None, directory: Path = REPO,
-                changes: dict[str, dict] | None = None) -> LabConfig:  # fmt: skip
+                changes: dict[str, dict] | None = None, overrides: dict[str, Any] | None = None) -> LabConfig:  # fmt: skip
     """The stack's LabConfig; `project` overrides gcp:project (a stack file often leaves it unset);
-    `changes` sets fields of object keys over the stack file's (a variant the docs price: g5 on Triton)."""
+    `changes` sets fields of object keys over the stack file's (a variant the docs price: g5 on Triton),
+    `overrides` replaces the project's own keys (without the `gke-ml-labs:` prefix)."""
     config, secret_keys = stack_config(stack, directory)
     plain = plaintext_secrets(stack, config, secret_keys)
     if plain:
         raise ConfigError(f"Pulumi.{stack}.yaml", plain)
     prefix = f"{PROJECT}:"
-    raw = {k[len(prefix) :]: decode(v) for k, v in config.items() if k.startswith(prefix)}
+    raw = {k[len(prefix) :]: decode(v) for k, v in config.items() if k.startswith(prefix)} | (overrides or {})
     for key, fields in (changes or {}).items():
         raw[key] = {**(raw.get(key) or {}), **fields}
     return parse(

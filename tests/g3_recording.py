@@ -45,11 +45,13 @@ GPU_NODE = "gke-gml-g3-gpu-5f2c9a1e-b1rt"
 TIMING = g3w.Timing(rendezvous_timeout_s=90.0, work_s=20.0)
 BLOCKED = "waiting for all admitted workloads to be in PodsReady condition"
 SCHEDULING_GATED = "Scheduling is blocked due to non-empty scheduling gates"
-NO_NODE = ("0/1 nodes are available: 1 node(s) didn't match Pod's node affinity/selector. preemption: 0/1 nodes are "
-           "available: 1 Preemption is not helpful for scheduling.")  # fmt: skip
+# The refusals as kube-scheduler 1.35 (GKE's Regular minor) writes them, read from the local cluster's
+# real scheduler on g3's node shapes (tests/cluster/test_gangs.py holds this file to them).
+NO_NODE = ("0/1 nodes are available: 1 node(s) didn't match Pod's node affinity/selector. no new claims to deallocate, "
+           "preemption: 0/1 nodes are available: 1 Preemption is not helpful for scheduling.")  # fmt: skip
 NO_GPU = ("0/2 nodes are available: 1 Insufficient nvidia.com/gpu, 1 node(s) didn't match Pod's node affinity/selector. "
-          "preemption: 0/2 nodes are available: 1 No preemption victims found for incoming pod, 1 Preemption is not "
-          "helpful for scheduling.")  # fmt: skip
+          "no new claims to deallocate, preemption: 0/2 nodes are available: 1 No preemption victims found for incoming "
+          "pod, 1 Preemption is not helpful for scheduling.")  # fmt: skip
 PYTHON_DIGEST = "sha256:" + hashlib.sha256(b"python:3.12.8-slim").hexdigest()
 START_S = 1.3  # placed -> container running, the image already on the node
 ARRIVE_S = 0.3  # container running -> the script's "arrived" line

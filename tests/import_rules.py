@@ -6,6 +6,8 @@
     stacks/       config model, lab catalogue, composition: stacks, components, podspec, facts
     ops/          operator commands: ops, stacks, podspec, facts
     benchmarks/   the measurement kit: benchmarks, stacks, ops, podspec, facts
+    localcluster/ the local control plane for tests: localcluster, stacks, components, facts (it imitates
+                  the cloud half's node pools, so it reads their labels and taints where they are defined)
 
 Code that runs alone in a pod is stricter: components/scripts/ (mounted as the components.scripts
 package), components/pipeline_steps/ and benchmarks/labs/scripts/ (each file runs by itself).
@@ -18,7 +20,7 @@ import ast
 from dataclasses import dataclass
 from pathlib import Path
 
-PACKAGES = ("facts", "podspec", "components", "stacks", "ops", "benchmarks")
+PACKAGES = ("facts", "podspec", "components", "stacks", "ops", "benchmarks", "localcluster")
 
 
 @dataclass(frozen=True)
@@ -41,6 +43,7 @@ RULES = (
     Rule("stacks/", ("stacks", "components", "podspec", "facts"), "the program never depends on the operator tools or the kit"),
     Rule("ops/", ("ops", "stacks", "podspec", "facts"), "the operator tools read stacks, never the components themselves"),
     Rule("benchmarks/", ("benchmarks", "stacks", "ops", "podspec", "facts"), "the kit learns the platform from stack outputs"),
+    Rule("localcluster/", ("localcluster", "stacks", "components", "facts"), "a test harness: it shapes nodes like the lab's pools"),
     Rule("__main__.py", ("stacks",), "the Pulumi entry point only loads the config and runs the program"),
 )
 

@@ -1,0 +1,151 @@
+"""`make cluster-up` / `make cluster-down`: the local control plane, shaped like a lab's node pools.
+
+    python -m localcluster up --lab g6   # builds or reuses the binaries, starts a supervisor in the
+                                         # background, waits until the cluster is ready; the last
+                                         # line printed is the kubeconfig's path
+    python -m localcluster down          # stops it: every process it started, every port it held
+    python -m localcluster serve --lab g6  # the supervisor itself, in the foreground (Ctrl-C stops it)
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+from localcluster.build import REPO, BuildError, ensure
+from localcluster.controllers import ControllerError, beside, needed
+from localcluster.controlplane import ClusterError, ControlPlane
+from stacks.loader import ConfigError
+from stacks.stackfile import load_config, stack_names
+
+FOLDER = REPO / ".cache" / "cluster"
+NEEDS = ("kube", "kwok")
+READY = "ready "  # the supervisor's last word on its status pipe, followed by the kubeconfig path
+DOWN_TIMEOUT_S = 30.0
+
+
+def _record(folder: Path) -> Path:
+    return folder / "supervisor.json"
+
+
+def _running(folder: Path) -> dict | None:
+    """The supervisor recorded in the folder's supervisor.json, if its process still lives."""
+    try:
+        record = json.loads(_record(folder).read_text())
+        os.kill(record["pid"], 0)
+    except (FileNotFoundError, ProcessLookupError, ValueError, KeyError):
+        return None
+    return record
+
+
+def serve(lab: str, folder: Path, status_fd: int | None) -> int:
+    """Run the control plane until SIGTERM or Ctrl-C; report progress and readiness on `status_fd`."""
+    out = os.fdopen(status_fd, "w", buffering=1) if status_fd is not None else sys.stdout
+
+    def say(line: str) -> None:
+        print(line, file=out, flush=True)
+
+    def stop(signum: int, _frame: object) -> None:
+        raise SystemExit(128 + signum)
+
+    signal.signal(signal.SIGTERM, stop)
+    signal.signal(signal.SIGHUP, stop)
+    try:
+        config = load_config(lab)
+        built = ensure(NEEDS + tuple(c.module for c in needed(config)), say=say)
+        with ControlPlane(folder, built, config, say=say) as cluster, beside(cluster, built, say):
+            _record(folder).write_text(json.dumps({"pid": os.getpid(), "lab": lab, "kubeconfig": str(cluster.kubeconfig)}))
+            say(f"local cluster for lab {lab} is up: {len(cluster.components)} processes on 127.0.0.1, logs in {cluster.logs}")
+            say(f"{READY}{cluster.kubeconfig}")
+            if out is not sys.stdout:
+                out.close()
+            signal.pause() if hasattr(signal, "pause") else time.sleep(10**9)
+    except (BuildError, ClusterError, ControllerError, ConfigError, FileNotFoundError) as e:
+        say(f"error: {e}")
+        return 1
+    except KeyboardInterrupt:
+        return 130
+    finally:
+        _record(folder).unlink(missing_ok=True)
+    return 0
+
+
+def up(lab: str, folder: Path) -> int:
+    running = _running(folder)
+    if running:
+        if running["lab"] != lab:
+            print(f"error: a local cluster for lab {running['lab']} is running: `make cluster-down` first", file=sys.stderr)
+            return 1
+        print(f"a local cluster for lab {lab} is already running (supervisor pid {running['pid']})")
+        print(running["kubeconfig"])
+        return 0
+    folder.mkdir(parents=True, exist_ok=True)
+    read_end, write_end = os.pipe()
+    log = (folder / "supervisor.log").open("w")
+    # Its own session: the supervisor outlives this command and the terminal's Ctrl-C.
+    supervisor = subprocess.Popen(
+        [sys.executable, "-m", "localcluster", "serve", "--lab", lab, "--folder", str(folder), "--status-fd", str(write_end)],
+        cwd=REPO, stdin=subprocess.DEVNULL, stdout=log, stderr=subprocess.STDOUT,
+        pass_fds=(write_end,), start_new_session=True,
+    )
+    os.close(write_end)
+    kubeconfig = None
+    with os.fdopen(read_end) as status:
+        for line in status:
+            line = line.rstrip("\n")
+            if line.startswith(READY):
+                kubeconfig = line[len(READY):]
+            else:
+                print(line, flush=True)
+    if kubeconfig is None:
+        supervisor.wait()
+        print(f"error: the local cluster did not start (supervisor log: {log.name})", file=sys.stderr)
+        return 1
+    print(kubeconfig)
+    return 0
+
+
+def down(folder: Path) -> int:
+    running = _running(folder)
+    if not running:
+        print("no local cluster is running")
+        return 0
+    os.kill(running["pid"], signal.SIGTERM)
+    deadline = time.monotonic() + DOWN_TIMEOUT_S
+    while time.monotonic() < deadline:
+        try:
+            os.kill(running["pid"], 0)
+        except ProcessLookupError:
+            print(f"stopped the local cluster for lab {running['lab']}")
+            return 0
+        time.sleep(0.2)
+    print(f"error: the supervisor (pid {running['pid']}) did not stop within {DOWN_TIMEOUT_S:.0f} s", file=sys.stderr)
+    return 1
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="python -m localcluster", description=__doc__.split("\n\n")[0])
+    commands = parser.add_subparsers(dest="command", required=True)
+    for name in ("up", "serve", "down"):
+        command = commands.add_parser(name)
+        if name != "down":
+            command.add_argument("--lab", default="dev", choices=stack_names(), help="shape the nodes like this lab's pools")
+        command.add_argument("--folder", type=Path, default=FOLDER, help="where the cluster keeps its files (default .cache/cluster)")
+    commands.choices["serve"].add_argument("--status-fd", type=int, help=argparse.SUPPRESS)
+    args = parser.parse_args(argv)
+    folder = args.folder.resolve()
+    if args.command == "up":
+        return up(args.lab, folder)
+    if args.command == "serve":
+        return serve(args.lab, folder, args.status_fd)
+    return down(folder)
+
+
+if __name__ == "__main__":
+    sys.exit(main())

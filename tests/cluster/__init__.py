@@ -1,0 +1,1 @@
+"""make test-cluster: the local control plane and the real Pulumi engine (see conftest.py)."""

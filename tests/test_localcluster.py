@@ -1,0 +1,144 @@
+"""The local cluster's pieces that need no binary: node shapes, kwok's Stages, the build modules.
+
+The cluster itself (real processes) is tested by `make test-cluster` (tests/cluster/)."""
+
+from __future__ import annotations
+
+import shutil
+from pathlib import Path
+
+import pytest
+import yaml
+
+from localcluster import build, nodes
+from stacks.stackfile import load_config
+
+
+def _by_name(items: list[dict]) -> dict[str, dict]:
+    return {i["metadata"]["name"]: i for i in items}
+
+
+def test_a_node_has_the_allocatable_gke_reports_for_its_machine():
+    # Hand arithmetic from GKE's reservation table (plan-node-sizes): 4 vCPUs keep 4000 - (60 + 10 + 2 x 5)
+    # = 3920m, 2 vCPUs 2000 - (60 + 10) = 1930m, the figures `kubectl describe node` shows on GKE;
+    # 16 GiB keep 16384 MiB - (25% x 4 + 20% x 4 + 10% x 8 GiB = 2662.4 MiB) - 100 MiB eviction = 13621.6 MiB.
+    capacity, allocatable = nodes.resources("g2-standard-4", 100)
+    assert capacity == {"cpu": "4", "memory": "16384Mi", "pods": "110", "ephemeral-storage": "100Gi"}
+    assert allocatable["cpu"] == "3920m" and allocatable["memory"] == f"{int(13621.6 * 1024)}Ki"
+    assert nodes.resources("e2-standard-2", 50)[1]["cpu"] == "1930m"
+    # 32 GiB: 2662.4 MiB + 6% of the 16 GiB past the first 16 = 983.04 MiB more.
+    assert nodes.resources("g2-standard-8", 100)[1]["memory"] == f"{int((32768 - 2662.4 - 983.04 - 100) * 1024)}Ki"
+
+
+def test_the_g2_lab_gets_a_system_node_and_an_l4_node_shaped_like_its_pools():
+    cfg = load_config("g2")  # time-slicing, 4 replicas per L4, on g2-standard-4 spot
+    shaped = _by_name(nodes.lab_nodes(cfg, 10250))
+    assert set(shaped) == {"system-0", "gpu-0"}
+    gpu, system = shaped["gpu-0"], shaped["system-0"]
+    assert gpu["metadata"]["labels"].items() >= {
+        "cloud.google.com/gke-accelerator": "nvidia-l4",
+        "cloud.google.com/gke-nodepool": "gpu",
+        "cloud.google.com/gke-spot": "true",
+        "cloud.google.com/gke-gpu-sharing-strategy": "time-sharing",
+        "cloud.google.com/gke-max-shared-clients-per-gpu": "4",
+        "gke-ml-labs/pool": "gpu",
+        "node.kubernetes.io/instance-type": "g2-standard-4",
+    }.items()
+    assert gpu["spec"]["taints"] == [{"key": "nvidia.com/gpu", "value": "present", "effect": "NoSchedule"}]
+    assert gpu["status"]["allocatable"]["nvidia.com/gpu"] == "4" == gpu["status"]["capacity"]["nvidia.com/gpu"]
+    assert system["metadata"]["labels"]["cloud.google.com/gke-nodepool"] == "system"
+    assert system["metadata"]["labels"]["node.kubernetes.io/instance-type"] == cfg.system_machine_type
+    assert "taints" not in system["spec"] and "nvidia.com/gpu" not in system["status"]["allocatable"]
+    assert "cloud.google.com/gke-spot" not in system["metadata"]["labels"]  # the system pool is on-demand
+    assert all(n["metadata"]["annotations"] == nodes.KWOK_ANNOTATION for n in shaped.values())
+
+
+def test_without_sharing_an_l4_node_offers_its_physical_gpus():
+    shaped = _by_name(nodes.lab_nodes(load_config("dev"), 10250))
+    assert shaped["gpu-0"]["status"]["allocatable"]["nvidia.com/gpu"] == "1"
+    assert "cloud.google.com/gke-gpu-sharing-strategy" not in shaped["gpu-0"]["metadata"]["labels"]
+
+
+def test_kwok_config_manages_only_annotated_nodes_and_declares_the_pod_lifecycle():
+    assert "--manage-nodes-with-annotation-selector=kwok.x-k8s.io/node=fake" in nodes.kwok_flags("10.20.0.0/14")
+    stages = _by_name(nodes.stages())
+    assert set(stages) == {"node-ready", "pod-running", "job-pod-succeeded", "pod-gone"}
+    job = stages["job-pod-succeeded"]["spec"]
+    assert job["delay"]["durationFrom"]["expressionFrom"] == '.metadata.annotations["pod-complete.stage.kwok.x-k8s.io/delay"]'
+    assert {"key": ".metadata.ownerReferences.[].kind", "operator": "In", "values": ["Job"]} in job["selector"]["matchExpressions"]
+    assert stages["pod-gone"]["spec"]["next"] == {"finalizers": {"empty": True}, "delete": True}
+    # The templates are YAML once kwok's functions are filled in: a typo would fail every pod.
+    for stage in stages.values():
+        template = stage["spec"]["next"].get("statusTemplate")
+        if template:
+            assert "{{ end }}" in template and template.count("{{ range") == template.count("{{ end }}")
+    yaml.safe_dump_all(nodes.stages())  # the file kwok reads
+
+
+def test_each_build_module_names_its_binaries_and_stamps_the_pinned_versions():
+    kube = build.MODULES["kube"]
+    assert kube.binaries() == ["etcd", "kube-apiserver", "kube-controller-manager", "kube-scheduler"]
+    assert "-X k8s.io/component-base/version.gitVersion=v1.35.4" in kube.ldflags()
+    assert "-X k8s.io/component-base/version.gitMinor=35" in kube.ldflags()
+    assert build.MODULES["kwok"].binaries() == ["kwok"]
+    assert build.MODULES["pulumi"].binaries() == ["pulumi"]
+    assert "version.Version=v3.274.0" in build.MODULES["pulumi"].ldflags()
+    assert build.MODULES["pulumi-kubernetes"].binaries() == ["pulumi-resource-kubernetes"]
+    # Debug symbols go; Go's build info stays (it is not part of the symbol table).
+    assert all(m.ldflags().startswith("-s -w") for m in build.MODULES.values())
+
+
+def test_a_module_key_changes_with_its_pins_and_nothing_else(tmp_path, monkeypatch):
+    copy = tmp_path / "gomod"
+    shutil.copytree(build.GOMOD / "kwok", copy / "kwok")
+    monkeypatch.setattr(build, "GOMOD", copy)
+    module = build.MODULES["kwok"]
+    before = module.key("go1.26.8")
+    assert module.key("go1.26.8") == before and module.key("go1.27.3") != before
+    go_sum = copy / "kwok" / "go.sum"
+    go_sum.write_text(go_sum.read_text() + "example.com/x v1.0.0 h1:abc=\n")
+    assert module.key("go1.26.8") != before
+
+
+def test_an_existing_build_is_reused_without_compiling(tmp_path, monkeypatch):
+    monkeypatch.setattr(build, "CACHE", tmp_path)
+    go_version = build._go(["env", "GOVERSION"], build.REPO).strip()
+    module = build.MODULES["kwok"]
+    folder = tmp_path / f"kwok-{module.key(go_version)}"
+    folder.mkdir()
+    (folder / "kwok").write_text("")
+    said: list[str] = []
+    monkeypatch.setattr(build, "_compile", lambda *a: pytest.fail("compiled a module whose binaries exist"))
+    built = build.ensure(["kwok"], say=said.append)
+    assert built.binary("kwok") == folder / "kwok"
+    assert said == ["reused kwok from .cache/bin/ (nothing to build)"]
+
+
+def test_a_module_that_does_not_compile_fails_in_one_line_naming_it(tmp_path, monkeypatch):
+    module_dir = tmp_path / "gomod" / "broken"
+    (module_dir / "cmd" / "broken").mkdir(parents=True)
+    (module_dir / "go.mod").write_text("module example.com/broken\n\ngo 1.24\n\ntool example.com/broken/cmd/broken\n")
+    (module_dir / "go.sum").write_text("")
+    (module_dir / "cmd" / "broken" / "main.go").write_text("package main\n\nfunc main() { println(missing) }\n")
+    monkeypatch.setattr(build, "GOMOD", tmp_path / "gomod")
+    monkeypatch.setattr(build, "CACHE", tmp_path / "bin")
+    monkeypatch.setitem(build.MODULES, "broken", build.Module("broken"))
+    with pytest.raises(build.BuildError) as failed:
+        build.ensure(["broken"], say=lambda line: None)
+    message = str(failed.value)
+    assert "\n" not in message and message.startswith("module localcluster/gomod/broken did not build:")
+    assert "cmd/broken/main.go:3:23: undefined: missing" in message and "logs/broken.log" in message
+    assert sorted(p.name for p in (tmp_path / "bin").iterdir()) == ["logs"]  # no half-built folder to reuse
+
+
+def test_an_unknown_module_is_one_clear_line():
+    with pytest.raises(build.BuildError, match="unknown build module.*kube, kwok, pulumi, pulumi-kubernetes"):
+        build.ensure(["kubelet"])
+
+
+def test_what_the_api_server_dials_for_a_node_stays_on_loopback():
+    """A pod's log is read by the API server from the node's kubelet endpoint: kwok's server on
+    127.0.0.1, never a private address or a host name (this machine may reach loopback only)."""
+    for node in nodes.lab_nodes(load_config("g3"), 41234):
+        assert node["status"]["addresses"] == [{"type": "InternalIP", "address": "127.0.0.1"}]
+        assert node["status"]["daemonEndpoints"] == {"kubeletEndpoint": {"Port": 41234}}
