@@ -35,9 +35,10 @@ import yaml
 
 from components.gpu_pool import GpuPlacement
 from components.kueue import manager_config
+from facts.simulation import REAL
 from localcluster import certs
-from localcluster.build import GOMOD, Built
-from localcluster.controlplane import LOOPBACK, Component, ControlPlane, free_ports, log_tail
+from localcluster.build import GOMOD, MODULES, Built
+from localcluster.controlplane import LOOPBACK, ClusterError, Component, ControlPlane, declare, free_ports, log_tail
 from stacks.compose_platform import kueue_args
 from stacks.config import LabConfig
 
@@ -371,6 +372,9 @@ class LabControllers:
             if answer.status_code != 201:
                 self._stop_one(controller.name, remove_crds=True)
                 raise ControllerError(f"{doc['kind']} {doc['metadata']['name']} refused: {answer.status_code} {answer.text}")
+        version = MODULES[controller.module].versions()[controller.source]
+        declare(self.client, {f"{REAL}{controller.name}": f"{controller.name} {version} controller manager "
+                              f"({controller.source}), a process beside the API server, its webhooks on loopback"})  # fmt: skip
         self.ready.add(controller.name)
         self.say(f"{controller.name}: ready, webhooks on {LOOPBACK}:{ports.webhook} (log {component.log})")
 
@@ -404,10 +408,14 @@ class LabControllers:
         then, when the lab turned it off, the CRDs we applied for it."""
         running = self.running.pop(name)
         self.ready.discard(name)
+        try:
+            declare(self.client, {f"{REAL}{name}": None})
+        except (httpx.HTTPError, ClusterError) as e:  # the API server may be gone already: the process must still stop
+            self.say(f"{name}: not removed from the cluster's statement: {e}")
         for doc in running.webhooks:
             try:
                 self.client.delete(f"{_webhook_path(doc)}/{doc['metadata']['name']}")
-            except httpx.HTTPError as e:  # the API server may be gone already: the process must still stop
+            except httpx.HTTPError as e:
                 self.say(f"{name}: {doc['kind']} {doc['metadata']['name']} not deleted: {e}")
         running.component.stop()
         if remove_crds:

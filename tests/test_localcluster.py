@@ -75,6 +75,16 @@ def test_kwok_config_manages_only_annotated_nodes_and_declares_the_pod_lifecycle
     yaml.safe_dump_all(nodes.stages())  # the file kwok reads
 
 
+def test_a_jobs_pod_runs_as_long_as_the_cluster_is_told_and_the_cluster_says_so():
+    job = _by_name(nodes.stages(20))["job-pod-succeeded"]["spec"]["delay"]
+    assert job["durationMilliseconds"] == 20000
+    said = nodes.simulated(nodes.lab_nodes(load_config("g2"), 10250), "v0.8.0", 20)
+    # g2's pools: one e2-standard-4 system node, one g2-standard-4 L4 node time-sliced 4 ways.
+    assert said["nodes"].startswith("2 nodes by kwok v0.8.0 (sigs.k8s.io/kwok), shaped like the lab's pools: ")
+    assert "system-0 (e2-standard-4), gpu-0 (g2-standard-4, 4 nvidia.com/gpu)" in said["nodes"]
+    assert "a Job's pod Succeeded 20 s later" in said["pods"] and "no pod writes a log" in said["pods"]
+
+
 def test_each_build_module_names_its_binaries_and_stamps_the_pinned_versions():
     kube = build.MODULES["kube"]
     assert kube.binaries() == ["etcd", "kube-apiserver", "kube-controller-manager", "kube-scheduler"]

@@ -18,7 +18,7 @@ from pathlib import Path
 import pytest
 import yaml
 from pulumi.automation.errors import CommandError
-from cluster.engine import stack
+from localcluster.engine import stack
 from existing_cluster import raw
 from cluster.inventory import (
     PRIVILEGED_PROBE, PSA_ENFORCE, Declared, declared, dry_run_pod, live, pod_templates, unordered_custom_resources,
