@@ -43,9 +43,11 @@ cluster-down: venv ## stop the local control plane: every process it started, ev
 	$(BIN)/python -m localcluster down
 
 g3-local: venv ## g3's benchmark against a local cluster (real scheduler, Kueue, JobSet; kwok's nodes and pods): make g3-local OUT=results
+	$(BIN)/python -m tests.upstream fetch
 	$(BIN)/python -m localcluster bench --lab g3 --out $(OUT) --job-seconds 20 -- --work-seconds 20
 
 lab-local: venv ## a lab's benchmark, unchanged, against a local cluster shaped like its pools: make lab-local LAB=g1 OUT=results
+	$(BIN)/python -m tests.upstream fetch
 	$(BIN)/python -m localcluster bench --lab $(LAB) --out $(OUT)
 
 plan: venv ## offline plan of a stack: make plan STACK=g6

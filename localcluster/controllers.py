@@ -33,10 +33,9 @@ from typing import Any
 import httpx
 import yaml
 
-from components.gpu_pool import GpuPlacement
 from components.kueue import manager_config
 from facts.simulation import REAL
-from localcluster import certs
+from localcluster import certs, nodes
 from localcluster.build import GOMOD, MODULES, Built
 from localcluster.controlplane import LOOPBACK, ClusterError, Component, ControlPlane, declare, free_ports, log_tail
 from stacks.compose_platform import kueue_args
@@ -141,7 +140,7 @@ def _manager_fields(ports: Ports) -> dict[str, Any]:
 
 def kueue_configuration(cfg: LabConfig, ports: Ports, cert_dir: Path) -> dict[str, Any]:
     """The lab's own Kueue Configuration, served on loopback, with the certificate of its Secret."""
-    config = yaml.safe_load(manager_config(kueue_args(cfg, GpuPlacement())))
+    config = yaml.safe_load(manager_config(kueue_args(cfg, nodes.PLACEMENT)))
     config.update(_manager_fields(ports))
     config["namespace"] = KUEUE.namespace
     config["webhook"] = {"port": ports.webhook, "host": LOOPBACK, "certDir": str(cert_dir)}

@@ -105,6 +105,8 @@ def declare(client: httpx.Client, lines: dict[str, str | None]) -> None:
     answer = client.patch(f"{path}/{STATEMENT_NAME}", json={"data": lines},
                           headers={"Content-Type": "application/merge-patch+json"})  # fmt: skip
     if answer.status_code == 404:
+        # The API server makes kube-public itself, moments after it is ready: make sure it is there.
+        client.post("/api/v1/namespaces", json={"metadata": {"name": STATEMENT_NAMESPACE}})
         kept = {k: v for k, v in lines.items() if v is not None}
         answer = client.post(path, json={"metadata": {"name": STATEMENT_NAME}, "data": kept})
     if answer.status_code not in (200, 201):

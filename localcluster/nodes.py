@@ -15,8 +15,9 @@ from __future__ import annotations
 
 from typing import Any
 
-from components.cluster import POOL_LABEL, SYSTEM_DISK_GB, SYSTEM_POOL_NAME
-from components.gpu_pool import GPU_POOL_NAME, GPU_RESOURCE, GPU_TAINT
+from components.cluster import POOL_LABEL, SYSTEM_DISK_GB, SYSTEM_NODE_SELECTOR, SYSTEM_POOL_NAME
+from components.gpu_pool import GPU_POOL_NAME, GPU_RESOURCE, GPU_TAINT, POOL_PLACEMENT
+from components.placement import Placement
 from facts.machines import (
     GKE_CPU_RESERVED,
     GKE_EVICTION_THRESHOLD_MIB,
@@ -27,6 +28,8 @@ from facts.simulation import KWOK_NODE_ANNOTATION
 from stacks.config import LabConfig
 
 KWOK_ANNOTATION = KWOK_NODE_ANNOTATION  # the nodes kwok manages
+# Where a lab's pods land on these nodes: as on GKE's pools, whose labels and taint each node carries.
+PLACEMENT = Placement(system_node_selector=dict(SYSTEM_NODE_SELECTOR), gpu=POOL_PLACEMENT)
 MAX_PODS = 110  # GKE Standard's default maximum pods per node
 # A Job's pod succeeds this long after it runs (the control plane's `job_seconds`) unless it declares
 # its own delay in the annotation kwok's own Stages read (pod-complete.stage.kwok.x-k8s.io/delay).

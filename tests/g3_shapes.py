@@ -30,6 +30,16 @@ def shapes(recording: dict[str, Any]) -> set[Shape]:
     return out
 
 
+# Conditions a poll catches or misses by timing: Kueue's PodsReady=False before kwok marks the pods Ready
+# (a second or less), and the blockAdmission wait, which on the local cluster lasts about as long.
+TRANSIENT = {("Workload", "PodsReady", "False"), ("Workload", "QuotaReserved", "False", "Waiting")}
+
+
+def stable(recording: dict[str, Any]) -> set[Shape]:
+    """`shapes` without the TRANSIENT ones: what every run on the same cluster shows."""
+    return {s for s in shapes(recording) if s[:3] not in TRANSIENT and s[:4] not in TRANSIENT}
+
+
 def workload_orders(recording: dict[str, Any]) -> set[tuple[str, ...]]:
     """The condition types of each Workload as its last snapshot lists them (the order Kueue appends them)."""
     last: dict[str, dict[str, Any]] = {}
