@@ -83,8 +83,8 @@ def run(lab: str, out: Path, job_seconds: float, benchmark_args: list[str], fold
             outputs = work / "stack" / "outputs.json"  # holds the admin kubeconfig: the owner's alone
             outputs.touch(mode=0o600)
             outputs.write_text(json.dumps({k: v.value for k, v in lab_stack.outputs().items()}, indent=2))
-            # Paths relative to the checkout, where it runs: the result's `command` names no folder of this machine.
-            command = [sys.executable, "-m", "benchmarks", lab, "--outputs", str(outputs.relative_to(REPO)),
+            # Relative to the checkout, where it runs, as a user would type them into the recorded command.
+            command = [sys.executable, "-m", "benchmarks", lab, "--outputs", os.path.relpath(outputs, REPO),
                        "--out", os.path.relpath(out, REPO), *benchmark_args]  # fmt: skip
             print(f"bench: {' '.join(command[1:])}", flush=True)
             return subprocess.call(command, cwd=REPO)

@@ -152,3 +152,16 @@ def test_what_the_api_server_dials_for_a_node_stays_on_loopback():
     for node in nodes.lab_nodes(load_config("g3"), 41234):
         assert node["status"]["addresses"] == [{"type": "InternalIP", "address": "127.0.0.1"}]
         assert node["status"]["daemonEndpoints"] == {"kubeletEndpoint": {"Port": 41234}}
+
+
+def test_a_lab_on_the_local_cluster_is_its_own_stack_file_turned_to_existing(tmp_path):
+    from localcluster import bench
+    from stacks.cluster_config import GKE_ONLY_KEYS
+
+    config = bench.stack_file("g3", tmp_path / "kubeconfig")["config"]
+    assert config["gke-ml-labs:cluster"] == {"target": "existing", "kubeconfig": str(tmp_path / "kubeconfig"),
+                                             "context": "gke-ml-labs-local", "charts": "upstream-crds"}  # fmt: skip
+    # Pulumi.g3.yaml's own keys stay (its quota of two whole jobs), its GKE-only ones go (zone, gpu_spot).
+    assert config["gke-ml-labs:kueue"]["quota_gpus"] == 6 and config["gke-ml-labs:lab"] == "g3"
+    assert not {f"gke-ml-labs:{k}" for k in GKE_ONLY_KEYS} & set(config)
+    assert not [k for k in config if not k.startswith("gke-ml-labs:")]  # no gcp:project: nothing of Google
