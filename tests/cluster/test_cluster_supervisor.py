@@ -39,8 +39,9 @@ def test_a_signal_to_the_supervisor_leaves_no_process_and_no_port(cluster_binari
     names = {Path(Path(f"/proc/{pid}/exe").readlink()).name for pid in children}
     ports = listening_ports(children)
     assert names == COMPONENTS
-    # etcd (client, peer), the API server, the controller manager and the scheduler; kwok serves nothing.
-    assert len(ports) == 5
+    # etcd (client, peer), the API server, the controller manager, the scheduler, and kwok's kubelet API
+    # (what the API server dials for a pod's log).
+    assert len(ports) == 6
     api = client.CoreV1Api(config.new_client_from_config(config_file=str(tmp_path / "kubeconfig")))
     assert {n.metadata.name for n in api.list_node().items} == {"system-0", "gpu-0"}
 
