@@ -5,7 +5,7 @@ BIN := $(VENV)/bin
 LAB ?= $(STACK)
 OUT ?= results
 
-.PHONY: venv test test-cluster cluster-up cluster-down plan docs g6-sim g6-kv-sim g6-quant-sim g6-prefix-sim g6-saturation-sim preflight status up down cost clean
+.PHONY: venv test test-cluster cluster-up cluster-down g3-local lab-local plan docs g6-sim g6-kv-sim g6-quant-sim g6-prefix-sim g6-saturation-sim preflight status up down cost clean
 
 # A target's required variables, checked before anything runs (no venv, no python): one line naming
 # those missing and an example.
@@ -17,7 +17,7 @@ $(error make cost needs $(call missing,BILLING_TABLE SINCE LAB): e.g. $(COST_EXA
 endif
 endif
 # A session is one lab's: `make up` or `make down` without LAB would pick one for you.
-LAB_GOALS := $(filter up down preflight,$(MAKECMDGOALS))
+LAB_GOALS := $(filter up down preflight lab-local,$(MAKECMDGOALS))
 ifneq ($(LAB_GOALS),)
 ifeq ($(LAB),)
 $(error make $(firstword $(LAB_GOALS)) needs LAB: e.g. make $(firstword $(LAB_GOALS)) LAB=g6 PROJECT=my-lab-project)
@@ -65,6 +65,14 @@ cluster-up: venv ## a real control plane on 127.0.0.1, kwok nodes shaped like a 
 
 cluster-down: venv ## stop the local control plane: every process it started, every port it held
 	$(BIN)/python -m localcluster down
+
+g3-local: venv ## g3's benchmark against a local cluster (real scheduler, Kueue, JobSet; kwok's nodes and pods): make g3-local OUT=results
+	$(BIN)/python -m tests.upstream fetch
+	$(BIN)/python -m localcluster bench --lab g3 --out $(OUT) --job-seconds 20 -- --work-seconds 20
+
+lab-local: venv ## a lab's benchmark, unchanged, against a local cluster shaped like its pools: make lab-local LAB=g1 OUT=results
+	$(BIN)/python -m tests.upstream fetch
+	$(BIN)/python -m localcluster bench --lab $(LAB) --out $(OUT)
 
 plan: venv ## offline plan of a lab, no cloud: make plan LAB=g6 (default dev)
 	$(RUN)$(BIN)/python -m stacks.plan $(or $(LAB),dev)

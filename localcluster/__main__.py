@@ -5,6 +5,8 @@
                                          # line printed is the kubeconfig's path
     python -m localcluster down          # stops it: every process it started, every port it held
     python -m localcluster serve --lab g6  # the supervisor itself, in the foreground (Ctrl-C stops it)
+    python -m localcluster bench --lab g3 --out results --job-seconds 20 -- --work-seconds 20
+                                         # the lab's benchmark against a cluster of its own (localcluster.bench)
 """
 
 from __future__ import annotations
@@ -18,9 +20,11 @@ import sys
 import time
 from pathlib import Path
 
+from localcluster import bench
 from localcluster.build import REPO, BuildError, ensure
 from localcluster.controllers import ControllerError, beside, needed
 from localcluster.controlplane import ClusterError, ControlPlane
+from localcluster.nodes import DEFAULT_JOB_S
 from stacks.loader import ConfigError
 from stacks.stackfile import load_config, stack_names
 
@@ -130,6 +134,9 @@ def down(folder: Path) -> int:
 
 
 def main(argv: list[str] | None = None) -> int:
+    argv = sys.argv[1:] if argv is None else argv
+    # What follows `--` goes to the benchmark unread (`bench`).
+    argv, benchmark_args = (argv[: argv.index("--")], argv[argv.index("--") + 1 :]) if "--" in argv else (argv, [])
     parser = argparse.ArgumentParser(prog="python -m localcluster", description=__doc__.split("\n\n")[0])
     commands = parser.add_subparsers(dest="command", required=True)
     for name in ("up", "serve", "down"):
@@ -138,7 +145,16 @@ def main(argv: list[str] | None = None) -> int:
             command.add_argument("--lab", default="dev", choices=stack_names(), help="shape the nodes like this lab's pools")
         command.add_argument("--folder", type=Path, default=FOLDER, help="where the cluster keeps its files (default .cache/cluster)")
     commands.choices["serve"].add_argument("--status-fd", type=int, help=argparse.SUPPRESS)
+    bench_command = commands.add_parser("bench", help="a lab's benchmark, unchanged, against a local cluster of its own")
+    bench_command.add_argument("--lab", required=True, choices=stack_names())
+    bench_command.add_argument("--out", type=Path, default=Path("results"), help="the benchmark's --out (default results)")
+    bench_command.add_argument("--job-seconds", type=float, default=DEFAULT_JOB_S,
+                               help="how long kwok lets a Job's pod run before it Succeeds (default %(default)s)")  # fmt: skip
     args = parser.parse_args(argv)
+    if args.command == "bench":
+        return bench.main(args.lab, args.out, args.job_seconds, benchmark_args)
+    if benchmark_args:
+        parser.error(f"options after -- are the benchmark's: only `bench` takes them, not {args.command}")
     folder = args.folder.resolve()
     if args.command == "up":
         return up(args.lab, folder)

@@ -34,10 +34,10 @@ import httpx
 import yaml
 
 from components.kueue import manager_config
-from localcluster import certs
-from localcluster.build import GOMOD, Built
-from localcluster.controlplane import LOOPBACK, Component, ControlPlane, free_ports, log_tail
-from localcluster.nodes import PLACEMENT
+from facts.simulation import REAL
+from localcluster import certs, nodes
+from localcluster.build import GOMOD, MODULES, Built
+from localcluster.controlplane import LOOPBACK, ClusterError, Component, ControlPlane, declare, free_ports, log_tail
 from stacks.compose_platform import kueue_args
 from stacks.config import LabConfig
 
@@ -140,7 +140,7 @@ def _manager_fields(ports: Ports) -> dict[str, Any]:
 
 def kueue_configuration(cfg: LabConfig, ports: Ports, cert_dir: Path) -> dict[str, Any]:
     """The lab's own Kueue Configuration, served on loopback, with the certificate of its Secret."""
-    config = yaml.safe_load(manager_config(kueue_args(cfg, PLACEMENT)))
+    config = yaml.safe_load(manager_config(kueue_args(cfg, nodes.PLACEMENT)))
     config.update(_manager_fields(ports))
     config["namespace"] = KUEUE.namespace
     config["webhook"] = {"port": ports.webhook, "host": LOOPBACK, "certDir": str(cert_dir)}
@@ -371,6 +371,9 @@ class LabControllers:
             if answer.status_code != 201:
                 self._stop_one(controller.name, remove_crds=True)
                 raise ControllerError(f"{doc['kind']} {doc['metadata']['name']} refused: {answer.status_code} {answer.text}")
+        version = MODULES[controller.module].versions()[controller.source]
+        declare(self.client, {f"{REAL}{controller.name}": f"{controller.name} {version} controller manager "
+                              f"({controller.source}), a process beside the API server, its webhooks on loopback"})  # fmt: skip
         self.ready.add(controller.name)
         self.say(f"{controller.name}: ready, webhooks on {LOOPBACK}:{ports.webhook} (log {component.log})")
 
@@ -404,10 +407,14 @@ class LabControllers:
         then, when the lab turned it off, the CRDs we applied for it."""
         running = self.running.pop(name)
         self.ready.discard(name)
+        try:
+            declare(self.client, {f"{REAL}{name}": None})
+        except (httpx.HTTPError, ClusterError) as e:  # the API server may be gone already: the process must still stop
+            self.say(f"{name}: not removed from the cluster's statement: {e}")
         for doc in running.webhooks:
             try:
                 self.client.delete(f"{_webhook_path(doc)}/{doc['metadata']['name']}")
-            except httpx.HTTPError as e:  # the API server may be gone already: the process must still stop
+            except httpx.HTTPError as e:
                 self.say(f"{name}: {doc['kind']} {doc['metadata']['name']} not deleted: {e}")
         running.component.stop()
         if remove_crds:

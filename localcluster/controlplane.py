@@ -29,8 +29,9 @@ from typing import Any
 import httpx
 import yaml
 
+from facts.simulation import REAL, SIMULATED, STATEMENT_NAME, STATEMENT_NAMESPACE
 from localcluster import certs, nodes
-from localcluster.build import Built
+from localcluster.build import MODULES, Built
 from stacks.config import LabConfig
 
 LOOPBACK = "127.0.0.1"
@@ -93,6 +94,22 @@ class Component:
             self.process.wait()
 
 
+def declare(client: httpx.Client, lines: dict[str, str | None]) -> None:
+    """Merge `lines` (`real.<part>` or `simulated.<part>` -> what it is; None removes one) into the
+    cluster's statement of what is real and what simulated (facts.simulation), which reports quote."""
+    path = f"/api/v1/namespaces/{STATEMENT_NAMESPACE}/configmaps"
+    answer = client.patch(f"{path}/{STATEMENT_NAME}", json={"data": lines},
+                          headers={"Content-Type": "application/merge-patch+json"})  # fmt: skip
+    if answer.status_code == 404:
+        # The API server makes kube-public itself, moments after it is ready: make sure it is there.
+        client.post("/api/v1/namespaces", json={"metadata": {"name": STATEMENT_NAMESPACE}})
+        kept = {k: v for k, v in lines.items() if v is not None}
+        answer = client.post(path, json={"metadata": {"name": STATEMENT_NAME}, "data": kept})
+    if answer.status_code not in (200, 201):
+        raise ClusterError(f"the cluster's statement {STATEMENT_NAMESPACE}/{STATEMENT_NAME} refused: "
+                           f"{answer.status_code} {answer.text}")  # fmt: skip
+
+
 def _kubeconfig(server: str, ca: Path, cert: Path, key: Path) -> dict[str, Any]:
     def b64(path: Path) -> str:
         return base64.b64encode(path.read_bytes()).decode()
@@ -116,6 +133,7 @@ class ControlPlane:
     built: Built
     lab: LabConfig
     say: Say = print
+    job_seconds: float = nodes.DEFAULT_JOB_S  # how long kwok lets a Job's pod run
     components: list[Component] = field(default_factory=list)
     server: str = ""
 
@@ -301,7 +319,7 @@ class ControlPlane:
 
     def _start_kwok(self, kubeconfig: Path) -> None:
         config = self.state / "kwok.yaml"
-        config.write_text(yaml.safe_dump_all(nodes.stages()))
+        config.write_text(yaml.safe_dump_all(nodes.stages(self.job_seconds)))
         (self.kubelet_port,) = free_ports(1)
         self._launch(
             "kwok", f"--kubeconfig={kubeconfig}", f"--config={config}", *nodes.kwok_flags(self.lab.pods_cidr),
@@ -333,6 +351,15 @@ class ControlPlane:
                 return f"not Ready yet: {', '.join(missing)}" if missing else None
 
             self._wait(kwok, all_ready, f"simulating {len(wanted)} Ready nodes ({', '.join(sorted(wanted))})")
+            kube, kwok_version = MODULES["kube"].versions(), MODULES["kwok"].versions()["sigs.k8s.io/kwok"]
+            simulated = nodes.simulated(list(wanted.values()), kwok_version, self.job_seconds)
+            declare(client, {
+                f"{REAL}kubernetes": f"kube-apiserver, kube-controller-manager and kube-scheduler {kube['k8s.io/kubernetes']} "
+                f"(k8s.io/kubernetes), etcd {kube['go.etcd.io/etcd/server/v3']}: every API answer, admission (RBAC, Pod "
+                "Security, ResourceQuota, LimitRange, CEL rules, webhooks), scheduling, and the built-in controllers "
+                "(Job, pod garbage collector, node lifecycle, garbage collector)",
+                **{f"{SIMULATED}{part}": line for part, line in simulated.items()},
+            })  # fmt: skip
         self.lab = lab
 
     # -------------------------------------------------------------------------------- stop

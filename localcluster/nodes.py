@@ -24,14 +24,17 @@ from facts.machines import (
     GKE_MEMORY_RESERVED,
     MACHINE_SHAPES,
 )
+from facts.simulation import KWOK_NODE_ANNOTATION
 from stacks.config import LabConfig
 
-KWOK_ANNOTATION = {"kwok.x-k8s.io/node": "fake"}
+KWOK_ANNOTATION = KWOK_NODE_ANNOTATION  # the nodes kwok manages
+# Where a lab's pods land on these nodes: as on GKE's pools, whose labels and taint each node carries.
+PLACEMENT = Placement(system_node_selector=dict(SYSTEM_NODE_SELECTOR), gpu=POOL_PLACEMENT)
 MAX_PODS = 110  # GKE Standard's default maximum pods per node
-# A Job's pod succeeds this long after it runs unless it declares its own delay, in milliseconds, in
-# the annotation kwok's own Stages read (pod-complete.stage.kwok.x-k8s.io/delay).
+# A Job's pod succeeds this long after it runs (the control plane's `job_seconds`) unless it declares
+# its own delay in the annotation kwok's own Stages read (pod-complete.stage.kwok.x-k8s.io/delay).
 JOB_DELAY_ANNOTATION = "pod-complete.stage.kwok.x-k8s.io/delay"
-DEFAULT_JOB_MS = 1000
+DEFAULT_JOB_S = 1.0
 NODE_LEASE_SECONDS = 40  # as a kubelet's default lease; kwok renews it
 KUBELET_ADDRESS = "127.0.0.1"
 # How pods land on these nodes: they carry the GKE pools' labels and taint, so the GKE half's placement.
@@ -119,6 +122,22 @@ def lab_nodes(cfg: LabConfig, kubelet_port: int) -> list[dict[str, Any]]:
             node["status"][field][GPU_RESOURCE] = gpus
         nodes.append(node)
     return nodes
+
+
+def simulated(node_list: list[dict[str, Any]], kwok_version: str, job_seconds: float) -> dict[str, str]:
+    """What of the cluster kwok plays, as the cluster's statement says it (facts.simulation)."""
+    shapes = []
+    for n in node_list:
+        labels, gpus = n["metadata"]["labels"], n["status"]["allocatable"].get(GPU_RESOURCE)
+        shapes.append(f"{n['metadata']['name']} ({labels['node.kubernetes.io/instance-type']}"
+                      + (f", {gpus} {GPU_RESOURCE}" if gpus else "") + ")")  # fmt: skip
+    return {
+        "nodes": f"{len(node_list)} nodes by kwok {kwok_version} (sigs.k8s.io/kwok), shaped like the lab's pools: "
+        f"{', '.join(shapes)}; no VM, no kubelet, no GPU",
+        "pods": "no container runs and no image is pulled: kwok marks a bound pod Running at once, a Job's pod "
+        f"Succeeded {job_seconds:g} s later (or after its {JOB_DELAY_ANNOTATION} annotation) and a deleted pod gone; "
+        "no pod writes a log",
+    }
 
 
 def _stage(name: str, kind: str, match: list[tuple[str, str, list[str] | None]], next_: dict, delay: dict | None = None) -> dict:
@@ -220,8 +239,9 @@ phase: Succeeded
 """
 
 
-def stages() -> list[dict[str, Any]]:
-    """kwok's Stages: node ready; pod running, a Job's pod succeeded after its delay; deleted pod gone."""
+def stages(job_seconds: float = DEFAULT_JOB_S) -> list[dict[str, Any]]:
+    """kwok's Stages: node ready; pod running, a Job's pod succeeded after its delay (`job_seconds`
+    unless it declares one); deleted pod gone."""
     return [
         _stage(
             "node-ready",
@@ -241,7 +261,7 @@ def stages() -> list[dict[str, Any]]:
             [_NOT_DELETED, (".status.phase", "In", ["Running"]), (".metadata.ownerReferences.[].kind", "In", ["Job"])],
             {"statusTemplate": _POD_SUCCEEDED},
             delay={
-                "durationMilliseconds": DEFAULT_JOB_MS,
+                "durationMilliseconds": round(job_seconds * 1000),
                 "durationFrom": {"expressionFrom": f'.metadata.annotations["{JOB_DELAY_ANNOTATION}"]'},
             },
         ),

@@ -11,6 +11,7 @@ from typing import Any
 
 import yaml
 
+from stacks.cluster_config import GKE_ONLY_KEYS
 from stacks.config import LabConfig
 from stacks.loader import (
     PROJECT, ConfigError, decode, parse, plaintext_secrets, unknown_gcp_keys, unknown_namespaces,
@@ -142,6 +143,14 @@ def stack_config(stack: str, directory: Path = REPO) -> tuple[dict[str, str], li
         else:
             config[key] = value if isinstance(value, str) else json.dumps(value)
     return config, secret_keys
+
+
+def existing_keys(stack: str, cluster: dict[str, Any], directory: Path = REPO) -> dict[str, Any]:
+    """The stack's own keys (decoded, without the project prefix) as a user on their own cluster writes
+    them: the GKE-only keys removed, `cluster` (`target: existing`, kubeconfig, context, ...) set."""
+    config, _ = stack_config(stack, directory)
+    keys = {k.removeprefix(f"{PROJECT}:"): decode(v) for k, v in config.items() if k.startswith(f"{PROJECT}:")}
+    return {**{k: v for k, v in keys.items() if k not in GKE_ONLY_KEYS}, "cluster": cluster}
 
 
 def load_config(stack: str, project: str | None = None, directory: Path = REPO,

@@ -7,9 +7,9 @@ from pathlib import Path
 from typing import Any
 
 from stacks.cluster_config import GKE_ONLY_KEYS
-from stacks.loader import PROJECT, decode
+from stacks.loader import PROJECT
 from stacks.mockrun import MockRun, run_stack
-from stacks.stackfile import stack_config
+from stacks.stackfile import existing_keys, stack_config
 
 KUBECONFIG = Path(__file__).resolve().parent / "data" / "cluster" / "kubeconfig.yaml"
 GKE_CONTEXT = "gke_ml-labs-demo_us-central1-a_team-l4"
@@ -34,9 +34,7 @@ def overrides(stack: str, **fields: Any) -> dict[str, Any]:
 
 def raw(stack: str, **fields: Any) -> dict[str, Any]:
     """The stack's decoded keys (as stacks.loader.parse takes them) turned to existing."""
-    config, _ = stack_config(stack)
-    keys = {k.removeprefix(f"{PROJECT}:"): decode(v) for k, v in config.items() if k.startswith(f"{PROJECT}:")}
-    return {**{k: v for k, v in keys.items() if k not in GKE_ONLY_KEYS}, "cluster": cluster_key(stack, **fields)}
+    return existing_keys(stack, cluster_key(stack, **fields))
 
 
 def run_existing(stack: str, *, preview: bool = False, **fields: Any) -> MockRun:

@@ -45,6 +45,7 @@ GPU_NODE = "gke-gml-g3-gpu-5f2c9a1e-b1rt"
 TIMING = g3w.Timing(rendezvous_timeout_s=90.0, work_s=20.0)
 BLOCKED = "waiting for all admitted workloads to be in PodsReady condition"
 SCHEDULING_GATED = "Scheduling is blocked due to non-empty scheduling gates"
+JOBSET_COMPLETED = "jobset completed successfully"  # the JobSet controller's; Kueue copies it to Finished
 # The refusals as kube-scheduler 1.35 (GKE's Regular minor) writes them, read from the local cluster's
 # real scheduler on g3's node shapes (tests/cluster/test_gangs.py holds this file to them).
 NO_NODE = ("0/1 nodes are available: 1 node(s) didn't match Pod's node affinity/selector. no new claims to deallocate, "
@@ -260,7 +261,7 @@ def _jobset(spec: dict[str, Any], plan: JobPlan, run: RunPlan, t: float) -> dict
     ended = plan.end and plan.end[1] <= t
     if ended:
         kind, when = plan.end
-        message = "jobset completed successfully" if kind == "Completed" else \
+        message = JOBSET_COMPLETED if kind == "Completed" else \
             f"jobset failed due to one or more job failures (first failed job: {plan.name}-{g3w.REPLICATED_JOB}-0)"  # fmt: skip
         conditions.append({"type": kind, "status": "True", "reason": "AllJobsCompleted" if kind == "Completed" else "FailedJobs",
                            "message": message, "lastTransitionTime": api(when)})  # fmt: skip
@@ -417,6 +418,7 @@ def _workload(spec: dict[str, Any], plan: JobPlan, cq: str, flavor: str, workers
             at(reserved).replace(microsecond=0), cluster_queue=cq,
             pods_ready=at(plan.pods_ready).replace(microsecond=0) if plan.pods_ready and plan.pods_ready <= t else None,
             finished=at(plan.finished).replace(microsecond=0) if plan.finished and plan.finished <= t else None,
+            finished_message=JOBSET_COMPLETED,
         )  # fmt: skip
     else:
         current = [w for w in plan.waits if w[0] <= t][-1:]
@@ -623,7 +625,7 @@ def _events(runs: list[RunPlan], snapshots: list[dict[str, Any]]) -> list[dict[s
                 on("JobSet", g3w.JOBSET[0], plan.name, "FailedJobs",
                    f"jobset failed due to one or more job failures (first failed job: {job})", plan.end[1], warning=True)  # fmt: skip
             if plan.end and plan.end[0] == "Completed":
-                on("JobSet", g3w.JOBSET[0], plan.name, "AllJobsCompleted", "jobset completed successfully", plan.end[1])
+                on("JobSet", g3w.JOBSET[0], plan.name, "AllJobsCompleted", JOBSET_COMPLETED, plan.end[1])
             if run.run == "kueue" and plan.resumed is not None:
                 workload, reserved = _workload_name(plan), plan.resumed - 0.3
                 queued = reserved - plan.workload_created

@@ -67,7 +67,9 @@ _KUBELET_HOSTED = {"kubelet"}
 
 JOBSET_NAME, JOBSET_UID = "jobset.sigs.k8s.io/jobset-name", "jobset.sigs.k8s.io/jobset-uid"
 _NODE_NETWORK, _POD_NETWORK = "10.10.0", "10.20"  # the lab's subnet and pods range (stacks/config.py defaults)
-KUEUE_CONDITION_ORDER = ("QuotaReserved", "Admitted", "PodsReady", "Finished")
+# As Kueue 0.19.2 leaves a finished Workload's conditions (read on the local cluster, examples/g3-local):
+# its status patches put Finished before PodsReady.
+KUEUE_CONDITION_ORDER = ("QuotaReserved", "Admitted", "Finished", "PodsReady")
 
 
 def _digest(*parts: str) -> bytes:
@@ -112,13 +114,16 @@ def kueue_conditions(
     checks: dict[str, datetime] | None = None,
     pods_ready: datetime | None = None,
     finished: datetime | None = None,
+    finished_message: str = "Job finished successfully",
 ) -> tuple[list[dict[str, Any]], list[dict[str, Any]]]:
     """(status.conditions, status.admissionChecks) of a Workload as Kueue v1beta2 writes them.
 
     Without admission checks Kueue sets Admitted in the same update as QuotaReserved; with checks,
     Admitted follows once every check is Ready (`checks`: name -> when it turned Ready). While it waits,
     Kueue 0.19 (default feature gates) writes reason Pending when the quota is short and Waiting when
-    waitForPodsReady.blockAdmission holds it.
+    waitForPodsReady.blockAdmission holds it. PodsReady turns True with reason Started; Finished copies
+    the job's own message (`finished_message`: a JobSet's is "jobset completed successfully") and goes
+    before PodsReady, as Kueue 0.19.2 wrote them on the local cluster (examples/g3-local).
     """
     if quota_reserved is None:
         waiting = {"type": "QuotaReserved", "status": "False", "reason": pending_reason, "message": pending_message,
@@ -136,17 +141,17 @@ def kueue_conditions(
         {"type": "Admitted", "status": "True", "reason": "Admitted", "message": "The workload is admitted",
          "lastTransitionTime": api_time(admitted)},
     ]  # fmt: skip
+    if finished:
+        conditions.append({"type": "Finished", "status": "True", "reason": "Succeeded",
+                           "message": finished_message, "lastTransitionTime": api_time(finished)})  # fmt: skip
     if pods_ready:
-        conditions.append({"type": "PodsReady", "status": "True", "reason": "PodsReady",
+        conditions.append({"type": "PodsReady", "status": "True", "reason": "Started",
                            "message": "All pods reached readiness and the workload is running",
                            "lastTransitionTime": api_time(pods_ready)})  # fmt: skip
     else:
         conditions.append({"type": "PodsReady", "status": "False", "reason": "WaitForStart",
                            "message": "Not all pods are ready or succeeded",
                            "lastTransitionTime": api_time(admitted)})  # fmt: skip
-    if finished:
-        conditions.append({"type": "Finished", "status": "True", "reason": "Succeeded",
-                           "message": "Job finished successfully", "lastTransitionTime": api_time(finished)})  # fmt: skip
     states = [{"name": name, "state": "Ready", "message": "", "lastTransitionTime": api_time(at)}
               for name, at in sorted(checks.items())]  # fmt: skip
     return conditions, states

@@ -191,3 +191,25 @@ def test_a_busy_gpu_or_no_gpu_node_runs_no_pod_and_leaves_the_versions_not_known
 def test_every_stack_exports_the_digest_of_its_config():
     g5, g6 = run_stack("g5").outputs["config_sha256"], run_stack("g6").outputs["config_sha256"]
     assert len(g6) == 64 and set(g6) <= set("0123456789abcdef") and g5 != g6
+
+
+def test_a_run_on_the_local_cluster_says_what_was_real_and_what_simulated(tmp_path):
+    """examples/g3-local/recording.json is a real `make g3-local` run: the local control plane's statement
+    (kube-public/gke-ml-labs-local-cluster) and its kwok nodes become meta.simulation and the report's
+    section; a run on GKE (the g1 fixture) has neither, and its result.json no such key."""
+    from benchmarks.labs import examples, g3
+    from benchmarks.labs.report import write_results
+
+    rec = load_recording(examples.recording_of("g3-local"))
+    simulation = g3.measure(rec).meta.simulation
+    assert [line.split(" ")[:2] for line in simulation.real] == [["jobset", "v0.12.0"], ["kube-apiserver,", "kube-controller-manager"],
+                                                                  ["kueue", "v0.19.2"]]  # fmt: skip
+    assert simulation.simulated[0].startswith("2 nodes by kwok v0.8.0 (sigs.k8s.io/kwok)")
+    assert simulation.simulated[-1] == "the run saw 2 node(s) carrying kwok's annotation kwok.x-k8s.io/node=fake: gpu-0, system-0"
+    report = render_report(g3.measure(rec), g3.TITLE, "", [])
+    assert report.index("## What was real and what was simulated") < report.index("## Evidence: what really ran")
+
+    on_gke = load_recording(recording_path("g1"))
+    assert on_gke.cluster_statement == {} and g1.measure(on_gke).meta.simulation is None
+    saved = json.loads((write_results(tmp_path / "g1", None, g1.measure(on_gke), g1) / "result.json").read_text())
+    assert "simulation" not in saved["meta"]

@@ -125,8 +125,8 @@ def test_kueue_conditions_follow_kueue_order_and_validate_against_the_crd():
     assert [(c["type"], c["lastTransitionTime"]) for c in conditions] == [
         ("QuotaReserved", "2026-11-29T10:00:01Z"),
         ("Admitted", "2026-11-29T10:00:04Z"),
+        ("Finished", "2026-11-29T10:02:00Z"),  # before PodsReady, as Kueue 0.19.2 left them (examples/g3-local)
         ("PodsReady", "2026-11-29T10:00:30Z"),
-        ("Finished", "2026-11-29T10:02:00Z"),
     ]
     workload = {
         "apiVersion": "kueue.x-k8s.io/v1beta2", "kind": "Workload",

@@ -11,7 +11,6 @@ import sys
 from pathlib import Path
 
 import pytest
-from labs_fakes import recording_path
 
 from benchmarks.harness import load_result
 from benchmarks.labs import examples
@@ -35,7 +34,7 @@ def test_every_lab_has_a_fixture_and_is_on_the_command_line():
 @pytest.mark.parametrize("lab", EXAMPLES)
 def test_result_round_trip_report_and_plots(lab, tmp_path):
     module = importlib.import_module(f"benchmarks.labs.{examples.lab_of(lab)}")
-    rec = load_recording(recording_path(lab))
+    rec = load_recording(examples.recording_of(lab))
     result = module.measure(rec, source="fixture")
     folder = write_results(tmp_path / lab, rec, result, module)
     loaded = load_result(type(result), folder)

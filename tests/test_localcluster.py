@@ -75,6 +75,16 @@ def test_kwok_config_manages_only_annotated_nodes_and_declares_the_pod_lifecycle
     yaml.safe_dump_all(nodes.stages())  # the file kwok reads
 
 
+def test_a_jobs_pod_runs_as_long_as_the_cluster_is_told_and_the_cluster_says_so():
+    job = _by_name(nodes.stages(20))["job-pod-succeeded"]["spec"]["delay"]
+    assert job["durationMilliseconds"] == 20000
+    said = nodes.simulated(nodes.lab_nodes(load_config("g2"), 10250), "v0.8.0", 20)
+    # g2's pools: one e2-standard-4 system node, one g2-standard-4 L4 node time-sliced 4 ways.
+    assert said["nodes"].startswith("2 nodes by kwok v0.8.0 (sigs.k8s.io/kwok), shaped like the lab's pools: ")
+    assert "system-0 (e2-standard-4), gpu-0 (g2-standard-4, 4 nvidia.com/gpu)" in said["nodes"]
+    assert "a Job's pod Succeeded 20 s later" in said["pods"] and "no pod writes a log" in said["pods"]
+
+
 def test_each_build_module_names_its_binaries_and_stamps_the_pinned_versions():
     kube = build.MODULES["kube"]
     assert kube.binaries() == ["etcd", "kube-apiserver", "kube-controller-manager", "kube-scheduler"]
@@ -142,3 +152,16 @@ def test_what_the_api_server_dials_for_a_node_stays_on_loopback():
     for node in nodes.lab_nodes(load_config("g3"), 41234):
         assert node["status"]["addresses"] == [{"type": "InternalIP", "address": "127.0.0.1"}]
         assert node["status"]["daemonEndpoints"] == {"kubeletEndpoint": {"Port": 41234}}
+
+
+def test_a_lab_on_the_local_cluster_is_its_own_stack_file_turned_to_existing(tmp_path):
+    from localcluster import bench
+    from stacks.cluster_config import GKE_ONLY_KEYS
+
+    config = bench.stack_file("g3", tmp_path / "kubeconfig")["config"]
+    assert config["gke-ml-labs:cluster"] == {"target": "existing", "kubeconfig": str(tmp_path / "kubeconfig"),
+                                             "context": "gke-ml-labs-local", "charts": "upstream-crds"}  # fmt: skip
+    # Pulumi.g3.yaml's own keys stay (its quota of two whole jobs), its GKE-only ones go (zone, gpu_spot).
+    assert config["gke-ml-labs:kueue"]["quota_gpus"] == 6 and config["gke-ml-labs:lab"] == "g3"
+    assert not {f"gke-ml-labs:{k}" for k in GKE_ONLY_KEYS} & set(config)
+    assert not [k for k in config if not k.startswith("gke-ml-labs:")]  # no gcp:project: nothing of Google

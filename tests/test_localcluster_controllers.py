@@ -14,7 +14,7 @@ import yaml
 from components.kueue import manager_config
 from components.versions import JOBSET, KUBEFLOW_TRAINER, KUEUE
 from localcluster import controllers as lc
-from localcluster.nodes import PLACEMENT
+from localcluster import nodes
 from stacks.compose_platform import kueue_args
 from stacks.stackfile import load_config
 
@@ -88,7 +88,7 @@ def test_each_lab_runs_the_controllers_its_features_need(stack, expected):
 
 def test_kueue_keeps_the_labs_settings_and_changes_only_the_local_fields(tmp_path):
     cfg = load_config("g3")
-    lab = yaml.safe_load(manager_config(kueue_args(cfg, PLACEMENT)))
+    lab = yaml.safe_load(manager_config(kueue_args(cfg, nodes.PLACEMENT)))
     local = lc.kueue_configuration(cfg, PORTS, tmp_path)
     # What g3 measures depends on these: they must be the lab's, not defaults.
     for key in ("waitForPodsReady", "integrations", "controller", "clientConnection", "apiVersion", "kind"):

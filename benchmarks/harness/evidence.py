@@ -16,6 +16,7 @@ from pydantic import BaseModel, ConfigDict
 
 from benchmarks.labs.record import warning_summary
 from benchmarks.labs.timeline import event_time
+from facts.simulation import KWOK_NODE_ANNOTATION, REAL, SIMULATED
 
 UNKNOWN = "not known"
 SIMULATOR = "simulator"
@@ -60,6 +61,41 @@ class Evidence(BaseModel):
     def offline(cls, why: str = UNKNOWN) -> Evidence:
         """Every field `why`: "simulator" for a simulated run, "not known" where no cluster was read."""
         return cls(**{name: why for name in cls.model_fields})
+
+
+class Simulation(BaseModel):
+    """`meta.simulation`, only for a cluster that simulates some of itself (kwok's nodes, the local control
+    plane): what of the run was real and what simulated, in the cluster's own words and its nodes'."""
+
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+    real: list[str]
+    simulated: list[str]
+
+
+def simulation_of(statement: dict[str, str], nodes: list[dict[str, Any]]) -> Simulation | None:
+    """From the cluster's statement (facts.simulation) and the nodes it showed: None for a cluster that
+    states nothing and has no kwok node (GKE)."""
+    kwok = sorted(n["metadata"]["name"] for n in nodes
+                  if ((n.get("metadata") or {}).get("annotations") or {}).items() >= KWOK_NODE_ANNOTATION.items())  # fmt: skip
+    simulated = [v for k, v in sorted(statement.items()) if k.startswith(SIMULATED)]
+    if kwok:
+        label = ", ".join(f"{k}={v}" for k, v in KWOK_NODE_ANNOTATION.items())
+        simulated.append(f"the run saw {len(kwok)} node(s) carrying kwok's annotation {label}: {', '.join(kwok)}")
+    if not simulated:
+        return None
+    return Simulation(real=[v for k, v in sorted(statement.items()) if k.startswith(REAL)], simulated=simulated)
+
+
+def simulation_markdown(s: Simulation) -> str:
+    """## What was real and what was simulated: the report's section right after the verdict."""
+    return "\n".join([
+        "## What was real and what was simulated", "",
+        "This run was not on GKE: part of its cluster was simulated. Every figure below that depends on a "
+        "simulated part (a pod's run time, its logs, a GPU) is the simulation's, not a measurement.", "",
+        "Real:", "", *([f"- {_cell(x)}" for x in s.real] or ["- nothing the cluster stated"]), "",
+        "Simulated:", "", *[f"- {_cell(x)}" for x in s.simulated], "",
+    ])  # fmt: skip
 
 
 def nvidia_smi_versions(log: str | None) -> tuple[str, str]:

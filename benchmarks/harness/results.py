@@ -8,10 +8,10 @@ from datetime import datetime
 from pathlib import Path
 from typing import TypeVar
 
-from pydantic import BaseModel, ConfigDict, ValidationError
+from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
 from benchmarks.harness.errors import HarnessError
-from benchmarks.harness.evidence import Evidence
+from benchmarks.harness.evidence import Evidence, Simulation
 
 RESULT_FILE = "result.json"
 _VERSION = "0.1.0"
@@ -37,6 +37,9 @@ class RunMeta(BaseModel):
     # What really ran (GKE, driver, CUDA, digests, node, what failed first time); a result written
     # before the field existed reads as "not known".
     evidence: Evidence = Evidence.offline()
+    # What was real and what simulated, for a cluster that simulates part of itself (kwok); absent from the
+    # file of a run on GKE, which is all real.
+    simulation: Simulation | None = Field(None, exclude_if=lambda v: v is None)
 
 
 def tool_version() -> str:

@@ -5,7 +5,8 @@ tests/data/labs/<lab>/recording.json: what a user gets from `python -m benchmark
 The fixtures hold API objects, events and logs in exactly the shapes the APIs return, but they were
 built for the tests, not recorded on a cluster: their timings are plausible, not measured. Each
 example says so in its `source` line; replace a fixture with a real recording.json from a results
-folder to get a measured example.
+folder to get a measured example. Those in RECORDED are real runs: their recording.json lies beside
+their report (examples/<name>/, as the run wrote its results folder), and each says what recorded it.
 
     python -m benchmarks.labs.examples [--out examples] [lab ...]
 """
@@ -23,11 +24,21 @@ REPO = Path(__file__).resolve().parents[2]
 FIXTURES = REPO / "tests" / "data" / "labs"
 LABS = ("g1", "g2", "g3", "g4", "g5", "g7", "g8")
 # Further examples of a lab on another configuration: example name -> the lab whose benchmark wrote it.
-VARIANTS = {"g5-triton": "g5", "g4-v1": "g4"}
+VARIANTS = {"g5-triton": "g5", "g4-v1": "g4", "g3-local": "g3"}
+# Examples measured from a real run's recording.json, and what ran it.
+RECORDED = {
+    "g3-local": "recording of `make g3-local`: the real kube-scheduler, Kueue and JobSet on kwok's simulated nodes "
+    "and pods (see What was real and what was simulated)",
+}
+
+
+def recording_of(name: str) -> Path:
+    """The recording an example is rendered from: a real run's beside its report, else the fixture."""
+    return (REPO / "examples" if name in RECORDED else FIXTURES) / name / "recording.json"
 
 
 def available() -> list[str]:
-    return [name for name in (*LABS, *VARIANTS) if (FIXTURES / name / "recording.json").exists()]
+    return [name for name in (*LABS, *VARIANTS) if recording_of(name).exists()]
 
 
 def lab_of(name: str) -> str:
@@ -37,11 +48,10 @@ def lab_of(name: str) -> str:
 
 def render_example(name: str, out: Path) -> Path:
     module = importlib.import_module(f"benchmarks.labs.{lab_of(name)}")
-    fixture = FIXTURES / name / "recording.json"
-    result = module.measure(
-        load_recording(fixture),
-        source=f"illustrative fixture {fixture.relative_to(REPO)} (real API shapes, constructed timings: not measured on a cluster)",
-    )
+    recording = recording_of(name)
+    shown = recording.relative_to(REPO)
+    made = f"illustrative fixture {shown} (real API shapes, constructed timings: not measured on a cluster)"
+    result = module.measure(load_recording(recording), source=f"{RECORDED[name]}, {shown}" if name in RECORDED else made)
     return write_results(out / name, None, result, module)
 
 

@@ -53,6 +53,9 @@ class Recording(BaseModel):
         default_factory=list, description="every pod of the run's namespaces as it ended (imageIDs, restarts)"
     )
     nvidia_smi: str | None = Field(None, description="output of the one-shot nvidia-smi pod on the GPU node")
+    cluster_statement: dict[str, str] = Field(
+        default_factory=dict, description="what the cluster says it simulates and runs for real (facts.simulation)"
+    )
 
 
 def save_recording(rec: Recording, path: Path) -> None:

@@ -13,6 +13,7 @@ from typing import Protocol
 from benchmarks.labs.record import Recording, save_recording
 from benchmarks.harness import save_result
 from benchmarks.harness.evidence import markdown as evidence_section
+from benchmarks.harness.evidence import simulation_markdown
 from benchmarks.labs.result import LabResult
 
 
@@ -38,6 +39,7 @@ def render_report(result: LabResult, title: str, body: str, plot_files: list[str
         f"- verdict: **{'PASS' if result.passed else 'FAIL'}** ({sum(c.passed for c in result.checks)} of "
         f"{len(result.checks)} checks)",
         "",
+        *([simulation_markdown(result.meta.simulation)] if result.meta.simulation else []),
         evidence_section(result.meta.evidence),
         "## Checks",
         "",

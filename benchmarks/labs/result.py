@@ -109,6 +109,7 @@ def common_fields(
         },
         errors=rec.notes + warning_summary(rec.events),
         evidence=evidence_of(rec),
+        simulation=evidence.simulation_of(rec.cluster_statement, rec.nodes),
     )
     return {
         "meta": meta,

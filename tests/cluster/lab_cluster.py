@@ -16,12 +16,12 @@ import httpx
 import pytest
 import yaml
 
+from components import upstream
 from localcluster import certs
 from localcluster.build import Built, ensure
 from localcluster.controllers import API_TIMEOUT_S, LabControllers, beside
 from localcluster.controlplane import ControlPlane
 from stacks.config import LabConfig
-from components import upstream
 
 CONTROLLERS_TIMEOUT_S = 240.0
 # What these tests run: the control plane, kwok and the controllers (not the Pulumi engine).

@@ -8,7 +8,7 @@ import json
 import pulumi
 import pulumi_kubernetes as k8s
 import pytest
-from cluster.engine import stack
+from localcluster.engine import stack
 from kubernetes import client
 from kubernetes.client.exceptions import ApiException
 

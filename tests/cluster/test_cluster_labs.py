@@ -20,7 +20,7 @@ import pytest
 import yaml
 from kubernetes import dynamic
 from pulumi.automation.errors import CommandError
-from cluster.engine import stack
+from localcluster.engine import stack
 from existing_cluster import raw, run_existing
 from cluster.inventory import (
     PRIVILEGED_PROBE, PSA_ENFORCE, Declared, declared, dry_run_create, dry_run_pod, live, pod_templates,

@@ -22,8 +22,8 @@ from benchmarks.labs.g3 import workloads as g3w
 from components.kueue import cluster_queue, local_queue, resource_flavor
 from components.namespaces import namespace
 from components.naming import StackId
-from localcluster import controllers
-from localcluster.nodes import JOB_DELAY_ANNOTATION, PLACEMENT
+from localcluster import controllers, nodes
+from localcluster.nodes import JOB_DELAY_ANNOTATION
 from stacks.compose_platform import kueue_args, stack_id
 from stacks.mockrun import run_stack
 from stacks.stackfile import load_config
@@ -41,7 +41,7 @@ def g3(scheduling_built, tmp_path_factory) -> Iterator[tuple[LabCluster, dict[st
     outputs = run_stack("g3").outputs  # the stack outputs g3's benchmark reads, as the program exports them
     with lab_cluster(scheduling_built, cfg, tmp_path_factory.mktemp("cluster"), crds=("kueue/v0.19.2", "jobset/v0.12.0")) as cluster:
         cluster.wait_for_controllers(["jobset", "kueue"])
-        args = kueue_args(cfg, PLACEMENT)
+        args = kueue_args(cfg, nodes.PLACEMENT)
         ids: StackId = stack_id(cfg)
         for obj in (
             namespace(ids, cfg.kueue.namespace, "kueue", "restricted"),

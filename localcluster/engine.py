@@ -1,6 +1,6 @@
-"""The real Pulumi engine for the cluster tests: the CLI built from Go modules (on PATH), a file://
-backend in a temporary folder, passphrase secrets, and the Kubernetes provider found on PATH as an
-ambient plugin.
+"""The real Pulumi engine for the cluster tests and `make g3-local`: the CLI built from Go modules (on
+PATH), a file:// backend in a temporary folder, passphrase secrets, and the Kubernetes provider found
+on PATH as an ambient plugin.
 
 The program runs inline through the Automation API: the Python language host, pulumi-language-python,
 cannot be built here (the Go module proxy does not serve its module,
@@ -14,7 +14,7 @@ from pathlib import Path
 
 from pulumi import automation as auto
 
-PASSPHRASE = "local-cluster-tests"  # encrypts the throwaway stacks' secrets
+PASSPHRASE = "local-cluster"  # encrypts the throwaway stacks' secrets
 
 
 def stack(name: str, project: str, program: auto.PulumiFn, state: Path) -> auto.Stack:

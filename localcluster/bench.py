@@ -1,0 +1,107 @@
+"""A lab's benchmark, unchanged, against the local control plane: `make g3-local OUT=results`.
+
+    python -m localcluster bench --lab g3 --out results --job-seconds 20 -- --work-seconds 20
+
+A control plane shaped like the lab's pools with the lab's controllers beside it; the lab's Kubernetes
+half applied by the real Pulumi engine, as a user on their own cluster applies it (`cluster: existing`
+on the local kubeconfig, the charts' locked CRDs); the stack's outputs saved as `pulumi stack output
+--json --show-secrets` saves them; then `python -m benchmarks LAB --outputs FILE --out OUT` with the
+options after `--`, exactly as docs/existing-cluster.md runs it; then `pulumi destroy` and the cluster
+stopped, whatever ended the run. Nodes and pods are kwok's: no container runs, and a Job's pod
+Succeeds `--job-seconds` after it starts; the report says which parts were real and which simulated,
+from the cluster's own statement (facts.simulation).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import runpy
+import shutil
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import yaml
+from pulumi.automation.errors import CommandError
+
+from localcluster.build import REPO, BuildError, ensure
+from localcluster.controllers import ControllerError, LabControllers, beside, needed
+from localcluster.controlplane import CONTEXT, ClusterError, ControlPlane
+from localcluster.engine import stack
+from stacks.loader import PROJECT
+from stacks.stackfile import existing_keys, load_config
+
+FOLDER = REPO / ".cache" / "bench"
+MODULES = ("kube", "kwok", "pulumi", "pulumi-kubernetes")
+CONTROLLERS_TIMEOUT_S = 240.0
+
+
+class BenchError(Exception):
+    """The local run could not be set up (the lab's `pulumi up`, a controller that never got ready)."""
+
+
+def _program() -> None:
+    # What the language host would run: the project's own entry point.
+    runpy.run_path(str(REPO / "__main__.py"), run_name="__main__")
+
+
+def stack_file(lab: str, kubeconfig: Path) -> dict:
+    """The lab's stack file on the local cluster, its charts replaced by their locked CRDs (no network)."""
+    cluster = {"target": "existing", "kubeconfig": str(kubeconfig), "context": CONTEXT, "charts": "upstream-crds"}
+    return {"config": {f"{PROJECT}:{k}": v for k, v in existing_keys(lab, cluster).items()}}
+
+
+def _await_controllers(controllers: LabControllers, names: list[str]) -> None:
+    deadline = time.monotonic() + CONTROLLERS_TIMEOUT_S
+    while sorted(controllers.ready) != sorted(names):
+        if time.monotonic() > deadline:
+            raise BenchError(f"controllers {', '.join(names)} not ready in {CONTROLLERS_TIMEOUT_S:.0f} s (ready: "
+                             f"{', '.join(sorted(controllers.ready)) or 'none'}); logs under {controllers.folder}")  # fmt: skip
+        time.sleep(0.5)
+
+
+def run(lab: str, out: Path, job_seconds: float, benchmark_args: list[str], folder: Path = FOLDER) -> int:
+    """The benchmark's exit status (0 all checks passed, 1 a check failed, 2 the run could not be made)."""
+    cfg = load_config(lab)
+    wanted = needed(cfg)
+    built = ensure(MODULES + tuple(c.module for c in wanted))
+    # The CLI finds the provider as an ambient plugin on PATH.
+    os.environ["PATH"] = built.path + os.pathsep + os.environ["PATH"]
+    os.environ.pop("PULUMI_IGNORE_AMBIENT_PLUGINS", None)
+    work = folder / lab
+    shutil.rmtree(work, ignore_errors=True)
+    (work / "stack").mkdir(parents=True)
+    with ControlPlane(work / "cluster", built, cfg, job_seconds=job_seconds) as plane, beside(plane, built) as controllers:
+        (work / "stack" / f"Pulumi.{lab}.yaml").write_text(yaml.safe_dump(stack_file(lab, plane.kubeconfig)))
+        lab_stack = stack(lab, PROJECT, _program, work / "stack")
+        try:
+            lab_stack.up(on_output=print, color="never")
+            _await_controllers(controllers, [c.name for c in wanted])
+            outputs = work / "stack" / "outputs.json"  # holds the admin kubeconfig: the owner's alone
+            outputs.touch(mode=0o600)
+            outputs.write_text(json.dumps({k: v.value for k, v in lab_stack.outputs().items()}, indent=2))
+            # Relative to the checkout, where it runs, as a user would type them into the recorded command.
+            command = [sys.executable, "-m", "benchmarks", lab, "--outputs", os.path.relpath(outputs, REPO),
+                       "--out", os.path.relpath(out, REPO), *benchmark_args]  # fmt: skip
+            print(f"bench: {' '.join(command[1:])}", flush=True)
+            return subprocess.call(command, cwd=REPO)
+        finally:
+            lab_stack.destroy(on_output=print, color="never")
+
+
+def main(lab: str, out: Path, job_seconds: float, benchmark_args: list[str]) -> int:
+    def stop(signum: int, _frame: object) -> None:
+        raise SystemExit(128 + signum)  # through every `finally`: destroy, then the cluster stops
+
+    signal.signal(signal.SIGTERM, stop)
+    try:
+        return run(lab, out.resolve(), job_seconds, benchmark_args)
+    except CommandError as e:  # the lab's pulumi up: the provider quotes the API server's message
+        lines = [ln.strip() for ln in str(e).splitlines() if "error" in ln.lower()]
+        print(f"error: pulumi up -s {lab} on the local cluster failed:\n" + "\n".join(lines[-20:]), file=sys.stderr)
+    except (BenchError, BuildError, ClusterError, ControllerError) as e:
+        print(f"error: {e}", file=sys.stderr)
+    return 2
