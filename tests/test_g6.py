@@ -25,7 +25,7 @@ from fake_pulumi import fake_pulumi, pulumi_calls
 FIXTURE = Path(__file__).parent / "data" / "g6-result.json"
 MODEL = "Qwen/Qwen2.5-0.5B-Instruct"
 CONFIG_PATH = "vllm.max_num_seqs"  # the stack config field a sweep changes
-SMALL = ["--input-len", "64", "--output-len", "64", "--quiet"]
+SMALL = ["--input-len", "64", "--output-len", "64", "--quiet", "--repeats", "1"]
 
 
 def _only_folder(out: Path) -> Path:

@@ -32,7 +32,7 @@ from fake_pulumi import fake_pulumi, pulumi_calls
 
 QWEN_05 = "Qwen/Qwen2.5-0.5B-Instruct"
 QWEN_15 = "Qwen/Qwen2.5-1.5B-Instruct"
-FAST = ["--speedup", "20", "--scrape-interval", "0.1", "--quiet"]
+FAST = ["--speedup", "20", "--scrape-interval", "0.1", "--quiet", "--repeats", "1"]
 PNG = b"\x89PNG\r\n\x1a\n"
 
 

@@ -446,7 +446,7 @@ def in_cluster(tmp_path, sim_url, monkeypatch) -> Kubelet:
     return kubelet
 
 
-SMALL = ["--model", MODEL, "--concurrency", "2", "--input-len", "32", "--output-len", "16", "--quiet"]
+SMALL = ["--model", MODEL, "--concurrency", "2", "--input-len", "32", "--output-len", "16", "--quiet", "--repeats", "1"]
 
 
 def test_the_kv_experiment_runs_its_waves_as_jobs_and_reads_vllm_through_the_proxy(g6_outputs, tmp_path, in_cluster):

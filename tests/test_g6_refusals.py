@@ -22,7 +22,7 @@ from labs_fakes import fixture_outputs
 from loopback import answering
 
 MODEL = "Qwen/Qwen2.5-0.5B-Instruct"
-SMALL = ["--concurrency", "2", "--requests", "4", "--input-len", "32", "--output-len", "16", "--quiet"]
+SMALL = ["--concurrency", "2", "--requests", "4", "--input-len", "32", "--output-len", "16", "--quiet", "--repeats", "1"]
 
 
 @pytest.fixture(scope="module")

@@ -24,7 +24,7 @@ from benchmarks.loadgen import LoadgenError, LoadSpec
 from benchmarks.loadgen import core
 from benchmarks.loadgen.lengths import parse_lengths
 
-FAST = ["--speedup", "20", "--scrape-interval", "0.1", "--quiet"]
+FAST = ["--speedup", "20", "--scrape-interval", "0.1", "--quiet", "--repeats", "1"]
 PNG = b"\x89PNG\r\n\x1a\n"
 
 
