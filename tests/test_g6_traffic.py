@@ -238,15 +238,15 @@ QWEN_05 = "Qwen/Qwen2.5-0.5B-Instruct"
 
 def test_the_simulated_prefix_cache_shares_whole_blocks_once_and_counts_as_vllm_does():
     from benchmarks.sim.config import SimConfig
-    from benchmarks.sim.engine import Scheduler
+    from benchmarks.sim.engine import Admission, Scheduler
 
     sizing = SimConfig(model=QWEN_05).sizing()
     s = Scheduler(sizing, seed=0, prefix_caching=True)
     total = s.free_blocks
 
     def submit(hashes: tuple[int, ...]):
-        return s.new_request(prompt_tokens=64, max_tokens=4, min_tokens=0, ignore_eos=True, arrival_s=0.0,
-                             ready_s=0.0, block_hashes=hashes)  # fmt: skip
+        admission = Admission(prompt_tokens=64, max_tokens=4, ignore_eos=True, block_hashes=hashes)
+        return s.new_request(admission, arrival_s=0.0, ready_s=0.0)
 
     first = submit((1, 2, 3, 4))
     s.complete(s.schedule(0.0), 0.01)  # its 64-token prefill: 4 full blocks join the cache

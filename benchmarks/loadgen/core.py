@@ -928,11 +928,16 @@ def run_in_process(plan: Plan, on_done: Callable[[Record], None] | None = None) 
     return reader.result(plan.warmup, plan.requests)
 
 
+def arrival_offsets(plan: Plan) -> list[float]:
+    """An open-loop plan's send times, seconds from t0, one per request (warm-up first)."""
+    return poisson_offsets(plan.rate or 1.0, plan.total, plan.seed, plan.warmup)
+
+
 def _share(plan: Plan, k: int, workers: int, claim: Callable[[], int | None]) -> dict[str, object]:
     """Worker k's part of the schedule: its request slots (closed loop) or its arrivals (open loop)."""
     if plan.concurrency is not None:
         return {"slots": plan.concurrency // workers + (k < plan.concurrency % workers), "claim": claim}
-    offsets = poisson_offsets(plan.rate or 1.0, plan.total, plan.seed, plan.warmup)
+    offsets = arrival_offsets(plan)
     return {"arrivals": [(i, offsets[i]) for i in range(k, plan.total, workers)]}
 
 

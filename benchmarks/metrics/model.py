@@ -63,7 +63,7 @@ class ServerMetrics(BaseModel):
 
     model_config = ConfigDict(frozen=True, extra="forbid")
 
-    source: Literal["prometheus", "scrape", "scrape+prometheus"]
+    source: Literal["prometheus", "scrape", "scrape+prometheus", "virtual"]  # virtual: the oracle (sim/virtual.py)
     running: GaugeStats | None = None
     waiting: GaugeStats | None = None
     kv_cache_usage: GaugeStats | None = None

@@ -1,0 +1,152 @@
+"""The virtual-clock oracle (benchmarks/sim/virtual.py) against what is not the engine: hand arithmetic
+from the cost model's published constants and the model's and GPU's published figures, Little's law, the
+bodies the load generator sends; its determinism; and a change of the plan reaching its answer."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from dataclasses import replace
+from pathlib import Path
+
+import pytest
+
+from benchmarks.loadgen import LoadSpec, summarize
+from benchmarks.loadgen.core import arrival_offsets, build_bodies
+from benchmarks.sim import SimConfig
+from benchmarks.sim.virtual import replay
+
+REPO = Path(__file__).resolve().parents[1]
+QWEN_05 = "Qwen/Qwen2.5-0.5B-Instruct"
+QWEN_15 = "Qwen/Qwen2.5-1.5B-Instruct"
+
+# Qwen2.5-0.5B-Instruct as its config.json and safetensors publish it, on an L4 (NVIDIA's datasheet:
+# 300 GB/s, 121 TFLOP/s dense bf16), with the cost model's constants as docs/calibration.md states them.
+PARAMS = 494_032_768  # safetensors total (embedding tied with the output projection)
+LAYERS, HIDDEN, INTERMEDIATE, HEADS, KV_HEADS, HEAD_DIM = 24, 896, 4864, 14, 2, 64
+SMALL = LAYERS * (2 * HIDDEN + (HEADS + 2 * KV_HEADS) * HEAD_DIM) + HIDDEN  # norms and q/k/v biases: no matmul
+WEIGHT_BYTES = 2 * PARAMS
+KV_PER_TOKEN = 2 * LAYERS * KV_HEADS * HEAD_DIM * 2
+ACTIVATION_BYTES_PER_TOKEN = (INTERMEDIATE + HIDDEN) * LAYERS * 7 * 2  # 7 elementwise passes, bf16
+BANDWIDTH, ACHIEVED, FLOPS, COMPUTE_EFF = 300e9, 0.77, 121e12, 0.6
+STEP_OVERHEAD, PER_SEQUENCE, REQUEST_OVERHEAD = 0.8e-3, 38e-6, 20e-3
+
+
+def _step(new: int, cached: int) -> tuple[float, float]:
+    """(duration, bytes moved) of one sequence's step, by hand from costs.py's docstring."""
+    moved = WEIGHT_BYTES + (cached + 2 * new) * KV_PER_TOKEN + new * ACTIVATION_BYTES_PER_TOKEN
+    attended = new * cached + new * (new + 1) / 2
+    flops = 2 * (PARAMS - SMALL) * new + 4 * LAYERS * HEADS * HEAD_DIM * attended
+    compute = flops / (FLOPS * COMPUTE_EFF) + new * ACTIVATION_BYTES_PER_TOKEN / (BANDWIDTH * ACHIEVED)
+    return STEP_OVERHEAD + PER_SEQUENCE + max(moved / (BANDWIDTH * ACHIEVED), compute), moved
+
+
+def _spec(**kw) -> LoadSpec:
+    defaults = dict(base_url="http://virtual", model=QWEN_05, concurrency=1, requests=1, warmup=0, input_len=100, output_len=3)
+    return LoadSpec(**{**defaults, **kw})
+
+
+def test_one_request_by_hand():
+    """TTFT = the API server's 20 ms + the 100-token prefill step (memory-bound at this size: 1.18 GB moved,
+    5.96 ms); each next token one decode step at batch 1 (0.99 GB of weights and KV, 5.13 ms)."""
+    run = replay(_spec().plan(), SimConfig(model=QWEN_05, max_model_len=2048)).run
+    (record,) = run.records
+    prefill, _ = _step(100, 0)
+    second, _ = _step(1, 100)
+    third, _ = _step(1, 101)
+    assert record.ok and record.output_tokens == 3 and record.input_tokens == 100
+    assert record.first_token - record.scheduled == pytest.approx(REQUEST_OVERHEAD + prefill, rel=1e-9)
+    assert [b - a for a, b in zip(record.chunk_times, record.chunk_times[1:])] == pytest.approx([second, third], rel=1e-9)
+    assert record.end == record.chunk_times[-1]
+    assert prefill == pytest.approx(5.964e-3, abs=1e-6) and second == pytest.approx(5.129e-3, abs=1e-6)
+
+
+def test_dram_active_is_bytes_moved_over_what_peak_bandwidth_moves_by_hand():
+    """One decode step at batch 1 moves 0.991 GB in 5.13 ms: 193 GB/s of the L4's 300, DRAM active 0.644.
+    The roofline's memory time over the step (4.29 of 5.13 ms, 0.837) is not NVIDIA's figure: the achieved
+    bandwidth (77% of peak) is not a busy interface for the missing 23%."""
+    replayed = replay(_spec().plan(), SimConfig(model=QWEN_05, max_model_len=2048))
+    (record,) = replayed.run.records
+    duration, moved = _step(1, 101)  # the step that makes the third token
+    metrics = replayed.metrics(record.chunk_times[1], record.chunk_times[2])
+    assert metrics.dram_active.mean == pytest.approx(moved / (BANDWIDTH * duration), rel=1e-6)
+    assert metrics.dram_active.mean == pytest.approx(0.644, abs=1e-3)
+    assert metrics.sm_active.mean == pytest.approx(1.0) and metrics.gpu_util.mean == pytest.approx(100.0)
+
+
+def test_littles_law_on_an_open_loop_point():
+    """Requests in flight = arrival rate x time in the system, from the client's records (in flight against
+    req/s x E2E) and from the server's own gauges (running + waiting against req/s x the time from reaching
+    the engine to the end, E2E less the API server's 20 ms): within 2%, the window's edges."""
+    spec = _spec(model=QWEN_15, rate=6.0, requests=300, warmup=0, input_len="lognormal:300,200", output_len=128, eos=True,
+                 concurrency=None)  # fmt: skip
+    replayed = replay(spec.plan(), SimConfig(model=QWEN_15, max_model_len=4096))
+    stats, server = replayed.point(spec)
+    assert stats.completed == 300 and server is not None
+    e2e_s = stats.e2e_ms.mean / 1000
+    assert stats.in_flight_mean == pytest.approx(stats.requests_per_s * e2e_s, rel=0.02)
+    assert server.running.mean + server.waiting.mean == pytest.approx(stats.requests_per_s * (e2e_s - REQUEST_OVERHEAD), rel=0.02)
+    assert server.running.mean > 5  # a point with a batch, not one request at a time
+
+
+def test_the_same_plan_gives_the_same_records_and_a_changed_plan_a_changed_answer():
+    """Each field of a plan reaches the answer the way a server would show it; the replay is a function of
+    the plan alone."""
+    config = SimConfig(model=QWEN_05, max_model_len=2048)
+    base = _spec(concurrency=4, requests=24, warmup=4, input_len=200, output_len=32)
+    plan = base.plan()
+
+    def run(p=plan, c=config):
+        return replay(p, c).run
+
+    first = run()
+    assert run() == first
+    ttft = lambda r: summarize(r, base).ttft_ms.p50  # noqa: E731
+    tps = lambda r: summarize(r, base).output_tokens_per_s  # noqa: E731
+    assert tps(run(replace(plan, concurrency=8))) > 1.3 * tps(first)  # twice the batch, one weight read a step
+    assert ttft(run(replace(plan, input_lens=[800] * plan.total))) > 1.5 * ttft(first)  # 4x the prefill after 20 ms
+    assert sum(r.output_tokens for r in run(replace(plan, output_lens=[8] * plan.total)).records) == 24 * 8
+    assert len(run(replace(plan, warmup=8, requests=20)).warmup) == 8
+    stopped = run(replace(plan, duration_s=0.3))
+    assert stopped.stopped_by == "duration" and 0 < len(stopped.records) < 24
+    eos = run(replace(plan, eos=True))
+    assert all(r.ok for r in eos.records) and sum(r.output_tokens for r in eos.records) < 24 * 32
+    # EOS stops follow each request's own tokens, never the order requests arrive in.
+    assert [r.output_tokens for r in eos.records] == [r.output_tokens for r in run(replace(plan, eos=True, concurrency=2)).records]
+    assert [r.output_tokens for r in run(replace(plan, eos=True, seed=1)).records] != [r.output_tokens for r in eos.records]
+    # Open loop: sent when the load generator's workers send them (its own schedule of the plan).
+    poisson = replace(plan, concurrency=None, rate=50.0)
+    open_loop = run(poisson)
+    assert [r.scheduled for r in (*open_loop.warmup, *open_loop.records)] == arrival_offsets(poisson)
+    assert run(c=config.model_copy(update={"max_num_seqs": 1})) != first
+    assert summarize(run(c=config.model_copy(update={"speedup": 4.0})), base, 4.0).ttft_ms.p50 == pytest.approx(ttft(first))
+
+
+def test_the_prefix_cache_hits_what_the_bodies_share():
+    """Two groups with a 100-token prefix each, one request at a time: after a group's first request,
+    each hits the prefix's 6 full blocks (96 tokens), counted by hand from the bodies the load generator
+    sends (their token ids), not from any description of the plan."""
+    spec = _spec(concurrency=1, requests=10, warmup=0, input_len=40, output_len=4, prefix_len=100, prefix_groups=2)
+    plan = spec.plan()
+    prompts = [json.loads(b)["prompt"] for b in build_bodies(plan)]
+    shared = [len([1 for k in range(0, len(p) - 15, 16) if p[: k + 16] in [q[: k + 16] for q in prompts[:i]]]) * 16
+              for i, p in enumerate(prompts)]  # fmt: skip
+    replayed = replay(plan, SimConfig(model=QWEN_05, max_model_len=2048))
+    metrics = replayed.metrics(-1.0, replayed.end_s + 1)
+    assert shared == [0, 0] + [96] * 8
+    assert metrics.prefix_cache_queries == sum(len(p) for p in prompts) == 10 * 140
+    assert metrics.prefix_cache_hits == sum(shared)
+    off = replay(plan, SimConfig(model=QWEN_05, max_model_len=2048, enable_prefix_caching=False))
+    assert off.metrics(-1.0, off.end_s + 1).prefix_cache_queries == 0
+    ttft_on, ttft_off = summarize(replayed.run, spec).ttft_ms.p50, summarize(off.run, spec).ttft_ms.p50
+    assert ttft_on < ttft_off
+
+
+def test_requests_vllm_refuses_are_http_errors_in_the_records():
+    """Over max-model-len with a forced length: vLLM v0.33.0 answers 400 (min_tokens above the clamped
+    max_tokens); the replay records what the load generator would."""
+    spec = _spec(concurrency=2, requests=4, input_len=2000, output_len=100)
+    run = replay(spec.plan(), SimConfig(model=QWEN_05, max_model_len=2048)).run
+    stats = summarize(run, spec)
+    assert stats.failed == 4 and stats.failures == {"http_400": 4} and stats.completed == 0 and stats.ttft_ms is None
