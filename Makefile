@@ -6,7 +6,7 @@ STACK ?= dev
 LAB ?= $(STACK)
 OUT ?= results
 
-.PHONY: venv test plan docs g6-sim g6-kv-sim g6-quant-sim g6-prefix-sim g6-saturation-sim preflight status up down cost clean
+.PHONY: venv test test-agreement g6-agreement plan docs g6-sim g6-kv-sim g6-quant-sim g6-prefix-sim g6-saturation-sim preflight status up down cost clean
 
 # A target's required variables, checked before anything runs (no venv, no python): one line naming
 # those missing and an example.
@@ -30,7 +30,13 @@ venv: $(VENV)/.installed ## create .venv with every pinned dependency
 
 test: venv ## run the whole test suite (no cloud; fetches the pinned upstream files once, see README)
 	$(BIN)/python -m tests.upstream fetch
-	$(BIN)/python -m pytest
+	$(BIN)/python -m pytest -m "not agreement"
+
+test-agreement: venv ## each g6 experiment on the real-time simulator against the virtual-clock oracle (a few minutes)
+	$(BIN)/python -m pytest -m agreement
+
+g6-agreement: venv ## every shipped g6 --sim example against the oracle fed its plans (the examples' own length, about 20 min)
+	$(BIN)/python -m benchmarks.g6.agreement examples/g6-sim examples/g6-quant-sim examples/g6-prefix-sim examples/g6-kv-sim examples/g6-saturation-sim
 
 plan: venv ## offline plan of a stack: make plan STACK=g6
 	$(BIN)/python -m stacks.plan $(STACK)

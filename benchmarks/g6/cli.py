@@ -77,6 +77,9 @@ def parser() -> argparse.ArgumentParser:
     )
     src = p.add_argument_group("target (one of --sim, --target, --stack, --outputs; --target may override a stack's endpoint)")
     src.add_argument("--sim", action="store_true", help="start the simulated vLLM backend for each max-num-seqs value")
+    src.add_argument("--virtual", action="store_true",
+                     help="with --sim: send no load, replay every point on the simulator's virtual clock (its engine "
+                     "without this machine's jitter): the expected answer, in the time the engine takes")  # fmt: skip
     src.add_argument("--target", help="base URL of an OpenAI-compatible server, e.g. http://127.0.0.1:8000")
     src.add_argument("--stack", help="Pulumi stack: endpoint, model and server parameters from its outputs; "
                      "server settings (max-num-seqs, a variant's model and quantization, the kv experiment's "
@@ -130,8 +133,8 @@ def parser() -> argparse.ArgumentParser:
     p.add_argument("--health-timeout", type=positive, default=1800.0, help="seconds to wait for vLLM after a pulumi up")
     sim = p.add_argument_group("simulator and sizing")
     sim.add_argument("--gpu", help=f"GPU of the server ({', '.join(GPUS)}); default l4 for --sim, else from the outputs")
-    sim.add_argument("--speedup", type=positive, help=f"--sim only: divide simulated time by this (default {SIM_SPEEDUP:g}; "
-                     "saturation: 1, its points last seconds of arrivals whatever the speed)")  # fmt: skip
+    sim.add_argument("--speedup", type=positive, help=f"--sim only: divide simulated time by this (default {SIM_SPEEDUP:g}, real "
+                     "time: faster, this machine's CPUs shape the figures; below 1, the simulator runs slower than the GPU)")  # fmt: skip
     sim.add_argument("--gpu-memory-utilization", type=fraction,
                      help=f"the server's (kv: default {KV_GPU_MEMORY_UTILIZATION:g}, applied to the server)")  # fmt: skip
     sim.add_argument("--max-model-len", type=whole(1))

@@ -83,6 +83,8 @@ class G6Params(BaseModel):
     max_model_len: int | None = None
     quantization: Literal["fp8", "awq", "gptq"] | None = None
     speedup: float = Field(1.0, gt=0, description="the simulator's time compression; 1 for real servers")
+    # --sim --virtual: every point replayed on the simulator's virtual clock, no load sent (benchmarks.g6.virtual).
+    virtual: bool = False
 
     @model_validator(mode="after")
     def _coherent(self) -> G6Params:
@@ -97,6 +99,8 @@ class G6Params(BaseModel):
                 f"--max-num-seqs {','.join(map(str, self.max_num_seqs))}: a sweep changes the server, which "
                 "needs --sim or --stack STACK (config + pulumi up); with --target or --outputs alone give one value"
             )
+        if self.virtual and self.target_kind != "sim":
+            raise G6Error("--virtual replays the simulator's engine: it needs --sim")
         if self.speedup != 1.0 and self.target_kind != "sim":
             raise G6Error("--speedup applies to --sim only: a real server runs in real time")
         return self

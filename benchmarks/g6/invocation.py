@@ -21,6 +21,7 @@ class Invocation:
 
     # target
     sim: bool
+    virtual: bool
     target: str | None
     stack: str | None
     outputs: Path | None
@@ -96,6 +97,8 @@ def check(inv: Invocation) -> None:
         return
     if inv.recording is not None:
         raise G6Error("--recording measures a cold-start run again: add --experiment cold-start")
+    if inv.virtual and not inv.sim:
+        raise G6Error("--virtual replays the simulator's engine on its own clock: add --sim")
     if inv.sim and (inv.target or inv.stack or inv.outputs):
         raise G6Error("--sim starts its own server: drop --target/--stack/--outputs")
     if not (inv.sim or inv.target or inv.stack or inv.outputs):

@@ -118,7 +118,9 @@ def client_text(meta: RunMeta, points: list[G6Point]) -> str:
 
 def target_text(p: G6Params) -> str:
     return {
-        "sim": f"the simulated vLLM backend ({p.gpu}, speedup x{p.speedup:g})",
+        "sim": f"the simulated vLLM backend ({p.gpu}, speedup x{p.speedup:g})" + (
+            ", every point replayed on its virtual clock (--virtual: no load sent, no host in the figures)"
+            if p.virtual else ""),
         "url": f"the server at {p.target}",
         "stack": f"stack `{p.stack}` at {p.target}",
     }[p.target_kind]

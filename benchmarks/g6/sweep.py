@@ -28,6 +28,7 @@ from benchmarks.metrics import (
     MetricsError,
     PrometheusClient,
     Scraper,
+    ServerMetrics,
     metrics_from_scrapes,
     read_cache_config,
     with_gpu_metrics,
@@ -51,6 +52,9 @@ class Measurement(NamedTuple):
     prom: PrometheusClient | None
     progress: RunProgress
     price: GpuPrice | None
+    # The server's figures over a window (start, end, counters from; unix seconds) where they are not
+    # scraped from its /metrics: the virtual clock's replay (benchmarks.g6.virtual).
+    server_metrics: Callable[[float, float, float | None], ServerMetrics] | None = None
 
 
 # A point outside the prefix experiment whose prompt tokens the prefix cache served above this share
@@ -132,10 +136,11 @@ def measure_point(
     # The server's own gauges are scraped directly, as often as the client likes: a Prometheus
     # scraping every 15 s holds one sample or none of a point of seconds.
     fetch, where = metrics_of(server)
-    scraper: Scraper | None = Scraper(fetch, params.scrape_interval_s, where)
+    scraper: Scraper | None = Scraper(fetch, params.scrape_interval_s, where) if how.server_metrics is None else None
     error = None
     try:
-        scraper.start()
+        if scraper is not None:
+            scraper.start()
     except MetricsError as exc:
         scraper, error = None, str(exc)
     # Converted to GPU time here, once: every latency, rate, SLO judgement and price below is the GPU's.
@@ -145,19 +150,30 @@ def measure_point(
     window = stats.window
     metrics = settled_metrics = None
     # The server's gauges over the same window as the client's (the warm-up before it is not the point's);
-    # its counters from the counted requests' first send.
+    # its counters over the point's own requests, warm-up included (prefix-cache lookups are counted as a
+    # request is admitted, before its first token opens the window): from the scrape taken before its
+    # first send, whose timing no clock between this process, the client's and the server's can blur.
     counted_from = window.sent_from.timestamp() if window is not None and window.sent_from is not None else None
+    # The steady window is measured from the counted requests' first send (benchmarks.loadgen.steady).
+    steady_from = min((r.scheduled for r in run.records), default=0.0) + run.wall_offset
     if scraper is not None:
         try:
             scrapes = scraper.stop()
             span = (window.start.timestamp(), window.end.timestamp()) if window is not None else (None, None)
-            metrics = metrics_from_scrapes(scrapes, *span, counted_from).in_time_scale(params.speedup)
-            if settled is not None and counted_from is not None:
-                settled_metrics = metrics_from_scrapes(scrapes, counted_from + settled.start_s / params.speedup,
-                                                       counted_from + settled.end_s / params.speedup)  # fmt: skip
+            metrics = metrics_from_scrapes(scrapes, *span, scrapes[0].t).in_time_scale(params.speedup)
+            if settled is not None:
+                settled_metrics = metrics_from_scrapes(scrapes, steady_from + settled.start_s / params.speedup,
+                                                       steady_from + settled.end_s / params.speedup)  # fmt: skip
                 settled_metrics = settled_metrics.in_time_scale(params.speedup)
         except MetricsError as exc:
             error = str(exc)
+    if how.server_metrics is not None and window is not None and counted_from is not None:
+        metrics = how.server_metrics(window.start.timestamp(), window.end.timestamp(), counted_from)
+        metrics = metrics.in_time_scale(params.speedup)
+        if settled is not None:
+            settled_metrics = how.server_metrics(steady_from + settled.start_s / params.speedup,
+                                                 steady_from + settled.end_s / params.speedup, None)  # fmt: skip
+            settled_metrics = settled_metrics.in_time_scale(params.speedup)
     if how.prom is not None and window is not None:
         try:
             metrics = with_gpu_metrics(

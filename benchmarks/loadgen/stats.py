@@ -91,8 +91,9 @@ class Window(BaseModel):
     start: datetime
     end: datetime
     seconds: float
-    # The counted requests' first scheduled send (wall clock): the server's counters (prefix-cache
-    # lookups, preemptions) count from there, as it admits a request before its first token.
+    # The point's first scheduled send, warm-up included (wall clock): the server's counters (prefix-cache
+    # lookups, preemptions) count the point's own requests from there, as it admits a request before its
+    # first token opens the window.
     sent_from: datetime | None = None
 
 
@@ -289,7 +290,7 @@ def summarize(run: LoadRun, spec: LoadSpec, time_scale: float = 1.0) -> PointSta
             start=datetime.fromtimestamp(start / time_scale + run.wall_offset, UTC),
             end=datetime.fromtimestamp(end / time_scale + run.wall_offset, UTC),
             seconds=seconds,
-            sent_from=datetime.fromtimestamp(min(r.scheduled for r in records) / time_scale + run.wall_offset, UTC),
+            sent_from=datetime.fromtimestamp(min(r.scheduled for r in [*run.warmup, *run.records]) + run.wall_offset, UTC),
         )
     lags = np.array([r.sent - r.scheduled for r in run.records]) * 1000.0
     lag = None
