@@ -19,6 +19,7 @@ from benchmarks.g6.targets import ServerSettings, SimTarget
 from benchmarks.loadgen import LoadSpec, summarize
 from benchmarks.loadgen.core import arrival_offsets, build_bodies
 from benchmarks.sim import SimConfig
+from benchmarks.sim.cli import main
 from benchmarks.sim.virtual import replay
 
 QWEN_05 = "Qwen/Qwen2.5-0.5B-Instruct"
@@ -203,3 +204,44 @@ def test_a_prefix_arm_replays_with_the_hits_its_groups_share():
     off = replay(spec.plan(), target.config(ServerSettings(enable_prefix_caching=False))).point(spec)
     assert on[1].prefix_cache_hits / on[1].prefix_cache_queries > 0.7 and off[1].prefix_cache_queries == 0
     assert on[0].ttft_ms.p50 < 0.5 * off[0].ttft_ms.p50
+
+
+# -- python -m benchmarks.sim --virtual ------------------------------------------------------------------
+
+
+def test_virtual_prints_the_points_figures_and_json_for_machines(capsys):
+    argv = ["--virtual", "--model", QWEN_05, "--max-model-len", "2048", "--rate", "8", "--requests", "40",
+            "--input-len", "uniform:50,150", "--output-len", "64", "--eos", "--prefix-len", "32", "--seed", "3"]  # fmt: skip
+    assert main(argv) == 0
+    text = capsys.readouterr().out
+    assert main([*argv, "--json"]) == 0
+    saved = json.loads(capsys.readouterr().out)
+    # The same point as replaying the plan the load generator would send, server and point seeded alike.
+    spec = LoadSpec(base_url="http://virtual", model=QWEN_05, rate=8, requests=40, input_len="uniform:50,150",
+                    output_len=64, eos=True, prefix_len=32, seed=3, max_model_len=2048)  # fmt: skip
+    stats, server = replay(spec.plan(), SimConfig(model=QWEN_05, max_model_len=2048, seed=3)).point(spec)
+    assert saved["point"]["ttft_ms"]["p99"] == pytest.approx(stats.ttft_ms.p99)
+    assert saved["server"]["prefix_cache_hits"] == server.prefix_cache_hits > 0
+    assert saved["config"]["seed"] == 3 and saved["load"]["rate"] == 8
+    assert f"{stats.requests_per_s:,.2f} req/s, {stats.output_tokens_per_s:,.0f} output tok/s" in text
+    assert f"p50 {stats.ttft_ms.p50:,.1f}   p90 {stats.ttft_ms.p90:,.1f}   p99 {stats.ttft_ms.p99:,.1f}" in text
+    rate = server.prefix_cache_hits / server.prefix_cache_queries
+    assert f"{rate:.1%} of {server.prefix_cache_queries:,.0f} prompt tokens hit" in text
+    assert f"KV cache      peak {server.kv_cache_usage.max:.1%}" in text
+
+
+@pytest.mark.parametrize(("argv", "said"), [
+    (["--virtual", "--model", QWEN_05], "--virtual needs --concurrency N (closed loop) or --rate R"),
+    (["--virtual", "--model", QWEN_05, "--concurrency", "2", "--input-len", "uniform:5"], "argument --input-len: lengths"),
+    (["--virtual", "--model", QWEN_05, "--concurrency", "0"], "--concurrency: Input should be greater than or equal to 1"),
+    (["--virtual", "--model", QWEN_05, "--concurrency", "2", "--speedup", "4"], "--speedup: no server runs with --virtual"),
+    (["--virtual", "--model", "nope", "--concurrency", "2"], "unknown model 'nope'"),
+    (["--model", QWEN_05, "--concurrency", "2"], "--concurrency: load flags, for --virtual only"),
+])  # fmt: skip
+def test_virtual_refuses_bad_input_in_one_line(argv, said, capsys):
+    try:
+        status = main(argv)
+    except SystemExit as exc:  # argparse's own refusals
+        status = exc.code
+    err = capsys.readouterr().err
+    assert status == 2 and said in err and len(err.strip().splitlines()) == 1 and "Traceback" not in err
