@@ -5,19 +5,23 @@ bodies the load generator sends; its determinism; and a change of the plan reach
 from __future__ import annotations
 
 import json
-import subprocess
-import sys
+import math
 from dataclasses import replace
-from pathlib import Path
 
 import pytest
 
+from benchmarks.g6.config import G6Params
+from benchmarks.g6.experiments.kv import wave_spec
+from benchmarks.g6.experiments.prefix import PrefixParams, prefix_spec
+from benchmarks.g6.experiments.saturation import SaturationParams, point_spec
+from benchmarks.g6.sweep import load_spec
+from benchmarks.g6.targets import ServerSettings, SimTarget
 from benchmarks.loadgen import LoadSpec, summarize
 from benchmarks.loadgen.core import arrival_offsets, build_bodies
 from benchmarks.sim import SimConfig
+from benchmarks.sim.cli import main
 from benchmarks.sim.virtual import replay
 
-REPO = Path(__file__).resolve().parents[1]
 QWEN_05 = "Qwen/Qwen2.5-0.5B-Instruct"
 QWEN_15 = "Qwen/Qwen2.5-1.5B-Instruct"
 
@@ -150,3 +154,94 @@ def test_requests_vllm_refuses_are_http_errors_in_the_records():
     run = replay(spec.plan(), SimConfig(model=QWEN_05, max_model_len=2048)).run
     stats = summarize(run, spec)
     assert stats.failed == 4 and stats.failures == {"http_400": 4} and stats.completed == 0 and stats.ttft_ms is None
+
+
+# -- every experiment's points, replayed: the entry their agreement checks call ------------------------
+
+
+def _g6(**kw) -> tuple[G6Params, SimTarget]:
+    """g6 --sim's parameters and the simulator it starts for them (x1: GPU time on the records' clock)."""
+    params = G6Params(target_kind="sim", target="sim", model=QWEN_15, speedup=1.0, **kw)
+    base = ServerSettings(model=QWEN_15, gpu_memory_utilization=params.gpu_memory_utilization,
+                          max_model_len=params.max_model_len)  # fmt: skip
+    return params, SimTarget(gpu="l4", speedup=1.0, seed=params.seed, base=base)
+
+
+def test_a_sweep_point_and_a_saturation_rate_replay_as_g6_builds_them():
+    """The sweep's closed-loop point and a saturation search's open-loop points, from g6's own spec builders:
+    well below capacity the server keeps pace with Poisson arrivals (completions' end-time slope about 1),
+    far above it completions fall behind (the slope is offered / capacity, above 1)."""
+    params, target = _g6(concurrency=[8], max_num_seqs=[32], max_model_len=4096)
+    config = target.config(ServerSettings(max_num_seqs=32))
+    sweep = load_spec(params, "http://sim", concurrency=8)
+    stats, server = replay(sweep.plan(), config).point(sweep)
+    assert stats.completed == params.requests_at(8) and server.running.max == 8 and server.waiting.max == 0
+    sat = SaturationParams()
+    slow, fast = (point_spec(params, sat, "http://sim", rate) for rate in (2.0, 40.0))
+    assert replay(slow.plan(), config).point(slow)[0].end_slope == pytest.approx(1.0, abs=0.05)
+    assert replay(fast.plan(), config).point(fast)[0].end_slope > 1.3
+
+
+def test_a_kv_wave_replays_with_preemption_only_past_the_pool():
+    """Waves of 1,024-token sequences (half prompt, half cap, EOS) from the kv experiment's wave_spec at
+    utilisation 0.3: half the pool's worth of sequences at their cap runs without a preemption, three
+    times it preempts."""
+    params, target = _g6(experiment="kv", max_model_len=4096, gpu_memory_utilization=0.3)
+    config = target.config(ServerSettings())
+    fit = config.sizing().num_gpu_blocks // math.ceil(1023 / 16)
+    for concurrency, preempted in ((fit // 2, False), (3 * fit, True)):
+        wave = wave_spec(params, "http://sim", 1024, concurrency)
+        stats, server = replay(wave.plan(), config).point(wave)
+        assert stats.completed == concurrency and (server.preemptions > 0) is preempted, concurrency
+
+
+def test_a_prefix_arm_replays_with_the_hits_its_groups_share():
+    """The prefix experiment's point (4 groups of 2,048 shared tokens, 16 requests in flight), caching on
+    and off: on, most of the prompt tokens hit and TTFT falls; off, the counters stay at zero."""
+    params, target = _g6(experiment="prefix", concurrency=[16], requests=48, max_model_len=4096)
+    spec = prefix_spec(params, PrefixParams(), "http://sim")
+    on = replay(spec.plan(), target.config(ServerSettings(enable_prefix_caching=True))).point(spec)
+    off = replay(spec.plan(), target.config(ServerSettings(enable_prefix_caching=False))).point(spec)
+    assert on[1].prefix_cache_hits / on[1].prefix_cache_queries > 0.7 and off[1].prefix_cache_queries == 0
+    assert on[0].ttft_ms.p50 < 0.5 * off[0].ttft_ms.p50
+
+
+# -- python -m benchmarks.sim --virtual ------------------------------------------------------------------
+
+
+def test_virtual_prints_the_points_figures_and_json_for_machines(capsys):
+    argv = ["--virtual", "--model", QWEN_05, "--max-model-len", "2048", "--rate", "8", "--requests", "40",
+            "--input-len", "uniform:50,150", "--output-len", "64", "--eos", "--prefix-len", "32", "--seed", "3"]  # fmt: skip
+    assert main(argv) == 0
+    text = capsys.readouterr().out
+    assert main([*argv, "--json"]) == 0
+    saved = json.loads(capsys.readouterr().out)
+    # The same point as replaying the plan the load generator would send, server and point seeded alike.
+    spec = LoadSpec(base_url="http://virtual", model=QWEN_05, rate=8, requests=40, input_len="uniform:50,150",
+                    output_len=64, eos=True, prefix_len=32, seed=3, max_model_len=2048)  # fmt: skip
+    stats, server = replay(spec.plan(), SimConfig(model=QWEN_05, max_model_len=2048, seed=3)).point(spec)
+    assert saved["point"]["ttft_ms"]["p99"] == pytest.approx(stats.ttft_ms.p99)
+    assert saved["server"]["prefix_cache_hits"] == server.prefix_cache_hits > 0
+    assert saved["config"]["seed"] == 3 and saved["load"]["rate"] == 8
+    assert f"{stats.requests_per_s:,.2f} req/s, {stats.output_tokens_per_s:,.0f} output tok/s" in text
+    assert f"p50 {stats.ttft_ms.p50:,.1f}   p90 {stats.ttft_ms.p90:,.1f}   p99 {stats.ttft_ms.p99:,.1f}" in text
+    rate = server.prefix_cache_hits / server.prefix_cache_queries
+    assert f"{rate:.1%} of {server.prefix_cache_queries:,.0f} prompt tokens hit" in text
+    assert f"KV cache      peak {server.kv_cache_usage.max:.1%}" in text
+
+
+@pytest.mark.parametrize(("argv", "said"), [
+    (["--virtual", "--model", QWEN_05], "--virtual needs --concurrency N (closed loop) or --rate R"),
+    (["--virtual", "--model", QWEN_05, "--concurrency", "2", "--input-len", "uniform:5"], "argument --input-len: lengths"),
+    (["--virtual", "--model", QWEN_05, "--concurrency", "0"], "--concurrency: Input should be greater than or equal to 1"),
+    (["--virtual", "--model", QWEN_05, "--concurrency", "2", "--speedup", "4"], "--speedup: no server runs with --virtual"),
+    (["--virtual", "--model", "nope", "--concurrency", "2"], "unknown model 'nope'"),
+    (["--model", QWEN_05, "--concurrency", "2"], "--concurrency: load flags, for --virtual only"),
+])  # fmt: skip
+def test_virtual_refuses_bad_input_in_one_line(argv, said, capsys):
+    try:
+        status = main(argv)
+    except SystemExit as exc:  # argparse's own refusals
+        status = exc.code
+    err = capsys.readouterr().err
+    assert status == 2 and said in err and len(err.strip().splitlines()) == 1 and "Traceback" not in err

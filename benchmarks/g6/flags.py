@@ -9,8 +9,7 @@ import sys
 from collections.abc import Callable
 from typing import NoReturn
 
-from benchmarks.loadgen.errors import LoadgenError
-from benchmarks.loadgen.lengths import Lengths, parse_lengths
+from benchmarks.loadgen.lengths import lengths_argument as lengths  # noqa: F401 (the g6 flags' type)
 
 
 class Parser(argparse.ArgumentParser):
@@ -86,9 +85,3 @@ def fraction(text: str) -> float:
     return value
 
 
-def lengths(text: str) -> Lengths:
-    """A request length: a number or a seeded distribution (benchmarks.loadgen.lengths)."""
-    try:
-        return parse_lengths(text)
-    except LoadgenError as exc:
-        raise argparse.ArgumentTypeError(str(exc)) from None

@@ -34,7 +34,7 @@ from facts.catalogue import get_gpu, get_model
 from benchmarks.sim import toymodel
 from benchmarks.sim.admission import BadRequest, RequestReader, int_field, prompt_of
 from benchmarks.sim.config import SimConfig
-from benchmarks.sim.engine import Engine, SimRequest
+from benchmarks.sim.engine import Engine, EngineCore, SimRequest
 from benchmarks.sim.metrics import SimMetrics
 
 MAX_LOGPROBS = 20  # vLLM's default --max-logprobs
@@ -87,14 +87,9 @@ class SimServer:
 
     @contextlib.asynccontextmanager
     async def lifespan(self, app: Starlette) -> AsyncIterator[None]:
-        self.engine = Engine(
-            self.sizing,
-            seed=self.config.seed,
-            speedup=self.config.speedup,
-            prefix_caching=self.config.enable_prefix_caching,
-            on_token=self.metrics.on_token,
-            on_finish=self.metrics.on_finish,
-        )
+        core = EngineCore(self.sizing, seed=self.config.seed, speedup=self.config.speedup,
+                          prefix_caching=self.config.enable_prefix_caching, on_token=self._token, on_finish=self._finish)  # fmt: skip
+        self.engine = Engine(core)
         self.metrics.attach(self.engine)
         task = asyncio.create_task(self.engine.run())
         try:
@@ -103,6 +98,16 @@ class SimServer:
             task.cancel()
             with contextlib.suppress(asyncio.CancelledError):
                 await task
+
+    def _token(self, request: SimRequest) -> None:
+        self.metrics.on_token(request)
+        if request.events is not None:
+            request.events.put_nowait(request.output_tokens)
+
+    def _finish(self, request: SimRequest) -> None:
+        self.metrics.on_finish(request)
+        if request.events is not None:
+            request.events.put_nowait(None)  # the handler's stream ends
 
     # -- plain routes -------------------------------------------------------------------------
     async def health(self, request: Request) -> Response:

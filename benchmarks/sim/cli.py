@@ -23,7 +23,7 @@ from pydantic import ValidationError
 
 from facts.catalogue import GPUS, MODELS, ServingError
 from benchmarks.loadgen.errors import LoadgenError
-from benchmarks.loadgen.lengths import FORMS, parse_lengths
+from benchmarks.loadgen.lengths import FORMS, lengths_argument, parse_lengths
 from benchmarks.loadgen.spec import LoadSpec
 from benchmarks.sim.app import build_app
 from benchmarks.sim.config import SimConfig
@@ -71,8 +71,8 @@ def _parser() -> argparse.ArgumentParser:
     arrival.add_argument("--concurrency", type=int, help="closed loop: requests in flight")
     arrival.add_argument("--rate", type=float, help="open loop: Poisson arrivals per second")
     load.add_argument("--requests", type=int, default=64, help="counted requests (default 64)")
-    load.add_argument("--input-len", type=_lengths, default=parse_lengths("256"), help=f"prompt tokens: {FORMS} (default 256)")
-    load.add_argument("--output-len", type=_lengths, default=parse_lengths("128"), help=f"output tokens: {FORMS} (default 128)")
+    load.add_argument("--input-len", type=lengths_argument, default=parse_lengths("256"), help=f"prompt tokens: {FORMS} (default 256)")
+    load.add_argument("--output-len", type=lengths_argument, default=parse_lengths("128"), help=f"output tokens: {FORMS} (default 128)")
     load.add_argument("--eos", action="store_true", help="requests stop at EOS: --output-len is the cap (max_tokens)")
     load.add_argument("--prefix-len", type=int, default=0, help="tokens every prompt of a group starts with")
     load.add_argument("--prefix-groups", type=int, default=1, help="groups of shared prefixes, requests dealt in turn")
@@ -81,13 +81,6 @@ def _parser() -> argparse.ArgumentParser:
     load.add_argument("--api", choices=["completions", "chat"], default="completions")
     load.add_argument("--json", action="store_true", help="print the point and the server's figures as JSON")
     return parser
-
-
-def _lengths(text: str) -> object:
-    try:
-        return parse_lengths(text)
-    except LoadgenError as exc:
-        raise argparse.ArgumentTypeError(str(exc)) from None
 
 
 def config_from_flags(flags: list[str]) -> SimConfig:

@@ -63,9 +63,9 @@ class Admission:
     block_hashes: tuple[int, ...] = ()  # chained hashes of the prompt's full blocks (prefix caching on)
 
 
-@dataclass
+@dataclass(eq=False)  # one request is itself only: the scheduler's `in` and `remove` compare identity
 class SimRequest:
-    """One request's state in the engine and its server-side timeline (monotonic seconds)."""
+    """One request's state in the engine and its server-side timeline (seconds on the driver's clock)."""
 
     request_id: str
     index: int
@@ -407,30 +407,11 @@ class EngineCore:
 
 
 class Engine:
-    """Runs the engine core in real time (durations divided by `speedup`) from one asyncio task."""
+    """Runs an engine core in real time (durations divided by its `speedup`) from one asyncio task; its
+    hooks hand tokens on to whoever waits for them (the HTTP handlers' per-request queues)."""
 
-    def __init__(
-        self,
-        sizing: Sizing,
-        *,
-        seed: int,
-        speedup: float,
-        prefix_caching: bool = False,
-        on_token: Callable[[SimRequest], None] = lambda request: None,
-        on_finish: Callable[[SimRequest], None] = lambda request: None,
-    ) -> None:
-        def token(request: SimRequest) -> None:
-            on_token(request)
-            if request.events is not None:
-                request.events.put_nowait(request.output_tokens)
-
-        def finish(request: SimRequest) -> None:
-            on_finish(request)
-            if request.events is not None:
-                request.events.put_nowait(None)
-
-        self.core = EngineCore(sizing, seed=seed, speedup=speedup, prefix_caching=prefix_caching, on_token=token,
-                               on_finish=finish)  # fmt: skip
+    def __init__(self, core: EngineCore) -> None:
+        self.core = core
         self.steps: collections.deque[StepRecord] = collections.deque()
         self._wake = asyncio.Event()
 

@@ -99,11 +99,10 @@ class Replay:
             [r.first_token - self.arrivals[r.i] for r in (*self.run.warmup, *self.run.records)
              if r.first_token is not None and start <= r.first_token <= end]
         )  # fmt: skip
-        scraped = [self._at(t) for t in _marks(start, end, interval_s)]
-        kv = [s.kv_blocks_used / self.num_gpu_blocks for s in scraped]
-        series = [Series(name="running", points=[(t, s.running) for t, s in zip(_marks(start, end, interval_s), scraped)]),
-                  Series(name="waiting", points=[(t, s.waiting) for t, s in zip(_marks(start, end, interval_s), scraped)]),
-                  Series(name="kv_cache_usage", points=list(zip(_marks(start, end, interval_s), kv)))]  # fmt: skip
+        scraped = [(t, self._at(t)) for t in _marks(start, end, interval_s)]
+        series = [Series(name="running", points=[(t, s.running) for t, s in scraped]),
+                  Series(name="waiting", points=[(t, s.waiting) for t, s in scraped]),
+                  Series(name="kv_cache_usage", points=[(t, s.kv_blocks_used / self.num_gpu_blocks) for t, s in scraped])]  # fmt: skip
         return ServerMetrics(
             source="virtual",
             **fields,

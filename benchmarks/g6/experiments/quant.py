@@ -143,9 +143,9 @@ def _quality(params: G6Params, quant: QuantParams, server: Server, served: str, 
     except QualityError as exc:
         return ref, None, f"not measured: {exc}"
     # The simulator's log-probabilities are its toy model's, the same for every variant: the pipeline ran,
-    # its figures are kept, and they are never presented as a quality measurement.
+    # and its figures are not a measurement of anything, so none is stored (null, not a KL of 0).
     if params.target_kind == "sim":
-        return ref, score, NOT_MEASURED_SIM
+        return ref, None, NOT_MEASURED_SIM
     return ref, score, "the baseline against itself: the noise floor" if baseline else ""
 
 
