@@ -44,19 +44,19 @@ plan: venv ## offline plan of a stack: make plan STACK=g6
 docs: venv ## refresh the generated docs: the configuration reference and the figures quoted from examples/
 	$(BIN)/python -m tests.docgen
 
-g6-sim: venv ## the g6 sweep against the simulated L4; report in $(OUT)/
+g6-sim: venv ## the g6 sweep against the simulated L4 in real time, every point 3 times (about 17 minutes); report in $(OUT)/
 	$(BIN)/python -m benchmarks g6 --sim --model Qwen/Qwen2.5-1.5B-Instruct --max-num-seqs 8,32 --concurrency 1,8,32 --out $(OUT)
 
-g6-kv-sim: venv ## g6's KV-cache experiment against the simulated L4 (about 3-4 minutes)
+g6-kv-sim: venv ## g6's KV-cache experiment against the simulated L4 in real time (about 16 minutes)
 	$(BIN)/python -m benchmarks g6 --sim --experiment kv --model Qwen/Qwen2.5-1.5B-Instruct --out $(OUT)
 
-g6-quant-sim: venv ## g6's quantization experiment against the simulated L4 (about 50 s)
+g6-quant-sim: venv ## g6's quantization experiment against the simulated L4 in real time (about 20 minutes)
 	$(BIN)/python -m benchmarks g6 --sim --experiment quant --variants bf16,fp8,awq --out $(OUT)
 
-g6-prefix-sim: venv ## g6's shared-prefix experiment, prefix caching on and off, against the simulated L4 (about 20 s)
+g6-prefix-sim: venv ## g6's shared-prefix experiment, prefix caching on and off, against the simulated L4 (about 5 minutes)
 	$(BIN)/python -m benchmarks g6 --sim --experiment prefix --out $(OUT)
 
-g6-saturation-sim: venv ## the request rate the simulated L4 holds within TTFT p99 500 ms (about 2 minutes, in real time)
+g6-saturation-sim: venv ## the request rate the simulated L4 holds within TTFT p99 500 ms (about 15 minutes, in real time)
 	$(BIN)/python -m benchmarks g6 --sim --experiment saturation --slo-ttft-ms 500 --out $(OUT)
 
 preflight: venv ## before `pulumi up`: credentials, APIs, L4 quota, L4 zones: make preflight LAB=g6

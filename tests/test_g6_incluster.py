@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import copy
 import json
+import statistics
 import subprocess
 import sys
 import time
@@ -57,7 +58,8 @@ def sim_url():
 
 def _manifest(g6_outputs: Path, tmp_path: Path, *extra: str) -> list[dict[str, Any]]:
     out = tmp_path / "manifest"
-    assert main(["--outputs", str(g6_outputs), "--client-manifest", str(out), "--concurrency", "1,64", *extra]) == 0
+    assert main(["--outputs", str(g6_outputs), "--client-manifest", str(out), "--concurrency", "1,64", "--repeats", "1",
+                 *extra]) == 0  # fmt: skip
     return [yaml.safe_load(p.read_text()) for p in sorted(out.iterdir())]
 
 
@@ -411,10 +413,12 @@ def test_client_manifest_of_the_experiments_shows_their_points(g6_outputs, tmp_p
                  "--context-len", "1024,2048"]) == 0  # fmt: skip
     plans = [Plan.from_json(next(e["value"] for e in _pod(yaml.safe_load(p.read_text()))["containers"][0]["env"]
                                  if e["name"] == PLAN_ENV)) for p in sorted(out.glob("job-*.yaml"))]  # fmt: skip
-    # Half prompt, half output cap (stopping at EOS); one wave of C sequences (C requests, no warm-up),
-    # capped by max-num-seqs.
-    assert [(set(p.input_lens), set(p.output_lens), p.eos) for p in plans] == [({512}, {512}, True), ({1024}, {1024}, True)]
-    assert all(p.requests == p.concurrency and p.warmup == 0 for p in plans)
+    # Prompts lognormal around half the length, an output cap of the other half (stopping at EOS); a closed
+    # loop of C sequences, 6 requests a slot, no warm-up, capped by max-num-seqs.
+    assert [(set(p.output_lens), p.eos) for p in plans] == [({512}, True), ({1024}, True)]
+    assert [round(statistics.fmean(p.input_lens), -2) for p in plans] == [500, 1000]
+    assert all(len(set(p.input_lens)) > 10 for p in plans)
+    assert all(p.requests == 6 * p.concurrency and p.warmup == 0 for p in plans)
     assert all(p.concurrency == outputs["benchmark"]["max_num_seqs"] for p in plans)
     out = tmp_path / "quant"
     assert main(["--outputs", str(g6_outputs), "--client-manifest", str(out), "--experiment", "quant",
@@ -458,14 +462,16 @@ def test_the_kv_experiment_runs_its_waves_as_jobs_and_reads_vllm_through_the_pro
     (folder,) = out.iterdir()
     result = load_result(KvResult, folder)
     assert rc == 0, result.meta.errors
-    assert [(p.context_len, p.concurrency) for p in result.probes] == [(64, 2), (128, 2)]
-    assert all(p.point.completed == 2 and p.point.client.where == "in-cluster" for p in result.probes)
+    # The fixed concurrency at each length, then each contiguous baseline's (within the client's cap of 256).
+    assert [(p.context_len, p.concurrency) for p in result.probes if p.role == "search"] == [(64, 2), (128, 2)]
+    assert {p.role for p in result.probes} == {"search", "max-model-len", "prompt + max_tokens"}
+    assert all(p.point.completed == 6 * p.concurrency and p.point.client.where == "in-cluster" for p in result.probes)
     # vLLM's block count came through the API server's service proxy, as did the scrapes.
     assert result.cache is not None and ("GET", "vllm", "/metrics") in in_cluster.proxied
     # A Prometheus without endpoints costs the points their GPU series, not the run.
     assert any("server metrics" in e and "kps-prometheus:9090 answered HTTP 503" in e for e in result.meta.errors)
     jobs = [o for o in in_cluster.created if o["kind"] == "Job"]
-    assert len(jobs) == 2 and _deleted_kinds(in_cluster, jobs[0]["metadata"]["labels"][RUN_LABEL]) == {"Job", "ConfigMap", "Pod"}
+    assert len(jobs) == len(result.probes) and _deleted_kinds(in_cluster, jobs[0]["metadata"]["labels"][RUN_LABEL]) == {"Job", "ConfigMap", "Pod"}
 
 
 def test_the_quant_experiment_runs_its_points_as_jobs_and_scores_quality_through_the_proxy(

@@ -124,7 +124,7 @@ def test_requests_over_the_context_are_counted_errors_of_the_point():
     with target.serving(ServerSettings()) as server:
         # No max_model_len in the spec: the client does not clip the lengths to the context.
         forced = LoadSpec(base_url=server.base_url, model=QWEN_05, concurrency=2, requests=4, input_len=2000, output_len=100)
-        point, errors = measure_point(params, forced, server, "c=2", PointContext(None, None), how)
+        point, errors, _ = measure_point(params, forced, server, "c=2", PointContext(None, None), how)
         stopping = forced.model_copy(update={"eos": True})
         clamped = summarize(run_load(stopping), stopping)
     assert point.failed == 4 and point.completed == 0 and point.failures == {"http_400": 4}

@@ -11,9 +11,9 @@ from dataclasses import replace
 import pytest
 
 from benchmarks.g6.config import G6Params
-from benchmarks.g6.experiments.kv import wave_spec
+from benchmarks.g6.experiments.kv import probe_spec
 from benchmarks.g6.experiments.prefix import PrefixParams, prefix_spec
-from benchmarks.g6.experiments.saturation import SaturationParams, point_spec
+from benchmarks.g6.experiments.saturation import point_spec
 from benchmarks.g6.sweep import load_spec
 from benchmarks.g6.targets import ServerSettings, SimTarget
 from benchmarks.loadgen import LoadSpec, summarize
@@ -176,30 +176,29 @@ def test_a_sweep_point_and_a_saturation_rate_replay_as_g6_builds_them():
     sweep = load_spec(params, "http://sim", concurrency=8)
     stats, server = replay(sweep.plan(), config).point(sweep)
     assert stats.completed == params.requests_at(8) and server.running.max == 8 and server.waiting.max == 0
-    sat = SaturationParams()
-    slow, fast = (point_spec(params, sat, "http://sim", rate) for rate in (2.0, 40.0))
+    slow, fast = (point_spec(params, "http://sim", rate, 8.0) for rate in (2.0, 40.0))
     assert replay(slow.plan(), config).point(slow)[0].end_slope == pytest.approx(1.0, abs=0.05)
     assert replay(fast.plan(), config).point(fast)[0].end_slope > 1.3
 
 
-def test_a_kv_wave_replays_with_preemption_only_past_the_pool():
-    """Waves of 1,024-token sequences (half prompt, half cap, EOS) from the kv experiment's wave_spec at
-    utilisation 0.3: half the pool's worth of sequences at their cap runs without a preemption, three
-    times it preempts."""
-    params, target = _g6(experiment="kv", max_model_len=4096, gpu_memory_utilization=0.3)
+def test_a_kv_probe_replays_with_preemption_only_past_the_pool():
+    """Closed loops of 1,024-token sequences (lognormal prompts around 512, a cap of 512, EOS) from the kv
+    experiment's probe_spec at utilisation 0.22: half the pool's worth of sequences at their cap runs without
+    a preemption, three times it preempts."""
+    params, target = _g6(experiment="kv", max_model_len=4096, gpu_memory_utilization=0.22)
     config = target.config(ServerSettings())
     fit = config.sizing().num_gpu_blocks // math.ceil(1023 / 16)
     for concurrency, preempted in ((fit // 2, False), (3 * fit, True)):
-        wave = wave_spec(params, "http://sim", 1024, concurrency)
-        stats, server = replay(wave.plan(), config).point(wave)
-        assert stats.completed == concurrency and (server.preemptions > 0) is preempted, concurrency
+        probe = probe_spec(params, "http://sim", 1024, concurrency)
+        stats, server = replay(probe.plan(), config).point(probe)
+        assert stats.completed == 6 * concurrency and (server.preemptions > 0) is preempted, concurrency
 
 
 def test_a_prefix_arm_replays_with_the_hits_its_groups_share():
-    """The prefix experiment's point (4 groups of 2,048 shared tokens, 16 requests in flight), caching on
-    and off: on, most of the prompt tokens hit and TTFT falls; off, the counters stay at zero."""
-    params, target = _g6(experiment="prefix", concurrency=[16], requests=48, max_model_len=4096)
-    spec = prefix_spec(params, PrefixParams(), "http://sim")
+    """The prefix experiment's point (4 groups of 2,048 shared tokens, 2 requests/s), caching on and off:
+    on, most of the prompt tokens hit and TTFT falls; off, the counters stay at zero."""
+    params, target = _g6(experiment="prefix", requests=48, max_model_len=4096)
+    spec = prefix_spec(params, PrefixParams(), "http://sim", 0)
     on = replay(spec.plan(), target.config(ServerSettings(enable_prefix_caching=True))).point(spec)
     off = replay(spec.plan(), target.config(ServerSettings(enable_prefix_caching=False))).point(spec)
     assert on[1].prefix_cache_hits / on[1].prefix_cache_queries > 0.7 and off[1].prefix_cache_queries == 0

@@ -2,10 +2,13 @@
 
 Each folder's command runs again with --virtual (benchmarks.g6.virtual): the same parameters and seeds, so
 the same plans, replayed on the simulator's engine with no host in them. Every headline figure of the
-saved run is then held against the oracle's: a figure from repeats agrees when the oracle's value lies in
-its 95% rerun interval; a search's answer (the saturation rate, the kv batch) when the oracle's is within
-the search's own tolerance. A real-time run on a machine too busy for the simulated L4 disagrees here:
-its figures are the machine's. Prints one table per folder; exit 1 when any figure disagrees.
+saved run is then held against the oracle's, within the tolerance its report states: a figure from repeats
+agrees when the oracle's value lies in its 95% rerun interval, or when the run's figure over the oracle's
+lies in the band the host adds to a real-time run at x1 (HOST_BANDS: measured over 12 seeds on this
+project's shared 2-core machine, docs/testing.md, "The virtual-clock oracle"); a search's answer (the
+saturation rate, the kv batch) agrees when the oracle's is within the search's own tolerance. A real-time
+run on a machine too busy for the simulated L4 disagrees here: its figures are the machine's. Prints one
+table per folder; exit 1 when any figure disagrees.
 """
 
 from __future__ import annotations
@@ -35,6 +38,10 @@ from benchmarks.loadgen.reruns import Rerun
 RESULTS = {"sweep": G6Result, "quant": QuantResult, "saturation": SaturationResult, "kv": KvResult,
            "prefix": PrefixResult}  # fmt: skip
 FIGURES = ("output_tokens_per_s", "ttft_p50_ms", "ttft_p99_ms", "itl_p50_ms", "itl_p99_ms")
+# Real-time / oracle at x1, the closed-loop and open-loop points' bands together (docs/testing.md). TTFT p99
+# over a few dozen requests is their slowest, set by one stall of the host: no band, its interval only.
+HOST_BANDS = {"output_tokens_per_s": (0.93, 1.02), "served": (0.93, 1.02), "ttft_p50_ms": (0.5, 1.45),
+              "itl_p50_ms": (0.97, 1.10), "itl_p99_ms": (0.97, 4.0), "e2e_p50_ms": (0.96, 1.06)}  # fmt: skip
 
 
 class Check(NamedTuple):
@@ -50,19 +57,21 @@ class AgreementError(Exception):
     """A folder the check cannot replay; the message says why."""
 
 
-def _figure(name: str, shipped: Rerun | None, oracle: Rerun | None) -> Iterator[Check]:
+def _figure(name: str, shipped: Rerun | None, oracle: Rerun | None, band: tuple[float, float] | None = None) -> Iterator[Check]:
     if shipped is None or oracle is None:
         return
+    ratio = shipped.mean / oracle.mean if oracle.mean else None
+    within = band is not None and ratio is not None and band[0] <= ratio <= band[1]
+    said = f"{oracle.mean:,.2f}" + ("" if ratio is None else f" (x{ratio:.3f}" + (f", band {band[0]:g}-{band[1]:g})" if band else ")"))
     if shipped.lo is None or shipped.hi is None:
-        yield Check(name, f"{shipped.mean:,.2f} (one run: no interval)", f"{oracle.mean:,.2f}", True)
+        yield Check(name, f"{shipped.mean:,.2f} (one run: no interval)", said, within)
         return
-    yield Check(name, f"{shipped.mean:,.2f} ({shipped.lo:,.2f}–{shipped.hi:,.2f})", f"{oracle.mean:,.2f}",
-                shipped.contains(oracle.mean))  # fmt: skip
+    yield Check(name, f"{shipped.mean:,.2f} ({shipped.lo:,.2f}–{shipped.hi:,.2f})", said, shipped.contains(oracle.mean) or within)
 
 
 def _figures(label: str, shipped: Figures, oracle: Figures) -> Iterator[Check]:
     for name in FIGURES:
-        yield from _figure(f"{label} {name}", getattr(shipped, name), getattr(oracle, name))
+        yield from _figure(f"{label} {name}", getattr(shipped, name), getattr(oracle, name), HOST_BANDS.get(name))
 
 
 def _search(name: str, shipped: float | None, oracle: float | None, tolerance: float) -> Iterator[Check]:
@@ -101,8 +110,8 @@ def checks(shipped: object, oracle: object) -> list[Check]:
         theirs = {p.rate: p for p in oracle.points}
         for p in shipped.points:
             if (o := theirs.get(p.rate)) is not None:
-                for name in ("served", "output_tokens_per_s", "ttft_p99_ms"):
-                    out += _figure(f"{p.rate:g} req/s {name}", getattr(p, name), getattr(o, name))
+                for name in ("served", "output_tokens_per_s", "ttft_p50_ms", "ttft_p99_ms"):
+                    out += _figure(f"{p.rate:g} req/s {name}", getattr(p, name), getattr(o, name), HOST_BANDS.get(name))
     elif isinstance(shipped, KvResult) and isinstance(oracle, KvResult):
         theirs = {x.context_len: x for x in oracle.lengths}
         for x in shipped.lengths:
@@ -111,10 +120,11 @@ def checks(shipped: object, oracle: object) -> list[Check]:
             tolerance = max(1, round(shipped.kv.tolerance * x.predicted_max_batch)) / max(1, x.measured_max_batch or 1)
             out += _search(f"L={x.context_len} largest batch", x.measured_max_batch, o.measured_max_batch, tolerance)
             if x.measured_max_batch == o.measured_max_batch:
-                out += _figure(f"L={x.context_len} output tok/s", x.output_tokens_per_s, o.output_tokens_per_s)
+                out += _figure(f"L={x.context_len} output tok/s", x.output_tokens_per_s, o.output_tokens_per_s,
+                               HOST_BANDS["output_tokens_per_s"])  # fmt: skip
             for b, c in zip(x.baselines, o.baselines):
                 out += _figure(f"L={x.context_len} {b.reserves} baseline output tok/s", b.output_tokens_per_s,
-                               c.output_tokens_per_s)  # fmt: skip
+                               c.output_tokens_per_s, HOST_BANDS["output_tokens_per_s"])  # fmt: skip
     return out
 
 
@@ -162,7 +172,7 @@ def main(argv: list[str] | None = None) -> int:
         bad = [c for c in found if not c.agrees]
         disagree += len(bad)
         print(f"## {folder}: {len(found) - len(bad)} of {len(found)} figures agree with the oracle\n")
-        print(table(["figure", "this run (95% rerun interval)", "oracle", "agrees"],
+        print(table(["figure", "this run (95% rerun interval)", "oracle (this run / it, host band)", "agrees"],
                     [[c.figure, c.shipped, c.oracle, "yes" if c.agrees else "**no**"] for c in found]))  # fmt: skip
     return 1 if disagree else 0
 

@@ -100,6 +100,7 @@ class Figures(BaseModel):
     e2e_p50_ms: Rerun | None
     usd_per_million_output_tokens: Rerun | None = None  # the GPU node at spot
     prefix_cache_hit_rate: Rerun | None = None
+    roofline_share: Rerun | None = None  # output tok/s over the decode roofline's at the observed batch
 
 
 def figures(points: list[G6Point]) -> Figures:
@@ -121,7 +122,8 @@ def figures(points: list[G6Point]) -> Figures:
         e2e_p50_ms=q("e2e_ms", "p50"),
         usd_per_million_output_tokens=rerun([p.usd_per_million_output_tokens.gpu_node_spot
                                              if p.usd_per_million_output_tokens else None for p in done]),  # fmt: skip
-        prefix_cache_hit_rate=rerun([p.server.prefix_cache_hit_rate if p.server else None for p in done]),
+        prefix_cache_hit_rate=rerun([p.server.prefix_cache_hit_rate if p.server else None for p in done], most=1.0),
+        roofline_share=rerun([p.roofline_share for p in done]),
     )
 
 

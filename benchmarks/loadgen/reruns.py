@@ -43,9 +43,9 @@ def t975(df: int) -> float:
     return T975.get(df, 1.96)
 
 
-def rerun(values: Sequence[float | None], signed: bool = False) -> Rerun | None:
+def rerun(values: Sequence[float | None], signed: bool = False, most: float | None = None) -> Rerun | None:
     """The figure over the repeats that have it; None when none has. A figure that cannot be negative (a
-    rate, a latency: unless `signed`) has its interval cut at zero."""
+    rate, a latency: unless `signed`) has its interval cut at zero, one that cannot pass `most` (a share) there."""
     xs = [float(v) for v in values if v is not None]
     if not xs:
         return None
@@ -54,4 +54,5 @@ def rerun(values: Sequence[float | None], signed: bool = False) -> Rerun | None:
         return Rerun(mean=mean, n=1, lo=None, hi=None, values=xs)
     half = t975(len(xs) - 1) * statistics.stdev(xs) * math.sqrt(2 / len(xs))
     lo = mean - half if signed else max(0.0, mean - half)
-    return Rerun(mean=mean, n=len(xs), lo=lo, hi=mean + half, values=xs)
+    hi = mean + half if most is None else min(most, mean + half)
+    return Rerun(mean=mean, n=len(xs), lo=lo, hi=hi, values=xs)

@@ -60,7 +60,9 @@ from benchmarks.serving.sizing import Sizing
 # thousand a second) a 2-core machine streams in real time, which is what the simulator then measures.
 # A real L4 at 0.9 holds 580k tokens: the same lesson at 30x the batch.
 DEFAULT_GPU_MEMORY_UTILIZATION = 0.22
-DEFAULT_CONTEXT_LENS = (1024, 2048, 4096)
+# Two lengths: a closed loop of 4,096-token sequences at x1 takes a minute and a half per probe (six of the
+# 15 s request lifetimes), a dozen probes a length; --context-len adds it.
+DEFAULT_CONTEXT_LENS = (1024, 2048)
 OUTPUT_SHARE = 0.5
 PROMPT_SPREAD = 0.5  # the prompts' standard deviation over their mean
 # Requests per slot of a probe's closed loop: the ramp (two E2E) and then about three request lifetimes
@@ -156,6 +158,7 @@ class Baseline(BaseModel):
     reserves: Literal["max-model-len", "prompt + max_tokens"]
     tokens_per_sequence: int
     max_batch: int
+    concurrency: int = Field(description="what its throughput was measured at: its batch, within max-num-seqs and the client's cap")
     output_tokens_per_s: Rerun | None = Field(description="steady output tokens/s at that concurrency")
     gain: Rerun | None = Field(description="paging's steady output tokens/s over this, run k against run k")
 
@@ -245,8 +248,8 @@ def verdicts(probes: list[KvProbe]) -> tuple[int | None, int | None]:
     return max(fits, default=None), min(overs, default=None)
 
 
-def _rerun_of(probes: list[KvProbe], value: object) -> Rerun | None:
-    return rerun([value(p) for p in probes])  # type: ignore[operator]
+def _rerun_of(probes: list[KvProbe], value: object, most: float | None = None) -> Rerun | None:
+    return rerun([value(p) for p in probes], most=most)  # type: ignore[operator]
 
 
 def _answer(
@@ -270,9 +273,10 @@ def _answer(
     for reserves, tokens in (("max-model-len", max_model_len), ("prompt + max_tokens", context_len)):
         batch = kv_tokens // tokens
         runs = sorted((p for p in probes if p.role == reserves), key=lambda p: p.run)
+        ran_at = min(batch, _cap(kv, max_num_seqs))
         gains = [paged[p.run] / p.output_tokens_per_s for p in runs
                  if paged.get(p.run) and p.output_tokens_per_s]  # fmt: skip
-        baselines.append(Baseline(reserves=reserves, tokens_per_sequence=tokens, max_batch=batch,
+        baselines.append(Baseline(reserves=reserves, tokens_per_sequence=tokens, max_batch=batch, concurrency=ran_at,
                                   output_tokens_per_s=_rerun_of(runs, lambda p: p.output_tokens_per_s),
                                   gain=rerun(gains)))  # fmt: skip
     return KvLength(
@@ -284,9 +288,9 @@ def _answer(
         held=_rerun_of(at, lambda p: p.held),
         preemption_from=over,
         binding=binding,
-        tokens_per_sequence_at_peak=_rerun_of(at, lambda p: p.tokens_per_sequence_at_peak(kv_tokens)),
+        tokens_per_sequence_at_peak=_rerun_of(at, lambda p: p.tokens_per_sequence_at_peak(kv_tokens), most=context_len),
         kv_peak=_rerun_of(at, lambda p: p.point.steady_server.kv_cache_usage.max
-                          if p.point.steady_server and p.point.steady_server.kv_cache_usage else None),
+                          if p.point.steady_server and p.point.steady_server.kv_cache_usage else None, most=1.0),
         output_tokens_per_s=_rerun_of(at, lambda p: p.output_tokens_per_s),
         baselines=baselines,
     )  # fmt: skip
@@ -373,7 +377,7 @@ def _next_probe(here: list[KvProbe], kv: KvParams, predicted: int, cap: int, kv_
     for role, tokens in (("max-model-len", max_model_len), ("prompt + max_tokens", context_len)):
         done = [p for p in here if p.role == role]
         if len(done) < kv.seeds and kv_tokens // tokens >= 1:
-            return kv_tokens // tokens, len(done), role
+            return min(kv_tokens // tokens, cap), len(done), role
     return None
 
 

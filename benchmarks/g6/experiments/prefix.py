@@ -146,7 +146,7 @@ def prefix_arm(caching: bool | None, cache: KvCacheConfig | None, runs: list[Pre
               if cache is not None and r.point.server and r.point.server.kv_cache_usage else None for r in runs]  # fmt: skip
     return PrefixArm(
         prefix_caching=caching, cache=cache, runs=runs, figures=figures([r.point for r in runs]),
-        prefix_cache_hit_rate=rerun([r.prefix_cache_hit_rate for r in runs]),
+        prefix_cache_hit_rate=rerun([r.prefix_cache_hit_rate for r in runs], most=1.0),
         cached_tokens_per_request=rerun([r.cached_tokens_per_request for r in runs]),
         prefill_ms=rerun([r.prefill_ms for r in runs]), kv_blocks_peak=rerun(blocks),
     )  # fmt: skip
