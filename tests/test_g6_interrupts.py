@@ -204,8 +204,9 @@ def _sim_serving(run: G6Run, model: str) -> str:
 def test_an_interrupted_kv_experiment_keeps_the_lengths_it_answered(tmp_path):
     from benchmarks.g6.experiments.kv import KvResult
 
+    # Scraped every 0.1 s: a probe's two sequences, stopping at EOS, run side by side for under a second.
     run = G6Run(["--sim", "--experiment", "kv", "--model", MODEL, "--context-len", "2048,4096", "--concurrency", "2",
-                 "--speedup", "2", "--quiet", "--repeats", "1", "--out", str(tmp_path)])  # fmt: skip
+                 "--speedup", "2", "--scrape-interval", "0.1", "--quiet", "--repeats", "1", "--out", str(tmp_path)])  # fmt: skip
     _, url = _sim_of(run)
     _until("the second length's wave in flight", lambda: _finished(url) >= 2 and _running(url) > 0)
     run.send(signal.SIGINT)

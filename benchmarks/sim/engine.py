@@ -16,11 +16,11 @@ prefix-cache counters do (a preempted request's later lookups are counted apart 
 
 `EngineCore` is what every driver of the scheduler shares: a request is admitted on the driver's clock
 (it reaches the engine REQUEST_OVERHEAD_S after it arrived), a step lasts its cost model's duration,
-and a finished step's tokens and finished requests go to the hooks (the metrics). Two drivers:
-`Engine` here runs it in real time from one asyncio task (time.monotonic, sleeping each step's
-duration divided by `speedup`); virtual.py runs it on an event queue, with no sleeps. Single token
-times of `Engine` land on the event loop's timer grid (about 1 ms), but back-to-back steps follow a
-timeline, so mean inter-token times match the simulated step times.
+and a finished step's tokens and finished requests go to its hooks (the HTTP server's: metrics and the
+streams waiting for them). Two drivers: `Engine` here runs it in real time from one asyncio task
+(time.monotonic, sleeping each step's duration divided by `speedup`); virtual.py runs it on an event
+queue, with no sleeps. Single token times of `Engine` land on the event loop's timer grid (about 1 ms),
+but back-to-back steps follow a timeline, so mean inter-token times match the simulated step times.
 """
 
 from __future__ import annotations

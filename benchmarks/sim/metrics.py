@@ -30,7 +30,7 @@ from __future__ import annotations
 
 import socket
 import time
-from collections.abc import Iterable
+from collections.abc import Iterable, Sequence
 
 from prometheus_client import CollectorRegistry, Counter, Histogram
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metric
@@ -192,10 +192,13 @@ def fb_used_mib(sizing: Sizing) -> float:
     return (sizing.memory_budget_bytes + CUDA_CONTEXT_BYTES) / MIB
 
 
-def gpu_activity(steps: Iterable[StepRecord], start: float, end: float) -> tuple[float, float, float]:
-    """(busy, tensor-active, DRAM-active) fractions of the window [start, end] from the steps run in it."""
+def gpu_activity(steps: Sequence[StepRecord], start: float, end: float) -> tuple[float, float, float]:
+    """(busy, tensor-active, DRAM-active) fractions of the window [start, end] from the steps run in it
+    (`steps` in the order they ran, newest last: the walk back stops at the window's start)."""
     busy = compute = memory = 0.0
-    for step in steps:
+    for step in reversed(steps):
+        if step.end_s <= start:
+            break
         overlap = min(step.end_s, end) - max(step.start_s, start)
         if overlap > 0:
             busy += overlap

@@ -70,6 +70,7 @@ class Replay:
     steps: list[StepRecord]
     arrivals: dict[int, float]  # request index -> when the server saw it (its TTFT's start)
     times: list[float]  # of the samples
+    step_ends: list[float]
     num_gpu_blocks: int
     fb_used_mib: float
     speedup: float
@@ -92,9 +93,9 @@ class Replay:
             raise ValueError(f"an empty window [{start}, {end}]")
         fields = dict(zip(("running", "waiting", "kv_cache_usage"), self._gauges(start, end)))
         first, last = self._at(start), self._at(end)
-        busy, tensor, dram = gpu_activity(self.steps, start, end)
+        busy, tensor, dram = self._activity(start, end)
         # The DCGM gauges look back WINDOW_S from each scrape: their maximum is over such looks in the window.
-        peaks = [(busy, tensor, dram), *(gpu_activity(self.steps, t - WINDOW_S, t) for t in _marks(start + WINDOW_S, end, WINDOW_S))]
+        peaks = [(busy, tensor, dram), *(self._activity(t - WINDOW_S, t) for t in _marks(start + WINDOW_S, end, WINDOW_S))]
         counts = _ttft_buckets(
             [r.first_token - self.arrivals[r.i] for r in (*self.run.warmup, *self.run.records)
              if r.first_token is not None and start <= r.first_token <= end]
@@ -117,6 +118,12 @@ class Replay:
             ttft_p99_bucket_ms=bucket_ms(histogram_bucket(0.99, counts)),
             series=series,
         )
+
+    def _activity(self, start: float, end: float) -> tuple[float, float, float]:
+        """gpu_activity over the steps that end after `start` and before the first that ends after `end`."""
+        lo = bisect.bisect_right(self.step_ends, start)
+        hi = bisect.bisect_left(self.step_ends, end) + 1
+        return gpu_activity(self.steps[lo:hi], start, end)
 
     def _gauges(self, start: float, end: float) -> Iterator[GaugeStats]:
         """running, waiting and KV use over [start, end]: each sample weighted by how long it held there."""
@@ -240,7 +247,7 @@ class _Replayer:
             client={"virtual": True},
         )
         return Replay(run=run, samples=self.samples, steps=self.steps, arrivals=self.arrivals,
-                      times=[s.t for s in self.samples], num_gpu_blocks=self.sizing.num_gpu_blocks, fb_used_mib=fb_used_mib(self.sizing),
+                      times=[s.t for s in self.samples], step_ends=[s.end_s for s in self.steps], num_gpu_blocks=self.sizing.num_gpu_blocks, fb_used_mib=fb_used_mib(self.sizing),
                       speedup=config.speedup)  # fmt: skip
 
     def _client_until(self, t: float, *, inclusive: bool) -> None:
