@@ -33,7 +33,7 @@ def _agrees(argv: list[str], tmp_path: Path) -> tuple[object, object]:
     (tmp_path / "oracle").mkdir()
     shipped, oracle = replayed(folder, tmp_path / "oracle")
     found = checks(shipped, oracle)
-    assert found and [c for c in found if not c.agrees] == []
+    assert found and [c for c in found if c.agrees is False] == []
     return shipped, oracle
 
 

@@ -413,9 +413,12 @@ def test_client_manifest_of_the_experiments_shows_their_points(g6_outputs, tmp_p
                  "--context-len", "1024,2048"]) == 0  # fmt: skip
     plans = [Plan.from_json(next(e["value"] for e in _pod(yaml.safe_load(p.read_text()))["containers"][0]["env"]
                                  if e["name"] == PLAN_ENV)) for p in sorted(out.glob("job-*.yaml"))]  # fmt: skip
-    # Prompts lognormal around half the length, an output cap of the other half (stopping at EOS); a closed
-    # loop of C sequences, 6 requests a slot, no warm-up, capped by max-num-seqs.
-    assert [(set(p.output_lens), p.eos) for p in plans] == [({512}, True), ({1024}, True)]
+    # Prompts lognormal around half the length, an output cap of the other half (stopping at EOS), cut where
+    # a long prompt leaves less of max-model-len (4,096); a closed loop of C sequences, 6 requests a slot, no
+    # warm-up, capped by max-num-seqs.
+    assert [(max(p.output_lens), p.eos) for p in plans] == [(512, True), (1024, True)]
+    assert all(i + o <= 4096 for p in plans for i, o in zip(p.input_lens, p.output_lens))
+    assert all(sum(o == max(p.output_lens) for o in p.output_lens) > 0.9 * len(p.output_lens) for p in plans)
     assert [round(statistics.fmean(p.input_lens), -2) for p in plans] == [500, 1000]
     assert all(len(set(p.input_lens)) > 10 for p in plans)
     assert all(p.requests == 6 * p.concurrency and p.warmup == 0 for p in plans)
@@ -425,18 +428,24 @@ def test_client_manifest_of_the_experiments_shows_their_points(g6_outputs, tmp_p
                  "--variants", "awq"]) == 0  # fmt: skip
     plans = [Plan.from_json(next(e["value"] for e in _pod(yaml.safe_load(p.read_text()))["containers"][0]["env"]
                                  if e["name"] == PLAN_ENV)) for p in sorted(out.glob("job-*.yaml"))]  # fmt: skip
-    assert [(p.model, p.concurrency) for p in plans] == [(f"{model}-AWQ", 1), (f"{model}-AWQ", 64)]
-    # saturation: its first open-loop rate (the later ones follow from what it finds); prefix: one point per
+    # Each point 3 times (--repeats), each repeat with its own seed.
+    assert [(p.model, p.concurrency) for p in plans] == [(f"{model}-AWQ", 1), (f"{model}-AWQ", 64)] * 3
+    assert len({p.seed for p in plans}) == 6
+    # saturation: its first open-loop rate (the later ones follow from what it finds); prefix: its points per
     # arm (caching on, off), every prompt a group's 2,048-token prefix and 256 tokens of its own.
     for experiment, extra in (("saturation", ["--start-rate", "3"]), ("prefix", [])):
         out = tmp_path / experiment
         assert main(["--outputs", str(g6_outputs), "--client-manifest", str(out), "--experiment", experiment, *extra]) == 0
         plans = [Plan.from_json(next(e["value"] for e in _pod(yaml.safe_load(p.read_text()))["containers"][0]["env"]
                                      if e["name"] == PLAN_ENV)) for p in sorted(out.glob("job-*.yaml"))]  # fmt: skip
-        if experiment == "saturation":
-            assert [(p.rate, p.concurrency, p.requests) for p in plans] == [(3.0, None, 64)]
+        if experiment == "saturation":  # 60 s of arrivals at 3 requests/s
+            assert [(p.rate, p.concurrency, p.requests) for p in plans] == [(3.0, None, 180)]
         else:
-            assert [(p.concurrency, p.prefix_len, p.prefix_groups, set(p.input_lens)) for p in plans] == [(16, 2048, 4, {256})] * 2
+            # Both arms open loop at one rate, 3 runs each; run k of each arm with the same seed (the same arrivals).
+            assert [(p.rate, p.concurrency, p.prefix_len, p.prefix_groups, set(p.input_lens)) for p in plans] == [
+                (2.0, None, 2048, 4, {256})] * 6
+            seeds = [p.seed for p in plans]
+            assert seeds[:3] == seeds[3:] and len(set(seeds)) == 3
 
 
 @pytest.fixture

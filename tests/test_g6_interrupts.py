@@ -201,21 +201,24 @@ def _sim_serving(run: G6Run, model: str) -> str:
     return _until(f"a simulator of {model} serving", find)  # type: ignore[return-value]
 
 
-def test_an_interrupted_kv_experiment_keeps_the_lengths_it_answered(tmp_path):
+def test_an_interrupted_kv_experiment_keeps_what_its_probes_answered(tmp_path):
     from benchmarks.g6.experiments.kv import KvResult
 
-    # Scraped every 0.1 s: a probe's two sequences, stopping at EOS, run side by side for under a second.
-    run = G6Run(["--sim", "--experiment", "kv", "--model", MODEL, "--context-len", "2048,4096", "--concurrency", "2",
+    # At each length closed loops of 2 sequences, 12 requests each: the fixed concurrency, then each baseline's
+    # (max-model-len, prompt + max_tokens). Interrupted in the first length's second probe, that length still
+    # answers from the one it ran. Scraped every 0.1 s: a probe's sequences stop at EOS within a second or two.
+    run = G6Run(["--sim", "--experiment", "kv", "--model", MODEL, "--context-len", "512,1024", "--concurrency", "2",
                  "--speedup", "2", "--scrape-interval", "0.1", "--quiet", "--repeats", "1", "--out", str(tmp_path)])  # fmt: skip
     _, url = _sim_of(run)
-    _until("the second length's wave in flight", lambda: _finished(url) >= 2 and _running(url) > 0)
+    _until("the second probe in flight", lambda: _finished(url) >= 12 + 1 and _running(url) > 0)
     run.send(signal.SIGINT)
     assert run.finish() == 130
     (folder,) = tmp_path.iterdir()
-    assert run.lines[-1] == f"g6: interrupted after 1 wave (1 of 2 lengths); partial results in {folder}"
+    assert run.lines[-1] == f"g6: interrupted after 1 probe (1 of 2 lengths); partial results in {folder}"
     result = load_result(KvResult, folder)
-    assert [(n.context_len, n.measured_max_batch) for n in result.lengths] == [(2048, 2)]
-    assert "interrupted (Ctrl-C) after 1 wave" in (folder / "report.md").read_text()
+    assert [(n.context_len, n.measured_max_batch) for n in result.lengths] == [(512, 2)]
+    assert [p.role for p in result.probes] == ["search"]
+    assert "interrupted (Ctrl-C) after 1 probe" in (folder / "report.md").read_text()
 
 
 def test_an_interrupted_quant_experiment_reports_the_variant_it_stopped_in(tmp_path):

@@ -78,9 +78,11 @@ def _answer(r: SaturationResult) -> str:
     ]  # fmt: skip
     if fail is not None:
         lines.append(
-            f"Offered {fail.rate:,.2f} requests/s it failed ({fail.passes} of {len(fail.runs)} runs passed) and served "
-            f"{_cell(fail.served, 2)} requests/s, the queue growing by {rerun_cell(fail.queue_growth_share, 1, percent=True)} "
-            "of the arrivals: what the server holds lies between the two."
+            f"Offered {fail.rate:,.2f} requests/s it failed ({fail.passes} of {len(fail.runs)} runs passed: "
+            + "; ".join(f"run {run.run + 1} {', '.join(run.misses)}" for run in fail.runs if not run.passed)
+            + f") and served {_cell(fail.served, 2)} requests/s, the requests in the system growing by "
+            f"{rerun_cell(fail.queue_growth_share, 1, percent=True)} of the arrivals (keeping up: at most "
+            f"{1 - KEEP_UP:.0%}): what the server holds lies between the two."
         )  # fmt: skip
     else:
         lines.append("No rate failed within the budget: the server holds at least this.")
