@@ -47,7 +47,7 @@ docs: venv ## refresh the generated docs: the configuration reference and the fi
 g6-sim: venv ## the g6 sweep against the simulated L4 in real time, every point 3 times (about 17 minutes); report in $(OUT)/
 	$(BIN)/python -m benchmarks g6 --sim --model Qwen/Qwen2.5-1.5B-Instruct --max-num-seqs 8,32 --concurrency 1,8,32 --out $(OUT)
 
-g6-kv-sim: venv ## g6's KV-cache experiment against the simulated L4 in real time (about 16 minutes)
+g6-kv-sim: venv ## g6's KV-cache experiment against the simulated L4 in real time (about 30 minutes: 29 closed loops)
 	$(BIN)/python -m benchmarks g6 --sim --experiment kv --model Qwen/Qwen2.5-1.5B-Instruct --out $(OUT)
 
 g6-quant-sim: venv ## g6's quantization experiment on the simulated L4's virtual clock (about a minute; in real time, without --virtual, 20)
@@ -56,8 +56,8 @@ g6-quant-sim: venv ## g6's quantization experiment on the simulated L4's virtual
 g6-prefix-sim: venv ## g6's shared-prefix experiment, prefix caching on and off, against the simulated L4 (about 5 minutes)
 	$(BIN)/python -m benchmarks g6 --sim --experiment prefix --out $(OUT)
 
-g6-saturation-sim: venv ## the request rate the simulated L4 holds within TTFT p99 500 ms (about 15 minutes, in real time)
-	$(BIN)/python -m benchmarks g6 --sim --experiment saturation --slo-ttft-ms 500 --out $(OUT)
+g6-saturation-sim: venv ## the request rate the simulated L4 holds within TTFT p99 500 ms, on its virtual clock (about 5 minutes; in real time, without --virtual, 17)
+	$(BIN)/python -m benchmarks g6 --sim --virtual --experiment saturation --slo-ttft-ms 500 --out $(OUT)
 
 preflight: venv ## before `pulumi up`: credentials, APIs, L4 quota, L4 zones: make preflight LAB=g6
 	$(BIN)/python -m ops.preflight --stack $(LAB) $(if $(PROJECT),--project $(PROJECT))

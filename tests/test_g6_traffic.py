@@ -214,6 +214,11 @@ def test_the_saturation_report_answers_with_what_was_served_and_prices_only_pass
     assert report.split("\n")[4] == "## The answer"
     assert f"when offered {at.rate:,.2f} requests/s, the highest rate that passed ({at.passes} of 2 runs)" in report
     assert "did not keep up: the requests in the system grew" in report
+    # The failing rate's answer names each run that failed and its reason, not only the verdict.
+    fail = result.first_failing
+    failed = [r for r in fail.runs if not r.passed]
+    assert failed and (f"Offered {fail.rate:,.2f} requests/s it failed ({fail.passes} of 2 runs passed: "
+                       + "; ".join(f"run {r.run + 1} {', '.join(r.misses)}" for r in failed) + ")") in report
     for name in SATURATION_PLOTS:
         assert (saturation_run / name).read_bytes()[:8] == PNG
     data = json.loads((saturation_run / "result.json").read_text())

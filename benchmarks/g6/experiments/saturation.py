@@ -63,7 +63,8 @@ class SaturationParams(BaseModel):
 
     start_rate: float = Field(DEFAULT_START_RATE, gt=0, description="first offered rate, requests/s of the GPU")
     tolerance: float = Field(0.1, gt=0, lt=1, description="stop when pass and fail rates are this close (share)")
-    max_points: int = Field(16, ge=2, description="runs in all, reruns of the deciding rates included")
+    # 24: room for a search whose answer moves after its reruns (a rate that passes on rerun sends it on up).
+    max_points: int = Field(24, ge=2, description="runs in all, reruns of the deciding rates included")
     max_seconds: float = Field(2400.0, gt=0, description="no new run after this much wall time")
     point_seconds: float = Field(DEFAULT_POINT_SECONDS, gt=0, description="seconds of arrivals per point, at least")
     e2e_multiple: float = Field(10.0, gt=0, description="and at least this many end-to-end latencies of the rate below")
