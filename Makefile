@@ -5,7 +5,7 @@ BIN := $(VENV)/bin
 LAB ?= $(STACK)
 OUT ?= results
 
-.PHONY: venv test test-cluster cluster-up cluster-down g3-local lab-local plan docs g6-sim g6-kv-sim g6-quant-sim g6-prefix-sim g6-saturation-sim preflight status up down cost clean
+.PHONY: venv test test-agreement g6-agreement test-cluster cluster-up cluster-down g3-local lab-local plan docs g6-sim g6-kv-sim g6-quant-sim g6-prefix-sim g6-saturation-sim preflight status up down cost clean
 
 # A target's required variables, checked before anything runs (no venv, no python): one line naming
 # those missing and an example.
@@ -55,6 +55,12 @@ test: venv ## run the whole test suite (no cloud; fetches the pinned upstream fi
 	$(BIN)/python -m tests.upstream fetch
 	$(BIN)/python -m pytest
 
+test-agreement: venv ## each g6 experiment on the real-time simulator against the virtual-clock oracle (a few minutes)
+	$(BIN)/python -m pytest -m agreement
+
+g6-agreement: venv ## every shipped g6 --sim example against the oracle fed its plans (each replayed on the virtual clock, about 8 minutes)
+	$(BIN)/python -m benchmarks.g6.agreement examples/g6-sim examples/g6-quant-sim examples/g6-prefix-sim examples/g6-kv-sim examples/g6-saturation-sim
+
 test-cluster: venv ## every lab through the real Pulumi engine against a local control plane (binaries built once into .cache/)
 	$(BIN)/python -m tests.upstream fetch
 	$(BIN)/python -m localcluster.build
@@ -80,20 +86,20 @@ plan: venv ## offline plan of a lab, no cloud: make plan LAB=g6 (default dev)
 docs: venv ## refresh the generated docs: the configuration reference and the figures quoted from examples/
 	$(BIN)/python -m tests.docgen
 
-g6-sim: venv ## the g6 sweep against the simulated L4; report in $(OUT)/
+g6-sim: venv ## the g6 sweep against the simulated L4 in real time, every point 3 times (about 17 minutes); report in $(OUT)/
 	$(BIN)/python -m benchmarks g6 --sim --model Qwen/Qwen2.5-1.5B-Instruct --max-num-seqs 8,32 --concurrency 1,8,32 --out $(OUT)
 
-g6-kv-sim: venv ## g6's KV-cache experiment against the simulated L4 (about 3-4 minutes)
+g6-kv-sim: venv ## g6's KV-cache experiment against the simulated L4 in real time (about 30 minutes: 29 closed loops)
 	$(BIN)/python -m benchmarks g6 --sim --experiment kv --model Qwen/Qwen2.5-1.5B-Instruct --out $(OUT)
 
-g6-quant-sim: venv ## g6's quantization experiment against the simulated L4 (about 50 s)
-	$(BIN)/python -m benchmarks g6 --sim --experiment quant --variants bf16,fp8,awq --out $(OUT)
+g6-quant-sim: venv ## g6's quantization experiment on the simulated L4's virtual clock (about a minute; in real time, without --virtual, 20)
+	$(BIN)/python -m benchmarks g6 --sim --virtual --experiment quant --variants bf16,fp8,awq --out $(OUT)
 
-g6-prefix-sim: venv ## g6's shared-prefix experiment, prefix caching on and off, against the simulated L4 (about 20 s)
+g6-prefix-sim: venv ## g6's shared-prefix experiment, prefix caching on and off, against the simulated L4 (about 5 minutes)
 	$(BIN)/python -m benchmarks g6 --sim --experiment prefix --out $(OUT)
 
-g6-saturation-sim: venv ## the request rate the simulated L4 holds within TTFT p99 500 ms (about 2 minutes, in real time)
-	$(BIN)/python -m benchmarks g6 --sim --experiment saturation --slo-ttft-ms 500 --out $(OUT)
+g6-saturation-sim: venv ## the request rate the simulated L4 holds within TTFT p99 500 ms, on its virtual clock (about 5 minutes; in real time, without --virtual, 17)
+	$(BIN)/python -m benchmarks g6 --sim --virtual --experiment saturation --slo-ttft-ms 500 --out $(OUT)
 
 preflight: venv ## before `pulumi up`: Pulumi, credentials, billing, APIs, GPU quotas, L4 zones: make preflight LAB=g6 [JSON=1]
 	$(RUN)$(QUIET_JSON)$(BIN)/python -m ops.preflight --stack $(LAB) $(if $(PROJECT),--project $(PROJECT)) $(if $(JSON),--json)

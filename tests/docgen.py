@@ -47,6 +47,7 @@ FIGURE = re.compile(
     r"<!-- fig (?P<file>\S+) (?P<path>(?:[^\s\[]|\[[^\]]*\])+)(?: (?P<spec>\S+))? -->(?P<value>.*?)<!-- /fig -->", re.S
 )
 OPENER = "<!-- fig "
+_STEPS = re.compile(r"\.(?![^\[]*\])")
 _STEP = re.compile(r"^(?P<key>[^\[\]]+)?(?:\[(?P<index>[^\]]+)\])?$")
 # Fields the loader fills from outside the gke-ml-labs namespace.
 _FROM_LOADER = {"stack": "the Pulumi stack name", "project": "`gcp:project`", "region": "`gcp:region`"}
@@ -61,7 +62,7 @@ class DocError(Exception):
 
 def resolve(data: Any, path: str) -> Any:
     value = data
-    for step in path.split("."):
+    for step in _STEPS.split(path):  # a dot inside brackets is a filter's value (rate=32.0), not a step
         m = _STEP.match(step)
         if not m:
             raise DocError(f"bad path step {step!r}")

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import math
 from pathlib import Path
 
 import pytest
@@ -25,7 +26,7 @@ from fake_pulumi import fake_pulumi, pulumi_calls
 FIXTURE = Path(__file__).parent / "data" / "g6-result.json"
 MODEL = "Qwen/Qwen2.5-0.5B-Instruct"
 CONFIG_PATH = "vllm.max_num_seqs"  # the stack config field a sweep changes
-SMALL = ["--input-len", "64", "--output-len", "64", "--quiet"]
+SMALL = ["--input-len", "64", "--output-len", "64", "--quiet", "--repeats", "1"]
 
 
 def _only_folder(out: Path) -> Path:
@@ -83,19 +84,22 @@ def test_sim_sweep_leaves_result_report_and_plots(tmp_path):
         assert tp.giq_convention == pytest.approx(spot / ((p.output_tokens_per_s + p.requests_per_s * 16) * 3600 / 1e6))
 
 
-def test_repeats_run_the_grid_over_and_report_median_and_spread(tmp_path):
+def test_repeats_run_the_grid_over_each_with_its_own_seed_and_answer_with_a_rerun_interval(tmp_path):
     rc = main(["--sim", "--model", MODEL, "--max-num-seqs", "16", "--concurrency", "1,4", "--requests", "8",
-               "--repeats", "2", "--speedup", "4", "--scrape-interval", "0.2", "--out", str(tmp_path), *SMALL])  # fmt: skip
+               "--speedup", "4", "--scrape-interval", "0.2", "--out", str(tmp_path), "--input-len", "64",
+               "--output-len", "64", "--quiet", "--repeats", "2"])  # fmt: skip
     assert rc == 0
     result = load_result(G6Result, _only_folder(tmp_path))
-    # Interleaved: the whole grid, then the whole grid again.
+    # Interleaved: the whole grid, then the whole grid again, every run of every point with a seed of its own.
     assert [(p.concurrency, p.repeat) for p in result.points] == [(1, 0), (4, 0), (1, 1), (4, 1)]
+    assert len({p.seed for p in result.points}) == 4
     report = render_report(result)
-    assert "## Across repeats" in report and "every point 2 times (interleaved)" in report
-    a, b = (p for p in result.points if p.concurrency == 4)
-    low, high = sorted([a.output_tokens_per_s, b.output_tokens_per_s])
-    # The median of two runs is their mean; the spread, the two.
-    assert f"| 16 | c=4 | 2 | {(low + high) / 2:,.1f} ({low:,.1f}–{high:,.1f}) |" in report
+    assert "## The answer: every point over its 2 runs" in report and "every point 2 times (interleaved)" in report
+    a, b = (p.output_tokens_per_s for p in result.points if p.concurrency == 4)
+    # Two runs: their mean, and t(0.975, 1) = 12.706 times their standard deviation |a - b| / sqrt(2), times
+    # sqrt(2/2): where a rerun's mean of two falls 95% of the time.
+    mean, half = (a + b) / 2, 12.706 * abs(a - b) / math.sqrt(2)
+    assert f"| 16 | c=4 | 2 | {mean:,.0f} ({max(0.0, mean - half):,.0f}–{mean + half:,.0f}) |" in report
 
 
 def test_result_round_trips_through_json(tmp_path):

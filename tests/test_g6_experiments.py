@@ -32,7 +32,7 @@ from fake_pulumi import fake_pulumi, pulumi_calls
 
 QWEN_05 = "Qwen/Qwen2.5-0.5B-Instruct"
 QWEN_15 = "Qwen/Qwen2.5-1.5B-Instruct"
-FAST = ["--speedup", "20", "--scrape-interval", "0.1", "--quiet"]
+FAST = ["--speedup", "20", "--scrape-interval", "0.1", "--quiet", "--repeats", "1"]
 PNG = b"\x89PNG\r\n\x1a\n"
 
 
@@ -43,49 +43,53 @@ def _only_folder(out: Path) -> Path:
 
 @pytest.fixture(scope="module")
 def kv_run(tmp_path_factory) -> tuple[int, Path]:
-    """A small KV pool: Qwen2.5-0.5B at utilisation 0.07 with max-num-seqs 64 keeps about 19k tokens:
-    64 sequences of 256 tokens (max-num-seqs binds), fewer of 768 and 1,024 (the cache binds: their prompts
-    alone fill it at 50 and 37 sequences)."""
+    """A small KV pool: Qwen2.5-0.5B at utilisation 0.07 with max-num-seqs 64 keeps 19,264 tokens (1,204
+    blocks): 64 sequences of 256 tokens (max-num-seqs binds), fewer of 1,024 (the cache binds: their prompts
+    alone, 512 tokens on average, fill it at 37)."""
     out = tmp_path_factory.mktemp("kv")
     rc = main(["--sim", "--experiment", "kv", "--model", QWEN_05, "--gpu-memory-utilization", "0.07",
-               "--max-num-seqs", "64", "--max-model-len", "1024", "--context-len", "256,768,1024", "--out", str(out),
+               "--max-num-seqs", "64", "--max-model-len", "1024", "--context-len", "256,1024", "--out", str(out),
                *FAST])  # fmt: skip
     return rc, _only_folder(out)
 
 
-def test_kv_largest_batch_matches_the_prediction_and_preemption_starts_past_it(kv_run):
+def test_kv_largest_batch_at_steady_state_is_past_the_prediction_and_below_what_the_prompts_fill(kv_run):
     rc, folder = kv_run
     assert rc == 0 and folder.name.startswith("g6-kv-")
     result = load_result(KvResult, folder)
     assert result.cache is not None and result.cache.block_size == 16
-    assert result.cache.num_gpu_blocks == result.sizing.num_gpu_blocks
-    capped, *kv_bound = result.lengths
-    # A wave of 64 (max-num-seqs) ran without preemption; with early stops not all need be resident at once.
-    assert (capped.context_len, capped.binding) == (256, "max-num-seqs") and capped.measured_max_batch <= 64
-    assert any(p.concurrency == 64 and p.fits for p in result.probes if p.context_len == 256)
+    assert result.cache.num_gpu_blocks == result.sizing.num_gpu_blocks == 1204
+    capped, bound = result.lengths
+    # A closed loop of 64 (max-num-seqs) ran without preemption at steady state.
+    assert (capped.context_len, capped.binding, capped.measured_max_batch) == (256, "max-num-seqs", 64)
     assert all(p.concurrency <= 64 for p in result.probes)
-    for length in kv_bound:
-        # 768 tokens hold 767 in KV: 48 blocks of 16; 1,024 hold 1,023: 64 blocks.
-        assert length.blocks_per_sequence == math.ceil((length.context_len - 1) / 16)
-        assert length.predicted_max_batch == result.cache.num_gpu_blocks // length.blocks_per_sequence
-        # Requests stop at EOS (the simulator: uniform up to the cap of L/2), so more fit than if every one
-        # ran to its cap, but never more than the prompts alone fill: the pool over L/2 tokens each.
-        prompts_only = result.cache.kv_cache_tokens // (length.context_len // 2)
-        assert length.predicted_max_batch < length.measured_max_batch < prompts_only
-        assert length.preemption_from is not None and length.measured_max_batch < length.preemption_from
-        assert length.binding == "kv-cache"
-        probes = [p for p in result.probes if p.context_len == length.context_len]
-        assert all(p.preemptions == 0 for p in probes if p.concurrency <= length.predicted_max_batch)
-        assert all(p.point.eos and p.point.realised.output_tokens.mean < length.context_len / 2 for p in probes)
-        # The baselines: max-model-len reserved per sequence allows pool // 1024 at every length; the
-        # request's own prompt + max_tokens, pool // L.
-        assert length.contiguous_max_len_max_batch == result.cache.kv_cache_tokens // 1024
-        assert length.contiguous_request_max_batch == result.cache.kv_cache_tokens // length.context_len
-        # The batch held less KV than either reservation for it (the gauge's peak, in bytes).
-        assert length.held_bytes_at_measured < length.contiguous_request_bytes_for_measured
-        assert length.contiguous_request_bytes_for_measured <= length.contiguous_max_len_bytes_for_measured
-    short, long = kv_bound
-    assert short.measured_max_batch > long.measured_max_batch  # the longer the sequences, the fewer fit
+    # 1,024 tokens hold 1,023 in KV at the cap: 64 blocks of 16, so 1,204 // 64 = 18 sequences run to their cap.
+    assert (bound.blocks_per_sequence, bound.predicted_max_batch, bound.binding) == (64, 18, "kv-cache")
+    # Requests stop at EOS (the simulator: uniform up to the cap of 512), so more fit than if every one ran to
+    # its cap, but never more than the prompts alone fill: 19,264 tokens over 512 each.
+    assert 18 < bound.measured_max_batch < 19264 // 512
+    assert bound.preemption_from is not None and bound.measured_max_batch < bound.preemption_from
+    probes = [p for p in result.probes if p.context_len == 1024]
+    assert all(p.preemptions == 0 for p in probes if p.concurrency <= 18)
+    # Traffic like production: lognormal prompts around 512 and EOS under the cap, counted by the server.
+    assert all(p.point.eos and p.point.input_len.kind == "lognormal" for p in probes)
+    assert all(300 < p.point.realised.input_tokens.mean < 700 and p.point.realised.output_tokens.mean < 400 for p in probes)
+    # What each sequence held at the KV peak: its prompt and the output so far, less than the cap's 1,024.
+    assert 400 < bound.tokens_per_sequence_at_peak.mean < 1024
+    # The baselines: max-model-len reserved per sequence allows 19,264 // 1,024 = 18 at every length; the
+    # request's own prompt + max_tokens (L on average), 19,264 // L; each ran as a closed loop of that many.
+    for x in result.lengths:
+        ml, own = x.baselines
+        assert (ml.reserves, ml.max_batch, own.reserves, own.max_batch) == (
+            "max-model-len", 18, "prompt + max_tokens", 19264 // x.context_len)
+        for b in x.baselines:
+            runs = [p for p in result.probes if p.context_len == x.context_len and p.role == b.reserves]
+            # At 256 tokens 75 fit the pool's prompt + max_tokens reservations: the loop runs the 64 max-num-seqs allows.
+            assert runs and all(p.concurrency == b.concurrency == min(b.max_batch, 64) for p in runs)
+            # The gain is measured, run k against run k: paging's steady tok/s over the baseline's.
+            paged = {p.run: p.output_tokens_per_s for p in result.probes
+                     if p.context_len == x.context_len and p.concurrency == x.measured_max_batch and p.role in ("search", "paged")}
+            assert b.gain.values == pytest.approx([paged[p.run] / p.output_tokens_per_s for p in runs])  # fmt: skip
     prices = [p.point.usd_per_million_output_tokens for p in result.probes]
     assert all(tp.cluster_on_demand > tp.gpu_node_on_demand > tp.gpu_node_spot > tp.giq_convention > 0 for tp in prices)
 
@@ -95,13 +99,10 @@ def test_kv_report_and_plots_answer_in_numbers(kv_run):
     result = load_result(KvResult, folder)
     report = (folder / "report.md").read_text()
     assert report == render_kv_report(result)
-    _, short, long = result.lengths
-    assert f"| 768 | 48 | {short.predicted_max_batch} |" in report and f"| 1024 | 64 | {long.predicted_max_batch} |" in report
-    capped = result.lengths[0]
-    assert f"- 256 tokens: max-num-seqs bound first: a wave of 64 ran without a preemption, {capped.measured_max_batch} of" in report
+    capped, bound = result.lengths
+    assert f"| 1024 | 64 | 18 | 18 | {bound.measured_max_batch} |" in report
+    assert f"- 256 tokens: max-num-seqs bound first: 64 ran without a preemption" in report
     assert "## PagedAttention against the reservations a server without paging must make" in report
-    gain = long.measured_max_batch / long.contiguous_request_max_batch
-    assert f"| {long.contiguous_request_max_batch} | {long.contiguous_max_len_max_batch} | {gain:.2f}x |" in report
     # Simulated figures are not vLLM's.
     assert "vLLM's blocks" not in report and "against vLLM's" not in report
     assert "the simulated server's blocks" in report and "the simulator stops each at a length uniform" in report
@@ -181,14 +182,14 @@ def test_quant_against_the_simulator_runs_the_quality_pipeline_and_reports_no_fi
     assert [c.prompt for c in result.reference] == select(8, seed=0)
     assert all(1 <= c.tokens <= 16 for c in result.reference)
     for v in (base, awq):
+        # Not measured is stored as null, never as a KL of 0 with an interval of [0, 0].
         assert v.quality_note == "not measured (simulator)" and v.kernel == "not known (simulator)"
-        assert v.quality.positions == sum(c.tokens for c in result.reference)
-    # One toy model on both servers, generation and scoring alike: no divergence, nothing resolved.
-    assert awq.quality.kl.value == 0.0 and awq.quality.top1_agreement.value == 1.0
-    assert awq.quality.floor is not None and not awq.quality.floor.kl_resolved
+        assert v.quality is None
+    saved = json.loads((_only_folder(tmp_path) / "result.json").read_text())
+    assert [v["quality"] for v in saved["variants"]] == [None, None]
     report = render_quant_report(result)
     assert "| not measured (simulator) | — | — | — |" in report and "KL 0" not in report
-    assert f"ran end to end against the simulator's toy model ({awq.quality.positions:,} positions of 8 prompts" in report
+    assert "ran end to end against the simulator's toy model" in report
 
 
 # -- the variant switch through a stack --------------------------------------------------------
@@ -249,8 +250,8 @@ def test_prefix_arms_switch_prefix_caching_through_pulumi_and_restore_it(tmp_pat
     """On, then off, each with `pulumi up`, then the stack's own (unset: vLLM's default) put back."""
     state = fake_pulumi(tmp_path, monkeypatch, _outputs(), config={MODEL_PATH: QWEN_15})
     rc = main(["--stack", "g6", "--target", sim_15.base_url, "--experiment", "prefix", "--prefix-len", "64",
-               "--concurrency", "2", "--requests", "2", "--input-len", "16", "--output-len", "4", "--health-timeout", "10",
-               "--out", str(tmp_path / "out"), "--quiet"])  # fmt: skip
+               "--rate", "8", "--requests", "2", "--input-len", "16", "--output-len", "4", "--health-timeout", "10",
+               "--out", str(tmp_path / "out"), "--quiet", "--repeats", "1"])  # fmt: skip
     assert rc == 0
     path = "vllm.enable_prefix_caching"
     assert [c for c in pulumi_calls(state) if c[0] != "stack"] == [
@@ -339,6 +340,16 @@ def test_cache_config_is_read_from_vllms_info_gauge():
         (["--sim", "--experiment", "kv", "--context-len", "8192"], "exceed max-model-len 4096"),
         (["--target", "http://127.0.0.1:9", "--model", QWEN_15, "--experiment", "quant", "--variants", "bf16,awq"],
          "measures the one variant that server runs"),
+        # Flags only one experiment reads, given to another: refused, never ignored without a word.
+        (["--sim", "--prefix-len", "512"], "--prefix-len applies to --experiment prefix only: this sweep run would ignore it"),
+        (["--sim", "--start-rate", "4"], "--start-rate applies to --experiment saturation only"),
+        (["--sim", "--context-len", "1024"], "--context-len applies to --experiment kv only"),
+        (["--sim", "--experiment", "kv", "--point-seconds", "5"], "--point-seconds applies to --experiment saturation only"),
+        (["--sim", "--experiment", "saturation", "--prefix-groups", "2"], "--prefix-groups applies to --experiment prefix only"),
+        (["--sim", "--experiment", "prefix", "--variants", "fp8"], "--variants applies to --experiment quant only"),
+        (["--sim", "--experiment", "prefix", "--rate", "2,4"], "offers both arms one rate: give one --rate value, not 2"),
+        (["--sim", "--experiment", "prefix", "--concurrency", "8"], "give --rate R instead of --concurrency"),
+        (["--target", "http://127.0.0.1:9", "--virtual"], "--virtual replays the simulator's engine"),
     ],
 )
 def test_experiment_options_that_cannot_work_exit_2_with_a_reason(argv, message, capsys, tmp_path):

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import copy
 import json
+import statistics
 import subprocess
 import sys
 import time
@@ -57,7 +58,8 @@ def sim_url():
 
 def _manifest(g6_outputs: Path, tmp_path: Path, *extra: str) -> list[dict[str, Any]]:
     out = tmp_path / "manifest"
-    assert main(["--outputs", str(g6_outputs), "--client-manifest", str(out), "--concurrency", "1,64", *extra]) == 0
+    assert main(["--outputs", str(g6_outputs), "--client-manifest", str(out), "--concurrency", "1,64", "--repeats", "1",
+                 *extra]) == 0  # fmt: skip
     return [yaml.safe_load(p.read_text()) for p in sorted(out.iterdir())]
 
 
@@ -411,28 +413,39 @@ def test_client_manifest_of_the_experiments_shows_their_points(g6_outputs, tmp_p
                  "--context-len", "1024,2048"]) == 0  # fmt: skip
     plans = [Plan.from_json(next(e["value"] for e in _pod(yaml.safe_load(p.read_text()))["containers"][0]["env"]
                                  if e["name"] == PLAN_ENV)) for p in sorted(out.glob("job-*.yaml"))]  # fmt: skip
-    # Half prompt, half output cap (stopping at EOS); one wave of C sequences (C requests, no warm-up),
-    # capped by max-num-seqs.
-    assert [(set(p.input_lens), set(p.output_lens), p.eos) for p in plans] == [({512}, {512}, True), ({1024}, {1024}, True)]
-    assert all(p.requests == p.concurrency and p.warmup == 0 for p in plans)
+    # Prompts lognormal around half the length, an output cap of the other half (stopping at EOS), cut where
+    # a long prompt leaves less of max-model-len (4,096); a closed loop of C sequences, 6 requests a slot, no
+    # warm-up, capped by max-num-seqs.
+    assert [(max(p.output_lens), p.eos) for p in plans] == [(512, True), (1024, True)]
+    assert all(i + o <= 4096 for p in plans for i, o in zip(p.input_lens, p.output_lens))
+    assert all(sum(o == max(p.output_lens) for o in p.output_lens) > 0.9 * len(p.output_lens) for p in plans)
+    assert [round(statistics.fmean(p.input_lens), -2) for p in plans] == [500, 1000]
+    assert all(len(set(p.input_lens)) > 10 for p in plans)
+    assert all(p.requests == 6 * p.concurrency and p.warmup == 0 for p in plans)
     assert all(p.concurrency == outputs["benchmark"]["max_num_seqs"] for p in plans)
     out = tmp_path / "quant"
     assert main(["--outputs", str(g6_outputs), "--client-manifest", str(out), "--experiment", "quant",
                  "--variants", "awq"]) == 0  # fmt: skip
     plans = [Plan.from_json(next(e["value"] for e in _pod(yaml.safe_load(p.read_text()))["containers"][0]["env"]
                                  if e["name"] == PLAN_ENV)) for p in sorted(out.glob("job-*.yaml"))]  # fmt: skip
-    assert [(p.model, p.concurrency) for p in plans] == [(f"{model}-AWQ", 1), (f"{model}-AWQ", 64)]
-    # saturation: its first open-loop rate (the later ones follow from what it finds); prefix: one point per
+    # Each point 3 times (--repeats), each repeat with its own seed.
+    assert [(p.model, p.concurrency) for p in plans] == [(f"{model}-AWQ", 1), (f"{model}-AWQ", 64)] * 3
+    assert len({p.seed for p in plans}) == 6
+    # saturation: its first open-loop rate (the later ones follow from what it finds); prefix: its points per
     # arm (caching on, off), every prompt a group's 2,048-token prefix and 256 tokens of its own.
     for experiment, extra in (("saturation", ["--start-rate", "3"]), ("prefix", [])):
         out = tmp_path / experiment
         assert main(["--outputs", str(g6_outputs), "--client-manifest", str(out), "--experiment", experiment, *extra]) == 0
         plans = [Plan.from_json(next(e["value"] for e in _pod(yaml.safe_load(p.read_text()))["containers"][0]["env"]
                                      if e["name"] == PLAN_ENV)) for p in sorted(out.glob("job-*.yaml"))]  # fmt: skip
-        if experiment == "saturation":
-            assert [(p.rate, p.concurrency, p.requests) for p in plans] == [(3.0, None, 64)]
+        if experiment == "saturation":  # 60 s of arrivals at 3 requests/s
+            assert [(p.rate, p.concurrency, p.requests) for p in plans] == [(3.0, None, 180)]
         else:
-            assert [(p.concurrency, p.prefix_len, p.prefix_groups, set(p.input_lens)) for p in plans] == [(16, 2048, 4, {256})] * 2
+            # Both arms open loop at one rate, 3 runs each; run k of each arm with the same seed (the same arrivals).
+            assert [(p.rate, p.concurrency, p.prefix_len, p.prefix_groups, set(p.input_lens)) for p in plans] == [
+                (2.0, None, 2048, 4, {256})] * 6
+            seeds = [p.seed for p in plans]
+            assert seeds[:3] == seeds[3:] and len(set(seeds)) == 3
 
 
 @pytest.fixture
@@ -446,7 +459,7 @@ def in_cluster(tmp_path, sim_url, monkeypatch) -> Kubelet:
     return kubelet
 
 
-SMALL = ["--model", MODEL, "--concurrency", "2", "--input-len", "32", "--output-len", "16", "--quiet"]
+SMALL = ["--model", MODEL, "--concurrency", "2", "--input-len", "32", "--output-len", "16", "--quiet", "--repeats", "1"]
 
 
 def test_the_kv_experiment_runs_its_waves_as_jobs_and_reads_vllm_through_the_proxy(g6_outputs, tmp_path, in_cluster):
@@ -458,14 +471,16 @@ def test_the_kv_experiment_runs_its_waves_as_jobs_and_reads_vllm_through_the_pro
     (folder,) = out.iterdir()
     result = load_result(KvResult, folder)
     assert rc == 0, result.meta.errors
-    assert [(p.context_len, p.concurrency) for p in result.probes] == [(64, 2), (128, 2)]
-    assert all(p.point.completed == 2 and p.point.client.where == "in-cluster" for p in result.probes)
+    # The fixed concurrency at each length, then each contiguous baseline's (within the client's cap of 256).
+    assert [(p.context_len, p.concurrency) for p in result.probes if p.role == "search"] == [(64, 2), (128, 2)]
+    assert {p.role for p in result.probes} == {"search", "max-model-len", "prompt + max_tokens"}
+    assert all(p.point.completed == 6 * p.concurrency and p.point.client.where == "in-cluster" for p in result.probes)
     # vLLM's block count came through the API server's service proxy, as did the scrapes.
     assert result.cache is not None and ("GET", "vllm", "/metrics") in in_cluster.proxied
     # A Prometheus without endpoints costs the points their GPU series, not the run.
     assert any("server metrics" in e and "kps-prometheus:9090 answered HTTP 503" in e for e in result.meta.errors)
     jobs = [o for o in in_cluster.created if o["kind"] == "Job"]
-    assert len(jobs) == 2 and _deleted_kinds(in_cluster, jobs[0]["metadata"]["labels"][RUN_LABEL]) == {"Job", "ConfigMap", "Pod"}
+    assert len(jobs) == len(result.probes) and _deleted_kinds(in_cluster, jobs[0]["metadata"]["labels"][RUN_LABEL]) == {"Job", "ConfigMap", "Pod"}
 
 
 def test_the_quant_experiment_runs_its_points_as_jobs_and_scores_quality_through_the_proxy(

@@ -148,7 +148,7 @@ def _finished(url: str) -> int:
 # Two points: the first quick (5 requests 4 at a time), the second slow enough to be interrupted in
 # (6 requests one at a time, about 2 s).
 SIM_ARGS = ["--sim", "--model", MODEL, "--max-num-seqs", "8", "--concurrency", "4,1", "--requests", "5",
-            "--input-len", "32", "--output-len", "256"]  # fmt: skip
+            "--input-len", "32", "--output-len", "256", "--repeats", "1"]  # fmt: skip
 FIRST_POINT = 4 + 5  # a warm-up request per worker, then the counted ones
 
 
@@ -201,27 +201,31 @@ def _sim_serving(run: G6Run, model: str) -> str:
     return _until(f"a simulator of {model} serving", find)  # type: ignore[return-value]
 
 
-def test_an_interrupted_kv_experiment_keeps_the_lengths_it_answered(tmp_path):
+def test_an_interrupted_kv_experiment_keeps_what_its_probes_answered(tmp_path):
     from benchmarks.g6.experiments.kv import KvResult
 
-    run = G6Run(["--sim", "--experiment", "kv", "--model", MODEL, "--context-len", "2048,4096", "--concurrency", "2",
-                 "--speedup", "2", "--quiet", "--out", str(tmp_path)])  # fmt: skip
+    # At each length closed loops of 2 sequences, 12 requests each: the fixed concurrency, then each baseline's
+    # (max-model-len, prompt + max_tokens). Interrupted in the first length's second probe, that length still
+    # answers from the one it ran. Scraped every 0.1 s: a probe's sequences stop at EOS within a second or two.
+    run = G6Run(["--sim", "--experiment", "kv", "--model", MODEL, "--context-len", "512,1024", "--concurrency", "2",
+                 "--speedup", "2", "--scrape-interval", "0.1", "--quiet", "--repeats", "1", "--out", str(tmp_path)])  # fmt: skip
     _, url = _sim_of(run)
-    _until("the second length's wave in flight", lambda: _finished(url) >= 2 and _running(url) > 0)
+    _until("the second probe in flight", lambda: _finished(url) >= 12 + 1 and _running(url) > 0)
     run.send(signal.SIGINT)
     assert run.finish() == 130
     (folder,) = tmp_path.iterdir()
-    assert run.lines[-1] == f"g6: interrupted after 1 wave (1 of 2 lengths); partial results in {folder}"
+    assert run.lines[-1] == f"g6: interrupted after 1 probe (1 of 2 lengths); partial results in {folder}"
     result = load_result(KvResult, folder)
-    assert [(n.context_len, n.measured_max_batch) for n in result.lengths] == [(2048, 2)]
-    assert "interrupted (Ctrl-C) after 1 wave" in (folder / "report.md").read_text()
+    assert [(n.context_len, n.measured_max_batch) for n in result.lengths] == [(512, 2)]
+    assert [p.role for p in result.probes] == ["search"]
+    assert "interrupted (Ctrl-C) after 1 probe" in (folder / "report.md").read_text()
 
 
 def test_an_interrupted_quant_experiment_reports_the_variant_it_stopped_in(tmp_path):
     from benchmarks.g6.experiments.quant import QuantResult
 
     run = G6Run(["--sim", "--experiment", "quant", "--variants", "fp8,awq", "--concurrency", "1", "--requests", "3",
-                 "--input-len", "32", "--output-len", "256", "--quiet", "--out", str(tmp_path)])  # fmt: skip
+                 "--input-len", "32", "--output-len", "256", "--quiet", "--repeats", "1", "--out", str(tmp_path)])  # fmt: skip
     _sim_serving(run, "Qwen/Qwen2.5-1.5B-Instruct-AWQ")
     run.send(signal.SIGINT)
     assert run.finish() == 130
@@ -254,7 +258,7 @@ def _stack_run(tmp_path: Path, monkeypatch, sim: str, **fake) -> tuple[G6Run, Pa
     """A --stack sweep (max-num-seqs 4 then 8 on a stack that runs 16) against a fake `pulumi`."""
     state = fake_pulumi(tmp_path, monkeypatch, OUTPUTS, config={CONFIG_PATH: "16"}, **fake)
     run = G6Run(["--stack", "g6", "--target", sim, "--requests", "400", "--input-len", "32", "--output-len", "64",
-                 "--health-timeout", "30", "--quiet", "--out", str(tmp_path / "out")], env=os.environ.copy())  # fmt: skip
+                 "--health-timeout", "30", "--quiet", "--repeats", "1", "--out", str(tmp_path / "out")], env=os.environ.copy())  # fmt: skip
     return run, state
 
 

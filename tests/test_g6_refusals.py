@@ -22,7 +22,7 @@ from labs_fakes import fixture_outputs
 from loopback import answering
 
 MODEL = "Qwen/Qwen2.5-0.5B-Instruct"
-SMALL = ["--concurrency", "2", "--requests", "4", "--input-len", "32", "--output-len", "16", "--quiet"]
+SMALL = ["--concurrency", "2", "--requests", "4", "--input-len", "32", "--output-len", "16", "--quiet", "--repeats", "1"]
 
 
 @pytest.fixture(scope="module")
@@ -109,9 +109,12 @@ def test_a_point_where_every_request_failed_says_so_on_the_terminal(tmp_path, ca
     [
         ("--concurrency", "-4", "expected comma-separated whole numbers >= 1, got '-4'"),
         ("--requests", "0", "expected a whole number >= 1, got '0'"),
-        ("--rate", "-1", "expected comma-separated numbers > 0, got '-1'"),
+        ("--rate", "-1", "expected comma-separated finite numbers > 0, got '-1'"),
         ("--output-len", "0", "expected a whole number >= 1, uniform:LO,HI, lognormal:MEAN,SD or file:PATH, got '0'"),
-        ("--speedup", "0", "expected a number > 0, got '0'"),
+        ("--speedup", "0", "expected a finite number > 0, got '0'"),
+        # No limit is no SLO: inf is refused as nan is (each would judge every request otherwise).
+        ("--slo-e2e-ms", "inf", "expected a finite number > 0, got 'inf'"),
+        ("--slo-e2e-ms", "nan", "expected a finite number > 0, got 'nan'"),
         ("--gpu-memory-utilization", "1.5", "expected a fraction > 0 and <= 1, got '1.5'"),
     ],
 )

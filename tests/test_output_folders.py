@@ -42,7 +42,7 @@ def test_a_second_client_manifest_replaces_the_first(g6_outputs, tmp_path, capsy
     out = tmp_path / "manifest"
     assert g6(["--outputs", str(g6_outputs), "--client-manifest", str(out), "--concurrency", "1,8,64"]) == 0
     (out / "notes.yaml").write_text("mine: keep me\n")  # a file of the user's, not ours
-    assert g6(["--outputs", str(g6_outputs), "--client-manifest", str(out), "--concurrency", "1"]) == 0
+    assert g6(["--outputs", str(g6_outputs), "--client-manifest", str(out), "--concurrency", "1", "--repeats", "1"]) == 0
     printed = capsys.readouterr().out.split()
     kinds = sorted(p.name.split("-")[0] for p in out.glob("*.yaml") if p.name != "notes.yaml")
     assert kinds == ["configmap", "job"], "only the second run's ConfigMap and its one Job"

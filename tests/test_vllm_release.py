@@ -21,7 +21,7 @@ from benchmarks.metrics import model
 from benchmarks.metrics.scrape import Scrape, cache_config, metrics_from_scrapes
 from benchmarks.sim.app import SimServer
 from benchmarks.sim.config import SimConfig
-from benchmarks.sim.engine import Engine
+from benchmarks.sim.engine import Engine, EngineCore
 from components import versions, vllm
 from components.dashboards import serving as dashboard
 from components.gpu_pool import POOL_PLACEMENT
@@ -160,8 +160,7 @@ def test_the_readers_get_the_kv_cache_and_the_gauges_from_the_release_page():
 @pytest.fixture(scope="module")
 def simulated() -> str:
     server = SimServer(SimConfig(model="Qwen/Qwen2.5-1.5B-Instruct"))
-    server.metrics.attach(Engine(server.sizing, seed=0, speedup=1.0, on_token=server.metrics.on_token,
-                                 on_finish=server.metrics.on_finish))
+    server.metrics.attach(Engine(EngineCore(server.sizing, seed=0, speedup=1.0)))
     return generate_latest(server.metrics.registry).decode()
 
 

@@ -20,7 +20,7 @@ from facts.catalogue import MODELS
 NGINX_404 = ("<html>\r\n<head><title>404 Not Found</title></head>\r\n<body>\r\n<center><h1>404 Not Found</h1>"
              "</center>\r\n<hr><center>nginx/1.24.0</center>\r\n</body>\r\n</html>\r\n")  # fmt: skip
 SIM = ["--sim", "--model", "Qwen/Qwen2.5-1.5B-Instruct", "--max-num-seqs", "8", "--concurrency", "1",
-       "--requests", "4", "--quiet"]  # fmt: skip
+       "--requests", "4", "--quiet", "--repeats", "1"]  # fmt: skip
 
 
 def closed_port() -> int:

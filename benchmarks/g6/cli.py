@@ -30,7 +30,7 @@ from benchmarks.g6.experiments.saturation import DEFAULT_START_RATE, SaturationP
 from benchmarks.g6.flags import Parser, fraction, lengths, positive, positives, whole, wholes
 from benchmarks.g6.incluster import DEFAULT_CPUS
 from benchmarks.g6.invocation import EXPERIMENTS, Invocation
-from benchmarks.g6.run import SIM_SCRAPE_S, SIM_SPEEDUP, execute
+from benchmarks.g6.run import DEFAULT_REPEATS, SIM_SCRAPE_S, SIM_SPEEDUP, execute
 from facts.catalogue import GPUS
 
 QUALITY = QuantParams.model_fields
@@ -77,6 +77,9 @@ def parser() -> argparse.ArgumentParser:
     )
     src = p.add_argument_group("target (one of --sim, --target, --stack, --outputs; --target may override a stack's endpoint)")
     src.add_argument("--sim", action="store_true", help="start the simulated vLLM backend for each max-num-seqs value")
+    src.add_argument("--virtual", action="store_true",
+                     help="with --sim: send no load, replay every point on the simulator's virtual clock (its engine "
+                     "without this machine's jitter): the expected answer, in the time the engine takes")  # fmt: skip
     src.add_argument("--target", help="base URL of an OpenAI-compatible server, e.g. http://127.0.0.1:8000")
     src.add_argument("--stack", help="Pulumi stack: endpoint, model and server parameters from its outputs; "
                      "server settings (max-num-seqs, a variant's model and quantization, the kv experiment's "
@@ -94,7 +97,9 @@ def parser() -> argparse.ArgumentParser:
     p.add_argument("--concurrency", type=wholes(1),
                    help="closed-loop concurrency values (sweep: default 1,8,32; quant: 1,64; kv: fixed waves "
                    "at every length instead of the search around the prediction)")  # fmt: skip
-    p.add_argument("--rate", type=positives, help="open-loop Poisson request rates per second, instead of --concurrency")
+    p.add_argument("--rate", type=positives, help="open-loop Poisson request rates per second, instead of --concurrency "
+                   "(prefix: the one rate both arms are offered, requests/s of the GPU; default "
+                   f"{PrefixParams().rate:g})")  # fmt: skip
     p.add_argument("--max-num-seqs", type=wholes(1), help="server batch sizes to sweep (needs --sim or --stack for more than one)")
     p.add_argument("--input-len", type=lengths, default=lengths("256"),
                    help="prompt tokens per request: N, uniform:LO,HI, lognormal:MEAN,SD or file:PATH (one length "
@@ -112,10 +117,15 @@ def parser() -> argparse.ArgumentParser:
     p.add_argument("--prometheus", help="Prometheus base URL for server metrics (default: scrape /metrics directly)")
     p.add_argument("--scrape-interval", type=positive,
                    help=f"seconds between /metrics scrapes (default 1, {SIM_SCRAPE_S:g} with --sim: its points are short)")  # fmt: skip
-    p.add_argument("--slo-ttft-ms", type=positive)
-    p.add_argument("--slo-tpot-ms", type=positive)
-    p.add_argument("--slo-e2e-ms", type=positive)
-    p.add_argument("--slo-itl-ms", type=positive, help="ITL p99 limit for the cheapest point within SLOs")
+    p.add_argument("--slo-ttft-ms", type=positive,
+                   help="time to first token a request must meet to count towards goodput, ms of the GPU; its p99 "
+                   "limits the cheapest point and the saturation search")  # fmt: skip
+    p.add_argument("--slo-tpot-ms", type=positive,
+                   help="time per output token a request must meet to count towards goodput, ms (p99 as above)")
+    p.add_argument("--slo-e2e-ms", type=positive,
+                   help="end-to-end latency a request must meet to count towards goodput, ms (p99 as above)")
+    p.add_argument("--slo-itl-ms", type=positive,
+                   help="inter-token latency p99 limit, ms, for the cheapest point and the saturation search (not per request)")
     p.add_argument("--max-client-lag-ms", type=positive, default=1.0, help="lag p99 above which a point is client-bound")
     p.add_argument("--timeout-connect", type=positive, default=5.0)
     p.add_argument("--timeout-first-token", type=positive, default=120.0)
@@ -123,8 +133,8 @@ def parser() -> argparse.ArgumentParser:
     p.add_argument("--health-timeout", type=positive, default=1800.0, help="seconds to wait for vLLM after a pulumi up")
     sim = p.add_argument_group("simulator and sizing")
     sim.add_argument("--gpu", help=f"GPU of the server ({', '.join(GPUS)}); default l4 for --sim, else from the outputs")
-    sim.add_argument("--speedup", type=positive, help=f"--sim only: divide simulated time by this (default {SIM_SPEEDUP:g}; "
-                     "saturation: 1, its points last seconds of arrivals whatever the speed)")  # fmt: skip
+    sim.add_argument("--speedup", type=positive, help=f"--sim only: divide simulated time by this (default {SIM_SPEEDUP:g}, real "
+                     "time: faster, this machine's CPUs shape the figures; below 1, the simulator runs slower than the GPU)")  # fmt: skip
     sim.add_argument("--gpu-memory-utilization", type=fraction,
                      help=f"the server's (kv: default {KV_GPU_MEMORY_UTILIZATION:g}, applied to the server)")  # fmt: skip
     sim.add_argument("--max-model-len", type=whole(1))
@@ -135,29 +145,35 @@ def parser() -> argparse.ArgumentParser:
                      f"(default {','.join(map(str, DEFAULT_CONTEXT_LENS))}, at most max-model-len)")  # fmt: skip
     exp.add_argument("--variants", type=_variants, help=f"quant: comma-separated, the first is the baseline "
                      f"(default {','.join(DEFAULT_VARIANTS)}; allowed: {', '.join(CHECKPOINTS)})")  # fmt: skip
-    exp.add_argument("--quality-prompts", type=_quality_prompts, default=QUALITY["quality_prompts"].default,
-                     help=f"quant: prompts of the quality score (default %(default)s, at most {len(PROMPTS)}: the "
-                     "project's own set)")  # fmt: skip
-    exp.add_argument("--quality-tokens", type=whole(1), default=QUALITY["quality_tokens"].default,
-                     help="quant: most tokens sampled from the baseline per prompt (default %(default)s)")
+    exp.add_argument("--quality-prompts", type=_quality_prompts,
+                     help=f"quant: prompts of the quality score (default {QUALITY['quality_prompts'].default}, at most "
+                     f"{len(PROMPTS)}: the project's own set)")  # fmt: skip
+    exp.add_argument("--quality-tokens", type=whole(1),
+                     help=f"quant: most tokens sampled from the baseline per prompt (default {QUALITY['quality_tokens'].default})")
     exp.add_argument("--settings", type=_settings, help="cold-start: comma-separated, each put in place with "
                      f"`pulumi config set` + `pulumi up` and restored after (default as-configured; allowed: "
                      f"{', '.join(cold_start.SETTINGS)})")  # fmt: skip
     exp.add_argument("--repeats", type=whole(1),
-                     help="sweep: run every point this many times, interleaved, for the median and spread (default 1); "
-                     "cold-start: cold starts per setting, each from zero (default 3)")
+                     help=f"runs of every point, each with its own seed, for the mean and the interval a rerun falls in "
+                     f"(default {DEFAULT_REPEATS}; sweep: the grid over again, interleaved; saturation: runs of the two "
+                     "rates that decide the answer; kv: of the deciding waves and the baselines); cold-start: cold "
+                     "starts per setting, each from zero (default 3)")  # fmt: skip
     exp.add_argument("--recording", type=Path, help="cold-start: measure a saved recording.json again (no cluster)")
-    exp.add_argument("--prefix-len", type=whole(16), default=PrefixParams().prefix_len,
-                     help="prefix: tokens of the prefix every prompt of a group starts with, before its --input-len")
-    exp.add_argument("--prefix-groups", type=whole(1), default=PrefixParams().groups,
-                     help="prefix: groups of requests, each with its own prefix")
-    exp.add_argument("--start-rate", type=positive, default=DEFAULT_START_RATE,
+    exp.add_argument("--prefix-len", type=whole(16),
+                     help=f"prefix: tokens of the prefix every prompt of a group starts with, before its --input-len "
+                     f"(default {PrefixParams().prefix_len})")  # fmt: skip
+    exp.add_argument("--prefix-groups", type=whole(1),
+                     help=f"prefix: groups of requests, each with its own prefix (default {PrefixParams().groups})")
+    exp.add_argument("--start-rate", type=positive,
                      help=f"saturation: the first offered rate, requests/s of the GPU (default {DEFAULT_START_RATE:g}); "
                      "then doubling until a rate fails, and a bisection")  # fmt: skip
-    exp.add_argument("--max-points", type=whole(2), default=SaturationParams().max_points,
-                     help="saturation: at most this many rates")
-    exp.add_argument("--point-seconds", type=positive, default=SaturationParams().point_seconds,
-                     help="saturation: seconds of arrivals each rate sends at least (more requests at higher rates)")
+    exp.add_argument("--max-points", type=whole(2),
+                     help=f"saturation: at most this many runs, the deciding rates' reruns included (default "
+                     f"{SaturationParams().max_points})")  # fmt: skip
+    exp.add_argument("--point-seconds", type=positive,
+                     help=f"saturation: seconds of arrivals each run sends at least (default "
+                     f"{SaturationParams().point_seconds:g}; and at least {SaturationParams().e2e_multiple:g} E2E p99 "
+                     "of the rate below it)")  # fmt: skip
     p.add_argument("--out", type=Path, default=Path("results"), help="results go to OUT/g6[-kv|-quant|-cold-start|-saturation|-prefix]-<UTC time>/")
     p.add_argument("--quiet", action="store_true", help="no progress display")
     return p

@@ -68,8 +68,9 @@ class G6Params(BaseModel):
     duration_s: float | None = Field(None, gt=0)
     warmup: int | None = Field(None, ge=0)
     seed: int = 0
-    # The sweep runs its grid this many times over, point after point (interleaved, so a drift in the
-    # server or the machine spreads over every point instead of biasing one).
+    # Runs of every point, each with its own seed: the sweep runs its grid this many times over, point
+    # after point (interleaved, so a drift in the server or the machine spreads over every point instead of
+    # biasing one); the experiments run each point (saturation: each deciding rate) this many times.
     repeats: int = Field(1, ge=1)
     timeouts: Timeouts = Timeouts()
     slo: Slo = Slo()
@@ -82,11 +83,14 @@ class G6Params(BaseModel):
     max_model_len: int | None = None
     quantization: Literal["fp8", "awq", "gptq"] | None = None
     speedup: float = Field(1.0, gt=0, description="the simulator's time compression; 1 for real servers")
+    # --sim --virtual: every point replayed on the simulator's virtual clock, no load sent (benchmarks.g6.virtual).
+    virtual: bool = False
 
     @model_validator(mode="after")
     def _coherent(self) -> G6Params:
-        # The searches (kv, saturation) choose their own load; the others need one arrival process.
-        searching = self.experiment in ("kv", "saturation")
+        # The searches (kv, saturation) and the prefix A/B (one rate, its own) choose their own load; the
+        # others need one arrival process.
+        searching = self.experiment in ("kv", "saturation", "prefix")
         if self.concurrency and self.rate or not (self.concurrency or self.rate or searching):
             raise G6Error("give either --concurrency (closed loop) or --rate (open-loop Poisson), not both")
         changeable = self.target_kind in ("sim", "stack")
@@ -95,6 +99,8 @@ class G6Params(BaseModel):
                 f"--max-num-seqs {','.join(map(str, self.max_num_seqs))}: a sweep changes the server, which "
                 "needs --sim or --stack STACK (config + pulumi up); with --target or --outputs alone give one value"
             )
+        if self.virtual and self.target_kind != "sim":
+            raise G6Error("--virtual replays the simulator's engine: it needs --sim")
         if self.speedup != 1.0 and self.target_kind != "sim":
             raise G6Error("--speedup applies to --sim only: a real server runs in real time")
         return self

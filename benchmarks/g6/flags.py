@@ -4,12 +4,12 @@ given and what is allowed, never a validation dump after the work has started.""
 from __future__ import annotations
 
 import argparse
+import math
 import sys
 from collections.abc import Callable
 from typing import NoReturn
 
-from benchmarks.loadgen.errors import LoadgenError
-from benchmarks.loadgen.lengths import Lengths, parse_lengths
+from benchmarks.loadgen.lengths import lengths_argument as lengths  # noqa: F401 (the g6 flags' type)
 
 
 class Parser(argparse.ArgumentParser):
@@ -56,13 +56,13 @@ def wholes(least: int) -> Callable[[str], list[int]]:
 
 
 def positive(text: str) -> float:
-    """A number above zero."""
+    """A finite number above zero (inf is no limit and nan no number: both refused)."""
     try:
         value = float(text)
     except ValueError:
-        _refuse("a number > 0", text)
-    if not value > 0:  # NaN included
-        _refuse("a number > 0", text)
+        _refuse("a finite number > 0", text)
+    if not (value > 0 and math.isfinite(value)):  # NaN fails the first test
+        _refuse("a finite number > 0", text)
     return value
 
 
@@ -73,7 +73,7 @@ def positives(text: str) -> list[float]:
     except argparse.ArgumentTypeError:
         values = []
     if not values:
-        _refuse("comma-separated numbers > 0", text)
+        _refuse("comma-separated finite numbers > 0", text)
     return values
 
 
@@ -85,9 +85,3 @@ def fraction(text: str) -> float:
     return value
 
 
-def lengths(text: str) -> Lengths:
-    """A request length: a number or a seeded distribution (benchmarks.loadgen.lengths)."""
-    try:
-        return parse_lengths(text)
-    except LoadgenError as exc:
-        raise argparse.ArgumentTypeError(str(exc)) from None

@@ -21,6 +21,7 @@ class Invocation:
 
     # target
     sim: bool
+    virtual: bool
     target: str | None
     stack: str | None
     outputs: Path | None
@@ -61,28 +62,43 @@ class Invocation:
     experiment: Experiment
     context_len: list[int] | None
     variants: list[str] | None
-    quality_prompts: int
-    quality_tokens: int
+    quality_prompts: int | None
+    quality_tokens: int | None
     settings: list[str] | None
     repeats: int | None
     recording: Path | None
-    prefix_len: int
-    prefix_groups: int
-    start_rate: float
-    max_points: int
-    point_seconds: float
+    prefix_len: int | None
+    prefix_groups: int | None
+    start_rate: float | None
+    max_points: int | None
+    point_seconds: float | None
     # results
     out: Path
     quiet: bool
 
 
+# Flags only one experiment reads: given to another, they would be ignored without a word.
+OWN_FLAGS: dict[str, Experiment] = {
+    "context_len": "kv", "variants": "quant", "quality_prompts": "quant", "quality_tokens": "quant",
+    "settings": "cold-start", "prefix_len": "prefix", "prefix_groups": "prefix", "start_rate": "saturation",
+    "max_points": "saturation", "point_seconds": "saturation",
+}  # fmt: skip
+
+
 def check(inv: Invocation) -> None:
-    """Refuse, in one line, flags that contradict each other (before anything is read or started)."""
+    """Refuse, in one line, flags that contradict each other or that the run would ignore (before anything
+    is read or started)."""
+    for name, experiment in OWN_FLAGS.items():
+        if getattr(inv, name) is not None and inv.experiment != experiment:
+            flag = "--" + name.replace("_", "-")
+            raise G6Error(f"{flag} applies to --experiment {experiment} only: this {inv.experiment} run would ignore it")
     if inv.experiment == "cold-start":
         _check_cold_start(inv)
         return
     if inv.recording is not None:
         raise G6Error("--recording measures a cold-start run again: add --experiment cold-start")
+    if inv.virtual and not inv.sim:
+        raise G6Error("--virtual replays the simulator's engine on its own clock: add --sim")
     if inv.sim and (inv.target or inv.stack or inv.outputs):
         raise G6Error("--sim starts its own server: drop --target/--stack/--outputs")
     if not (inv.sim or inv.target or inv.stack or inv.outputs):
@@ -92,7 +108,11 @@ def check(inv: Invocation) -> None:
     if inv.experiment == "saturation" and (inv.rate or inv.concurrency):
         raise G6Error("--experiment saturation chooses its own open-loop rates: drop --rate/--concurrency "
                       "(--start-rate sets the first)")  # fmt: skip
-    if inv.experiment not in ("sweep", "saturation") and inv.rate:
+    if inv.experiment == "prefix" and inv.concurrency:
+        raise G6Error("--experiment prefix offers both arms one open-loop rate: give --rate R instead of --concurrency")
+    if inv.experiment == "prefix" and inv.rate and len(inv.rate) > 1:
+        raise G6Error(f"--experiment prefix offers both arms one rate: give one --rate value, not {len(inv.rate)}")
+    if inv.experiment not in ("sweep", "saturation", "prefix") and inv.rate:
         raise G6Error(f"--experiment {inv.experiment} runs closed-loop points: drop --rate")
     if inv.experiment != "sweep" and inv.max_num_seqs and len(inv.max_num_seqs) > 1:
         raise G6Error(f"--experiment {inv.experiment} runs points on one server: "

@@ -79,25 +79,35 @@ def _point_label(p: G6Point) -> str:
 
 
 def gpu_over_time(result: G6Result, path: Path) -> None:
+    """The server's GPU and KV series in GPU time: each point's window laid end to end (a simulator run
+    faster has its wall-clock seconds multiplied by its speed-up; the time between points is left out)."""
     fig, ax = plt.subplots(figsize=(9, 4.8))
-    t0 = result.meta.started_at.timestamp()
+    k = result.params.speedup
+    windows, offset = [], 0.0
+    for p in result.points:
+        if p.window is not None:
+            windows.append((p, offset))
+            offset += p.window.seconds
     for name, label, scale in _GPU_SERIES:
         xs, ys = [], []
-        for p in result.points:
+        for p, at in windows:
+            start, end = p.window.start.timestamp(), p.window.end.timestamp()  # type: ignore[union-attr]
             for s in (p.server.series if p.server is not None else []):
                 if s.name == name:
-                    xs += [t - t0 for t, _ in s.points] + [float("nan")]
-                    ys += [v * scale for _, v in s.points] + [float("nan")]
+                    inside = [(t, v) for t, v in s.points if start <= t <= end]
+                    xs += [at + (t - start) * k for t, _ in inside] + [float("nan")]
+                    ys += [v * scale for _, v in inside] + [float("nan")]
         if xs:
             ax.plot(xs, ys, label=label, linewidth=1.2)
     # Each point's window, shaded in turn and named at the top: which segment is which point.
-    for k, p in enumerate(q for q in result.points if q.window is not None):
-        start, end = p.window.start.timestamp() - t0, p.window.end.timestamp() - t0  # type: ignore[union-attr]
-        ax.axvspan(start, end, color="0.9" if k % 2 else "0.96", zorder=0)
-        ax.text((start + end) / 2, 103, _point_label(p), ha="center", va="bottom", fontsize=7, rotation=90)
+    for i, (p, at) in enumerate(windows):
+        width = p.window.seconds  # type: ignore[union-attr]
+        ax.axvspan(at, at + width, color="0.9" if i % 2 else "0.96", zorder=0)
+        ax.text(at + width / 2, 103, _point_label(p), ha="center", va="bottom", fontsize=7, rotation=90)
     if not ax.lines:
         ax.text(0.5, 0.5, "no server metrics in this result", ha="center", va="center", transform=ax.transAxes)
-    ax.set_xlabel("seconds since the run started, wall clock (shaded: one point each, labelled max-num-seqs / load)")
+    ax.set_xlabel(f"GPU seconds, the points' windows end to end ({result.params.time_scale}; shaded: one point each, "
+                  "labelled max-num-seqs / load)")
     ax.set_ylabel("% (of time, of KV blocks)")
     ax.set_ylim(-2, 140)  # room above 100% for the points' names
     ax.set_yticks(range(0, 101, 20))

@@ -120,10 +120,16 @@ def _describe(label: str, p: G6Point, usd: float) -> str:
     )
 
 
-def cheapest(points: Sequence[tuple[str, G6Point]], params: G6Params) -> str:
-    """One Markdown paragraph: the cheapest labelled point that meets the SLOs, or why none does, at the
-    GPU node's spot price (every basis ranks the points alike but GIQ's, which counts input tokens too)."""
+def cheapest(points: Sequence[tuple[str, G6Point]], params: G6Params, passing: set[str] | None = None) -> str:
+    """One Markdown paragraph: the cheapest labelled point that meets the SLOs (and, with `passing`, is one
+    of those labels: a saturation run that kept up), or why none does, at the GPU node's spot price (every
+    basis ranks the points alike but GIQ's, which counts input tokens too)."""
     priced = [(label, p, tp.gpu_node_spot) for label, p in points if (tp := p.usd_per_million_output_tokens) is not None]
+    if passing is not None:
+        kept = [lpu for lpu in priced if lpu[0] in passing]
+        if not kept:
+            return "No point passed (see the verdicts above): none is priced as one to serve at.\n"
+        priced = kept
     if not priced:
         return "No point has a price: the run has no GPU price (a server given by URL) or no throughput.\n"
 

@@ -2,8 +2,6 @@
 
 from __future__ import annotations
 
-import statistics
-
 from benchmarks.g6.config import G6Params
 from benchmarks.g6.plots import PLOTS
 from benchmarks.g6.price import cheapest, slo_text
@@ -14,6 +12,7 @@ from benchmarks.harness.evidence import markdown as evidence_section
 from benchmarks.harness.markdown import num, table
 from benchmarks.labs.phases_report import waited_first
 from benchmarks.loadgen import Summary
+from benchmarks.loadgen.reruns import Rerun
 from benchmarks.loadgen.stats import P99_MIN_SAMPLES, Interval
 
 # A closed-loop point holding fewer counted requests in flight than this share of what the server
@@ -24,6 +23,30 @@ THIN = "†"  # marks a p99 resting on fewer than P99_MIN_SAMPLES samples
 
 def _with_interval(value: float, ci: Interval | None, digits: int = 1) -> str:
     return f"{value:,.{digits}f}" + ("" if ci is None else f" ({ci[0]:,.{digits}f}–{ci[1]:,.{digits}f})")
+
+
+def rerun_cell(r: Rerun | None, digits: int = 1, percent: bool = False) -> str | None:
+    """"mean (lo–hi)" of a figure across repeats: its 95% rerun interval; the figure alone from one run."""
+    if r is None:
+        return None
+    k = 100.0 if percent else 1.0
+    unit = "%" if percent else ""
+    mean = f"{r.mean * k:,.{digits}f}{unit}"
+    if r.lo is None or r.hi is None:
+        return mean  # one run: the note under the table says there is no interval
+    return f"{mean} ({r.lo * k:,.{digits}f}–{r.hi * k:,.{digits}f}{unit})"
+
+
+def rerun_note(runs: int, what: str = "point") -> str:
+    """What the across-repeats figures are, for under their table."""
+    if runs < 2:
+        return (f"Each {what} ran once: there is no interval across reruns (`--repeats N` runs it N times, each "
+                "with its own seed); the brackets further down are within-run bootstrap intervals, which a rerun's "
+                "figures fall outside far more often than 5% of the time.\n")  # fmt: skip
+    return (f"Each figure is the mean of the {what}'s {runs} runs, each with its own seed (its own prompts, lengths and "
+            f"arrivals); the brackets are the 95% interval a rerun's mean of {runs} falls in (mean ± t·s·√(2/{runs}), "
+            "Student's t), which holds the seeds and this machine's jitter between runs. Brackets in the per-run "
+            "tables below are within-run bootstrap intervals and say nothing of a rerun.\n")  # fmt: skip
 
 
 def latency_pair(s: Summary | None) -> str | None:
@@ -64,8 +87,9 @@ def bucket_cell(bucket: tuple[float, float | None] | None) -> str | None:
 def reading_notes(p: G6Params) -> str:
     """What every g6 table's figures are: the time scale, the intervals, the marks."""
     return (
-        f"Times and rates are {p.time_scale}. Brackets are bootstrap 95% intervals (seeded; over requests, "
-        f"a request's chunk gaps resampled together; a rate's over ten slices of its window); {THIN} marks a "
+        f"Times and rates are {p.time_scale}. Brackets are within-run bootstrap 95% intervals (seeded; over "
+        "requests, a request's chunk gaps resampled together; a rate's over ten slices of its window): they show "
+        f"the spread inside this one run, not where a rerun would land (the answer's intervals do); {THIN} marks a "
         f"p99 of fewer than {P99_MIN_SAMPLES} samples, which is close to the maximum. A point **below load** "
         f"held fewer than {HELD_SHARE:.0%} of min(concurrency, max-num-seqs) counted requests in flight: "
         "it was measured at a lower load than its label.\n"
@@ -86,12 +110,17 @@ def client_text(meta: RunMeta, points: list[G6Point]) -> str:
         return (f"in the cluster, a Job per point next to the server, on node {nodes}, {workers} "
                 f"(started from a machine with {meta.client_host_cpus} CPUs)")  # fmt: skip
     hosts = ", ".join(dict.fromkeys(f"`{c.host}`, {c.cpus} CPUs" for c in places))
-    return f"this machine ({hosts}), {workers}"
+    loads = sorted(p.client.load_avg for p in points if p.client is not None and p.client.load_avg is not None)
+    shared = (f"; its load average {loads[0]:.1f}–{loads[-1]:.1f} as the points ended (runnable processes: "
+              "above its CPUs, the client and a simulator on it wait for them)" if loads else "")  # fmt: skip
+    return f"this machine ({hosts}), {workers}{shared}"
 
 
 def target_text(p: G6Params) -> str:
     return {
-        "sim": f"the simulated vLLM backend ({p.gpu}, speedup x{p.speedup:g})",
+        "sim": f"the simulated vLLM backend ({p.gpu}, speedup x{p.speedup:g})" + (
+            ", every point replayed on its virtual clock (--virtual: no load sent, no host in the figures)"
+            if p.virtual else ""),
         "url": f"the server at {p.target}",
         "stack": f"stack `{p.stack}` at {p.target}",
     }[p.target_kind]
@@ -137,9 +166,11 @@ def _price_table(points: list[tuple[str, G6Point]]) -> str:
     )
 
 
-def cost_sections(points: list[tuple[str, G6Point]], params: G6Params, price: GpuPrice | None, cost: str | None) -> str:
+def cost_sections(points: list[tuple[str, G6Point]], params: G6Params, price: GpuPrice | None, cost: str | None,
+                  passing: set[str] | None = None) -> str:  # fmt: skip
     """## What serving costs (the prices per point on every basis and the cheapest point within the
-    SLOs) and ## Cost (what the stack costs per hour, and what this session cost)."""
+    SLOs, among the `passing` labels when given) and ## Cost (what the stack costs per hour, and what this
+    session cost)."""
     if price is None:
         out = "## What serving costs\n\nNo GPU price: the run has no stack and no stack file to price (a server given by URL).\n"
     else:
@@ -149,7 +180,7 @@ def cost_sections(points: list[tuple[str, G6Point]], params: G6Params, price: Gp
             "The whole cluster adds what runs beside the GPU node. GKE Inference Quickstart's convention "
             "divides the GPU node's spot price by output tokens plus a quarter of the input tokens (its "
             "default output-to-input cost ratio of 4), so it reads lower than ours for the same point.\n\n"
-            + _price_table(points) + "\n" + cheapest(points, params)
+            + _price_table(points) + "\n" + cheapest(points, params, passing)
         )
     if cost:
         out += f"\n## Cost\n\n{cost.replace('### ', '')}"
@@ -162,14 +193,16 @@ def errors_section(errors: list[str]) -> str:
     return "## Errors\n\n" + "\n".join(f"- {e}" for e in errors) + "\n"
 
 
+def title(heading: str, m: RunMeta, p: G6Params) -> str:
+    """A report's first lines: what it answers, the model, the server and when."""
+    return (f"# Lab g6: {heading}\n\nModel `{p.model}` served by {target_text(p)}; {m.started_at.isoformat()} to "
+            f"{m.finished_at.isoformat()}.\n")  # fmt: skip
+
+
 def _header(r: G6Result) -> str:
     m, p = r.meta, r.params
     load = f"concurrency {p.concurrency} (closed loop)" if p.concurrency else f"Poisson rates {p.rate} req/s (open loop)"
     lines = [
-        "# Lab g6: LLM serving, TTFT against throughput",
-        "",
-        f"Model `{p.model}` served by {target_text(p)}; {m.started_at.isoformat()} to {m.finished_at.isoformat()}.",
-        "",
         evidence_section(m.evidence),
         "## What was run",
         "",
@@ -203,32 +236,23 @@ def _run_label(r: G6Result, p: G6Point) -> str:
     return load_label(p) + (f" (run {p.repeat + 1})" if r.params.repeats > 1 else "")
 
 
-def _spread(values: list[float], digits: int = 1) -> str:
-    """Median (min–max) across repeats."""
-    return f"{statistics.median(values):,.{digits}f} ({min(values):,.{digits}f}–{max(values):,.{digits}f})"
-
-
-def _repeats(r: G6Result) -> str:
-    """## Across repeats: each point's median and spread over its runs (--repeats)."""
-    if r.params.repeats == 1:
-        return ""
-    groups: dict[tuple[int | None, str], list[G6Point]] = {}
-    for p in r.points:
-        groups.setdefault((p.max_num_seqs, load_label(p)), []).append(p)
+def _answer(r: G6Result) -> str:
+    """## The answer: each point over its runs (--repeats), with the interval a rerun falls in."""
     rows = [
-        [mns, load, len(ps), _spread([p.output_tokens_per_s for p in ps]), _spread([p.requests_per_s for p in ps], 2),
-         _spread([p.ttft_ms.p50 for p in ps if p.ttft_ms]) if all(p.ttft_ms for p in ps) else None,
-         _spread([p.ttft_ms.p99 for p in ps if p.ttft_ms]) if all(p.ttft_ms for p in ps) else None,
-         _spread([p.itl_ms.p50 for p in ps if p.itl_ms]) if all(p.itl_ms for p in ps) else None,
-         _spread([p.itl_ms.p99 for p in ps if p.itl_ms]) if all(p.itl_ms for p in ps) else None]
-        for (mns, load), ps in groups.items()
+        [f.max_num_seqs, f"c={f.concurrency}" if f.concurrency is not None else f"{f.rate:g}/s", f.runs,
+         rerun_cell(f.output_tokens_per_s, 0), rerun_cell(f.requests_per_s, 2), rerun_cell(f.ttft_p50_ms),
+         rerun_cell(f.ttft_p99_ms), rerun_cell(f.itl_p50_ms, 2), rerun_cell(f.itl_p99_ms, 2),
+         rerun_cell(f.usd_per_million_output_tokens, 3), rerun_cell(f.prefix_cache_hit_rate, 1, percent=True)]
+        for f in r.across
     ]  # fmt: skip
+    runs = max((f.runs for f in r.across), default=1)
     return (
-        f"## Across repeats\n\nEvery point ran {r.params.repeats} times, the grid over again on each server "
-        f"(interleaved: a drift of the server or the machine spreads over every point). Median (min–max) "
-        f"across the runs, {r.params.time_scale}:\n\n"
+        f"## The answer: every point over its {runs} run{'s' if runs != 1 else ''}\n\n"
         + table(["max-num-seqs", "load", "runs", "output tok/s", "req/s", "TTFT p50 ms", "TTFT p99 ms", "ITL p50 ms",
-                 "ITL p99 ms"], rows)  # fmt: skip
+                 "ITL p99 ms", "$ per M output tokens (GPU node spot)", "prefix-cache hits"], rows)  # fmt: skip
+        + f"\n{rerun_note(runs)}\nTimes and rates are {r.params.time_scale}. Prefix-cache hits are the server's own "
+        "counters over each point: every point sends prompts of its own, so a share above 1% would mean it did not "
+        "(Errors lists any).\n"
     )
 
 
@@ -330,7 +354,8 @@ def _meaning(r: G6Result) -> str:
 def render_report(result: G6Result) -> str:
     plots = "## Plots\n\n" + "\n".join(f"![{name}]({name})" for name in PLOTS) + "\n"
     labelled = [(f"max-num-seqs {p.max_num_seqs} {_run_label(result, p)}", p) for p in result.points]
-    sections = [_header(result), _sizing(result), _points(result), realised_section(labelled), _repeats(result), _meaning(result),
+    sections = [title("LLM serving, TTFT against throughput", result.meta, result.params), _answer(result),
+                _header(result), _sizing(result), _points(result), realised_section(labelled), _meaning(result),
                 cost_sections(labelled, result.params, result.gpu_price, result.cost), errors_section(result.meta.errors),
                 plots]  # fmt: skip
     return waited_first("\n".join(section for section in sections if section), result.waited)

@@ -37,7 +37,6 @@ from benchmarks.g6.experiments.kv import (
 )
 from benchmarks.g6.experiments.kv import DEFAULT_GPU_MEMORY_UTILIZATION as KV_GPU_MEMORY_UTILIZATION
 from benchmarks.g6.experiments.kv_report import render_kv_plots, render_kv_report
-from benchmarks.g6.experiments.prefix import DEFAULT_CONCURRENCY as PREFIX_CONCURRENCY
 from benchmarks.g6.experiments.prefix import PrefixOutcome, PrefixParams, prefix_result, prefix_spec, run_prefix
 from benchmarks.g6.experiments.prefix_report import render_prefix_plots, render_prefix_report
 from benchmarks.g6.experiments.quant import (
@@ -63,9 +62,10 @@ from benchmarks.g6.invocation import Invocation, check
 from benchmarks.g6.plots import render_plots
 from benchmarks.g6.price import gpu_price, session_cost
 from benchmarks.g6.report import render_report
-from benchmarks.g6.result import G6Result, GpuPrice
+from benchmarks.g6.result import G6Result, GpuPrice, sweep_figures
 from benchmarks.g6.sweep import Measurement, Outcome, SweepOutcome, Target, load_specs, run_sweep
 from benchmarks.g6.targets import Demand, ServerSettings, SimTarget, StackTarget, UrlTarget
+from benchmarks.g6.virtual import VirtualRunner, VirtualTarget
 from benchmarks.harness import (
     Endpoint,
     HarnessError,
@@ -98,12 +98,15 @@ from stacks.loader import ConfigError
 from stacks.output_folder import OutputFolderError, prepare
 from stacks.stackfile import load_config
 
-SIM_SPEEDUP = 4.0  # default time compression of --sim: the README's sweep then runs in about a minute
-# The saturation search is bounded in seconds of arrivals per point, so compression would buy it no time,
-# only load: at x4 its rates asked 4x the requests/s of this machine's CPUs, and two runs here found
-# 15 and 22 req/s where the same simulated L4 in real time held 30 to 56, as busy as the machine was.
-SIM_SPEEDUP_OF = {"saturation": 1.0}
+# --sim runs in real time by default: there it agrees with its virtual-clock oracle within the bands
+# docs/testing.md measured (throughput 0.93-1.02 of it on this project's busy 2-core machine), while at x4
+# its TTFT read 1.4-4.0 times the oracle's: the host's figure, not the simulated L4's. --virtual gives the
+# simulated L4's answer without waiting; --speedup compresses time for quick tests.
+SIM_SPEEDUP = 1.0
 SIM_SCRAPE_S = 0.5
+# Runs of every point (each with its own seed) unless --repeats says otherwise: the fewest whose spread
+# gives a rerun interval at all (Student's t with 2 degrees of freedom).
+DEFAULT_REPEATS = 3
 
 
 
@@ -144,7 +147,7 @@ def resolve_params(inv: Invocation, outputs: dict[str, Any] | None) -> G6Params:
     )
     max_model_len = inv.max_model_len or bench.max_model_len
     concurrency = {"sweep": bench.sweep.concurrency or [1, 8, 32], "quant": list(DEFAULT_CONCURRENCY), "kv": [],
-                   "cold-start": [1], "saturation": [], "prefix": [PREFIX_CONCURRENCY]}  # fmt: skip
+                   "cold-start": [1], "saturation": [], "prefix": []}  # fmt: skip
     sweep_grid = experiment == "sweep" and inv.stack and bench.sweep.max_num_seqs
     return G6Params(
         experiment=experiment,
@@ -155,7 +158,7 @@ def resolve_params(inv: Invocation, outputs: dict[str, Any] | None) -> G6Params:
         model=inv.model or bench.model,
         api=inv.api,
         concurrency=[] if inv.rate else inv.concurrency or concurrency[experiment],
-        rate=inv.rate or [],
+        rate=[] if experiment == "prefix" else inv.rate or [],
         # Only a stack can change the server between points; saved outputs describe the one running.
         max_num_seqs=inv.max_num_seqs or sweep_grid or [bench.max_num_seqs],
         input_len=inv.input_len,
@@ -165,7 +168,7 @@ def resolve_params(inv: Invocation, outputs: dict[str, Any] | None) -> G6Params:
         duration_s=inv.duration,
         warmup=inv.warmup,
         seed=inv.seed,
-        repeats=(inv.repeats or 1) if experiment == "sweep" else 1,
+        repeats=inv.repeats or DEFAULT_REPEATS,
         timeouts=Timeouts(
             connect_s=inv.timeout_connect, first_token_s=inv.timeout_first_token, total_s=inv.timeout_total
         ),
@@ -178,7 +181,8 @@ def resolve_params(inv: Invocation, outputs: dict[str, Any] | None) -> G6Params:
         gpu_memory_utilization=utilization,
         max_model_len=max_model_len,
         quantization=inv.quantization or bench.quantization,
-        speedup=inv.speedup or (SIM_SPEEDUP_OF.get(experiment, SIM_SPEEDUP) if inv.sim else 1.0),
+        speedup=inv.speedup or (SIM_SPEEDUP if inv.sim else 1.0),
+        virtual=inv.virtual,
     )
 
 
@@ -245,10 +249,11 @@ def planned_specs(params: G6Params, ex: Experiments, base_url: str) -> list[Load
     if params.experiment == "quant":
         return quant_specs(params, ex.quant, base_url)
     if params.experiment == "saturation":
-        return [point_spec(params, ex.saturation, base_url, ex.saturation.start_rate)]
+        return [point_spec(params, base_url, ex.saturation.start_rate, ex.saturation.point_seconds)]
     if params.experiment == "prefix":
-        return [prefix_spec(params, ex.prefix, base_url) for _ in ex.prefix.arms]
-    return [spec for _ in params.max_num_seqs for spec in load_specs(params, base_url)]
+        return [prefix_spec(params, ex.prefix, base_url, run) for _ in ex.prefix.arms for run in range(params.repeats)]
+    return [spec for mns in params.max_num_seqs for repeat in range(params.repeats)
+            for spec in load_specs(params, base_url, "max-num-seqs", mns, "repeat", repeat)]  # fmt: skip
 
 
 def client_manifest(
@@ -292,7 +297,7 @@ def _benchmark_object(path: Path) -> bool:
 class ClientSide(NamedTuple):
     """Where the load generator runs and how this process reads the server and its Prometheus."""
 
-    runner: LocalRunner | ClusterRunner
+    runner: LocalRunner | ClusterRunner | VirtualRunner
     server: Server | None  # None: plain HTTP at the target URL
     prometheus: PrometheusClient | None
 
@@ -326,7 +331,8 @@ def cost_section(outputs: dict[str, Any] | None, params: G6Params, seconds: floa
     the same session would cost on the g6 stack as Pulumi.g6.yaml configures it, the GPU up for the
     run's length in GPU time."""
     # The cold-start experiment measures the scale-up and the idle tail itself (and prices them in its report).
-    assumed = price is not None and params.experiment != "cold-start"
+    # A virtual run's wall time is its engine's, not the GPU's: no session to price.
+    assumed = price is not None and params.experiment != "cold-start" and not params.virtual
     session = "\n" + session_cost(price, seconds * params.speedup) if assumed else ""
     if outputs is not None:
         return (estimate_section(outputs) + session) or None
@@ -335,9 +341,12 @@ def cost_section(outputs: dict[str, Any] | None, params: G6Params, seconds: floa
     est = estimate_or_none(load_config(LAB))
     if est is None:
         return None
+    if params.virtual:
+        return markdown(est) + "\nThis run replayed its points on the simulator's virtual clock: no GPU time to price.\n"
     return markdown(est) + (
         f"\nThis run took {seconds / 60:.1f} min against the simulator at x{params.speedup:g}: "
-        f"{seconds * params.speedup / 60:.0f} min on the real L4.\n"
+        f"{seconds * params.speedup / 60:.1f} min of GPU time on the real L4 (server starts and the gaps between "
+        "points included, priced as measurements below).\n"
     ) + session
 
 
@@ -379,12 +388,20 @@ class Experiments(NamedTuple):
 
 
 def experiment_params(inv: Invocation, params: G6Params) -> Experiments:
-    """The experiments' settings from the command line."""
-    kv = KvParams(context_lens=inv.context_len or list(DEFAULT_CONTEXT_LENS), concurrency=params.concurrency)
-    quant = QuantParams(variants=inv.variants or list(DEFAULT_VARIANTS), quality_prompts=inv.quality_prompts,
-                        quality_tokens=inv.quality_tokens)  # fmt: skip
-    saturation = SaturationParams(start_rate=inv.start_rate, max_points=inv.max_points, point_seconds=inv.point_seconds)
-    return Experiments(kv, quant, saturation, PrefixParams(prefix_len=inv.prefix_len, groups=inv.prefix_groups))
+    """The experiments' settings from the command line (a flag not given: the experiment's default)."""
+
+    def given(**flags: object) -> dict[str, object]:
+        return {name: value for name, value in flags.items() if value is not None}
+
+    kv = KvParams(context_lens=inv.context_len or list(DEFAULT_CONTEXT_LENS), concurrency=params.concurrency,
+                  seeds=params.repeats)  # fmt: skip
+    quant = QuantParams(variants=inv.variants or list(DEFAULT_VARIANTS),
+                        **given(quality_prompts=inv.quality_prompts, quality_tokens=inv.quality_tokens))  # fmt: skip
+    saturation = SaturationParams(seeds=params.repeats, **given(start_rate=inv.start_rate, max_points=inv.max_points,
+                                                                 point_seconds=inv.point_seconds))  # fmt: skip
+    rate = inv.rate[0] if params.experiment == "prefix" and inv.rate else None
+    prefix = PrefixParams(**given(prefix_len=inv.prefix_len, groups=inv.prefix_groups, rate=rate))
+    return Experiments(kv, quant, saturation, prefix)
 
 
 def cold_start_params(inv: Invocation) -> ColdStartParams:
@@ -463,6 +480,10 @@ def _run(inv: Invocation, argv: list[str], started: datetime) -> int:
         progress = RunProgress(enabled=not inv.quiet)
         client = client_side(params, outputs, inv.client_cpus, progress.log)
         params, target = make_target(params, demand(params, ex), inv.health_timeout, client.server, progress.log)
+        if params.virtual:
+            assert isinstance(target, SimTarget)
+            target = VirtualTarget(target)
+            client = client._replace(runner=VirtualRunner(target, params.scrape_interval_s))
         price = stack_gpu_price(outputs, params)
         first = None
         if isinstance(client.runner, ClusterRunner) and params.experiment != "cold-start":
@@ -473,7 +494,8 @@ def _run(inv: Invocation, argv: list[str], started: datetime) -> int:
     except ValidationError as exc:
         print(f"g6: invalid parameters: {problems(exc, 'g6')}", file=sys.stderr)
         return 2
-    how = Measurement(client.runner, client.prometheus, progress, price)
+    how = Measurement(client.runner, client.prometheus, progress, price,
+                      client.runner.server_metrics if isinstance(client.runner, VirtualRunner) else None)
     outcomes = {"kv": KvOutcome, "quant": QuantOutcome, "saturation": SaturationOutcome, "prefix": PrefixOutcome}
     outcome = outcomes.get(params.experiment, SweepOutcome)()
     if params.experiment == "cold-start":
@@ -563,12 +585,12 @@ def write_results(
         result = saturation_result(meta, params, ex.saturation, outcome, price, cost).model_copy(update={"waited": waited})
         folder = new_run_folder(inv.out, f"{LAB}-saturation", started)
         render_saturation_plots(result, folder)
-        report, ok = render_saturation_report(result), all(x.point.completed for x in result.points)
+        report, ok = render_saturation_report(result), all(run.point.completed for x in result.points for run in x.runs)
     elif isinstance(outcome, PrefixOutcome):
         result = prefix_result(meta, params, ex.prefix, outcome, price, cost).model_copy(update={"waited": waited})
         folder = new_run_folder(inv.out, f"{LAB}-prefix", started)
         render_prefix_plots(result, folder)
-        report, ok = render_prefix_report(result), all(p.completed for a in result.arms for p in a.points)
+        report, ok = render_prefix_report(result), all(run.point.completed for a in result.arms for run in a.runs)
     else:
         assert isinstance(outcome, SweepOutcome)
         result = G6Result(
@@ -577,6 +599,7 @@ def write_results(
             sizing=[s for mns in params.max_num_seqs if (s := predict(params, mns)) is not None],
             sizing_gap=sizing_gap(params),
             points=outcome.points,
+            across=sweep_figures(outcome.points),
             cost=cost,
             gpu_price=price,
             waited=waited,

@@ -36,6 +36,8 @@ from benchmarks.g6.errors import G6Error
 from benchmarks.harness import HarnessError, PulumiStack
 from benchmarks.harness.server import Server, check_serves, http_server, wait_healthy
 from benchmarks.harness.signals import shielded
+from benchmarks.sim import SimConfig
+from benchmarks.sim.cli import config_from_flags
 
 CONFIG_OBJECT = "vllm"  # the project's `gke-ml-labs:vllm` stack config object
 _SIM_START_TIMEOUT_S = 30.0
@@ -172,16 +174,25 @@ class SimTarget:
     def session(self) -> Iterator[None]:
         yield
 
+    def flags(self, settings: ServerSettings) -> list[str]:
+        """The simulator's server flags for `settings` over the base: what `serving` starts it with."""
+        flags = list(self.args)
+        for key, value in settings.over(self.base).changes().items():
+            if value is not None:
+                flags += sim_flags(key, value)
+        return flags
+
+    def config(self, settings: ServerSettings) -> SimConfig:
+        """The simulator `serving(settings)` runs, as the virtual-clock oracle (benchmarks.sim.virtual) takes it."""
+        return config_from_flags(self.flags(settings))
+
     @contextmanager
     def serving(self, settings: ServerSettings) -> Iterator[Server]:
         port = _free_port()
         # --watch-stdin: the simulator exits when the pipe this process holds open closes, as it does
         # however this process ends (SIGKILL included); its own session keeps a terminal's Ctrl-C for
         # this process, which stops it in order.
-        argv = [sys.executable, "-m", "benchmarks.sim", *self.args, "--port", str(port), "--watch-stdin"]
-        for key, value in settings.over(self.base).changes().items():
-            if value is not None:
-                argv += sim_flags(key, value)
+        argv = [sys.executable, "-m", "benchmarks.sim", *self.flags(settings), "--port", str(port), "--watch-stdin"]
         # stderr to a file, not a pipe: a pipe nobody reads would stall a chatty server.
         log = tempfile.TemporaryFile("w+")
         proc = subprocess.Popen(argv, cwd=_REPO, stdin=subprocess.PIPE, stdout=subprocess.DEVNULL, stderr=log,

@@ -183,27 +183,42 @@ def endpoint_path(api: str) -> str:
     return "/v1/chat/completions" if api == "chat" else "/v1/completions"
 
 
+def request_key(plan: Plan, i: int) -> str:
+    """What seeds request `i`'s own tokens: the plan's seed and its place, the warm-up's apart from the
+    counted requests' (so a longer warm-up never changes a counted prompt)."""
+    return f"warmup:{plan.seed}:{i}" if i < plan.warmup else f"counted:{plan.seed}:{i - plan.warmup}"
+
+
+def request_seed(plan: Plan, i: int) -> int:
+    """The `seed` request `i` carries: a server that samples (or a simulator's stand-in for EOS) decides
+    its output from the request alone, never from how many requests it served before."""
+    return int.from_bytes(hashlib.sha256(request_key(plan, i).encode()).digest()[:4], "big") >> 1
+
+
 def build_bodies(plan: Plan) -> list[bytes]:
-    """JSON bodies, each with a different seeded prompt so no prefix cache can help (beyond the
-    shared prefixes a plan asks for).
+    """JSON bodies, each with a prompt of its own drawn from the plan's seed, so no prefix cache can
+    help beyond the shared prefixes a plan asks for: a point whose seed names it (and its repeat) shares
+    no prompt with any other point, its warm-up none with its counted requests.
 
     Completions send the prompt as token ids, so its length is exactly its `input_lens` entry on vLLM
     and on the simulator. Chat needs text: one word per token, exact on the simulator and
     approximate under a real tokenizer (the server's usage says what it counted, template included).
     A fixed output length is forced (`ignore_eos`, `min_tokens`); with `eos` it is only the cap.
+    Greedy (temperature 0) whatever the `seed`: vLLM samples greedily at temperature 0.
     """
-    rng = random.Random(plan.seed)
     common = {
         "model": plan.model,
         "stream": True,
         "stream_options": {"include_usage": True},
         "temperature": 0.0,
     }
-    prefixes = [[rng.randrange(*TOKEN_ID_RANGE) for _ in range(plan.prefix_len)] for _ in range(plan.prefix_groups)]
+    shared = random.Random(f"prefix:{plan.seed}")
+    prefixes = [[shared.randrange(*TOKEN_ID_RANGE) for _ in range(plan.prefix_len)] for _ in range(plan.prefix_groups)]
     bodies = []
     for k, (n_in, n_out) in enumerate(zip(plan.input_lens, plan.output_lens)):
+        rng = random.Random(request_key(plan, k))
         ids = prefixes[k % plan.prefix_groups] + [rng.randrange(*TOKEN_ID_RANGE) for _ in range(n_in)]
-        shape: dict[str, object] = {"max_tokens": n_out}
+        shape: dict[str, object] = {"max_tokens": n_out, "seed": request_seed(plan, k)}
         if not plan.eos:
             shape.update(min_tokens=n_out, ignore_eos=True)
         if plan.api == "chat":
@@ -913,11 +928,16 @@ def run_in_process(plan: Plan, on_done: Callable[[Record], None] | None = None) 
     return reader.result(plan.warmup, plan.requests)
 
 
+def arrival_offsets(plan: Plan) -> list[float]:
+    """An open-loop plan's send times, seconds from t0, one per request (warm-up first)."""
+    return poisson_offsets(plan.rate or 1.0, plan.total, plan.seed, plan.warmup)
+
+
 def _share(plan: Plan, k: int, workers: int, claim: Callable[[], int | None]) -> dict[str, object]:
     """Worker k's part of the schedule: its request slots (closed loop) or its arrivals (open loop)."""
     if plan.concurrency is not None:
         return {"slots": plan.concurrency // workers + (k < plan.concurrency % workers), "claim": claim}
-    offsets = poisson_offsets(plan.rate or 1.0, plan.total, plan.seed, plan.warmup)
+    offsets = arrival_offsets(plan)
     return {"arrivals": [(i, offsets[i]) for i in range(k, plan.total, workers)]}
 
 
@@ -992,7 +1012,11 @@ def run(plan: Plan, out: Out) -> int:
     usage = [resource.getrusage(who) for who in (resource.RUSAGE_SELF, resource.RUSAGE_CHILDREN)]
     cpu_s = sum(u.ru_utime + u.ru_stime for u in usage)
     items.sort(key=lambda item: item[0])  # type: ignore[arg-type, return-value]
-    out.records(items, {"t0": t0.value, "wall_offset": time.time() - time.monotonic(), "cpu_s": round(cpu_s, 3)})
+    # The machine's load while the point ran (1-minute average, runnable processes): a client sharing its
+    # CPUs with other work (or with a simulator) says so.
+    load = round(os.getloadavg()[0], 2) if hasattr(os, "getloadavg") else None
+    out.records(items, {"t0": t0.value, "wall_offset": time.time() - time.monotonic(), "cpu_s": round(cpu_s, 3),
+                        "load_avg": load})
     return 0
 
 

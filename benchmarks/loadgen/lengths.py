@@ -8,6 +8,7 @@ values of a file are read once, where the flag is parsed, so a spec carries them
 
 from __future__ import annotations
 
+import argparse
 import math
 import random
 from pathlib import Path
@@ -148,6 +149,14 @@ def parse_lengths(text: str) -> Lengths:
             raise LoadgenError(f"lengths file {rest}: every length is at least 1")
         return Lengths(kind="file", path=rest, values=values)
     raise LoadgenError(f"lengths {text!r}: unknown form {form!r}; allowed forms are {FORMS}")
+
+
+def lengths_argument(text: str) -> Lengths:
+    """`parse_lengths` as an argparse type (--input-len, --output-len): a bad form is argparse's error."""
+    try:
+        return parse_lengths(text)
+    except LoadgenError as exc:
+        raise argparse.ArgumentTypeError(str(exc)) from None
 
 
 def draw_pairs(inputs: Lengths, outputs: Lengths, count: int, seed: int, max_model_len: int | None) -> tuple[list[int], list[int]]:

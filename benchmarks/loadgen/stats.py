@@ -91,6 +91,10 @@ class Window(BaseModel):
     start: datetime
     end: datetime
     seconds: float
+    # The point's first scheduled send, warm-up included (wall clock): the server's counters (prefix-cache
+    # lookups, preemptions) count the point's own requests from there, as it admits a request before its
+    # first token opens the window.
+    sent_from: datetime | None = None
 
 
 class ClientPlace(BaseModel):
@@ -106,6 +110,7 @@ class ClientPlace(BaseModel):
     workers: int
     python: str
     cpu_s: float | None = None
+    load_avg: float | None = None  # the machine's 1-minute load average as the point ended
 
 
 class PointStats(BaseModel):
@@ -115,6 +120,7 @@ class PointStats(BaseModel):
 
     concurrency: int | None
     rate: float | None
+    seed: int | None = None  # the point's own seed: its prompts, lengths and arrivals (LoadSpec.seed)
     input_len: Lengths
     output_len: Lengths
     completed: int
@@ -226,15 +232,15 @@ def rate_interval(times: list[float], weights: list[float], start: float, second
     return _interval(means)[0]
 
 
-def _tpot_s(r: Record) -> float | None:
+def tpot_s(r: Record) -> float | None:
     # TPOT from token counts, not chunk gaps: a chunk may carry several tokens.
     if r.first_token is None or r.output_tokens < 2:
         return None
     return (r.end - r.first_token) / (r.output_tokens - 1)
 
 
-def _meets(r: Record, slo: Slo) -> bool:
-    tpot = _tpot_s(r)
+def meets_slo(r: Record, slo: Slo) -> bool:
+    tpot = tpot_s(r)
     checks = (
         (slo.ttft_ms, (r.first_token or r.end) - r.scheduled),
         (slo.tpot_ms, tpot if tpot is not None else 0.0),
@@ -253,7 +259,7 @@ def client_lag_limit_ms(spec: LoadSpec, ttft: Summary, time_scale: float = 1.0) 
     return max(spec.max_client_lag_ms, LAG_SHARE_OF_TTFT * ttft.p50 / time_scale)
 
 
-def _scaled(r: Record, k: float) -> Record:
+def scaled(r: Record, k: float) -> Record:
     """`r` with every time multiplied by `k`: durations k times longer, on another scale."""
     return Record(
         i=r.i, scheduled=r.scheduled * k, sent=r.sent * k, first_token=None if r.first_token is None else r.first_token * k,
@@ -270,7 +276,7 @@ def summarize(run: LoadRun, spec: LoadSpec, time_scale: float = 1.0) -> PointSta
     window's start and end stay on the wall clock: they say when the point ran. Client lag is the
     client's own and is not scaled.
     """
-    records = [_scaled(r, time_scale) for r in run.records] if time_scale != 1.0 else run.records
+    records = [scaled(r, time_scale) for r in run.records] if time_scale != 1.0 else run.records
     ok = [r for r in records if r.ok]
     failures = Counter(r.error for r in records if not r.ok)
     window: Window | None = None
@@ -284,20 +290,21 @@ def summarize(run: LoadRun, spec: LoadSpec, time_scale: float = 1.0) -> PointSta
             start=datetime.fromtimestamp(start / time_scale + run.wall_offset, UTC),
             end=datetime.fromtimestamp(end / time_scale + run.wall_offset, UTC),
             seconds=seconds,
+            sent_from=datetime.fromtimestamp(min(r.scheduled for r in [*run.warmup, *run.records]) + run.wall_offset, UTC),
         )
     lags = np.array([r.sent - r.scheduled for r in run.records]) * 1000.0
     lag = None
     if lags.size:
         lag = LagSummary(mean=float(lags.mean()), p99=float(np.percentile(lags, 99)))
     itls = [b - a for r in ok for a, b in zip(r.chunk_times, r.chunk_times[1:])]
-    tpots = [t for r in ok if (t := _tpot_s(r)) is not None]
+    tpots = [t for r in ok if (t := tpot_s(r)) is not None]
     tokens = sum(r.output_tokens for r in ok)
     ttft = summarize_ms([r.first_token - r.scheduled for r in ok])
     decoding = sum(r.end - r.first_token for r in ok if r.first_token is not None)
     in_flight = sum(r.end - max(r.scheduled, start) for r in records)
     goodput = None
     if spec.slo.is_set() and ok and seconds:
-        met = sum(1 for r in ok if _meets(r, spec.slo))
+        met = sum(1 for r in ok if meets_slo(r, spec.slo))
         goodput = Goodput(slo=spec.slo, requests_per_s=met / seconds, fraction=met / len(ok))
     chunks = [(t, r.output_tokens / len(r.chunk_times)) for r in ok for t in r.chunk_times]
     tokens_ci = rate_interval([t for t, _ in chunks], [w for _, w in chunks], start, seconds)
@@ -305,6 +312,7 @@ def summarize(run: LoadRun, spec: LoadSpec, time_scale: float = 1.0) -> PointSta
     return PointStats(
         concurrency=spec.concurrency,
         rate=spec.rate,
+        seed=spec.seed,
         input_len=spec.input_len,
         output_len=spec.output_len,
         completed=len(ok),

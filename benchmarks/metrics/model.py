@@ -30,6 +30,12 @@ PREEMPTIONS = "vllm:num_preemptions_total"
 PREFIX_QUERIES = "vllm:prefix_cache_queries_total"
 PREFIX_HITS = "vllm:prefix_cache_hits_total"
 COUNTERS = (("preemptions", PREEMPTIONS), ("prefix_cache_queries", PREFIX_QUERIES), ("prefix_cache_hits", PREFIX_HITS))
+# Histograms whose mean over a point is read (the deltas of their _sum over their _count), in ms: vLLM
+# v0.33.0's names (tests/data/vllm/v0.33.0/metrics.txt). The prefill time is from a request's first
+# scheduling to its first token (vLLM's PREFILL phase), the queue time its WAITING phase.
+MEANS = (("prefill_time_mean_ms", "vllm:request_prefill_time_seconds"),
+         ("server_ttft_mean_ms", "vllm:time_to_first_token_seconds"),
+         ("queue_time_mean_ms", "vllm:request_queue_time_seconds"))  # fmt: skip
 CACHE_CONFIG = "vllm:cache_config_info"  # an info gauge: the cache configuration is in its labels
 TTFT_BUCKETS = "vllm:time_to_first_token_seconds_bucket"
 
@@ -57,7 +63,7 @@ class ServerMetrics(BaseModel):
 
     model_config = ConfigDict(frozen=True, extra="forbid")
 
-    source: Literal["prometheus", "scrape", "scrape+prometheus"]
+    source: Literal["prometheus", "scrape", "scrape+prometheus", "virtual"]  # virtual: the oracle (sim/virtual.py)
     running: GaugeStats | None = None
     waiting: GaugeStats | None = None
     kv_cache_usage: GaugeStats | None = None
@@ -68,11 +74,22 @@ class ServerMetrics(BaseModel):
     preemptions: float | None = None
     prefix_cache_queries: float | None = None  # prompt tokens looked up in the prefix cache during the point
     prefix_cache_hits: float | None = None  # of them, tokens the cache served
+    # Means of the server's histograms over the point (MEANS); None where it has no such histogram.
+    prefill_time_mean_ms: float | None = None
+    server_ttft_mean_ms: float | None = None
+    queue_time_mean_ms: float | None = None
     # vLLM's TTFT histogram knows a quantile only to its bucket: (lower, upper] in ms, upper None for
     # the +Inf bucket. No point inside the bucket is more likely than another.
     ttft_p50_bucket_ms: tuple[float, float | None] | None = None
     ttft_p99_bucket_ms: tuple[float, float | None] | None = None
     series: list[Series] = []
+
+    @property
+    def prefix_cache_hit_rate(self) -> float | None:
+        """Hits over queries (tokens) over the point; None when the cache was not asked (or not counted)."""
+        if not self.prefix_cache_queries or self.prefix_cache_hits is None:
+            return None
+        return self.prefix_cache_hits / self.prefix_cache_queries
 
     def in_time_scale(self, k: float) -> ServerMetrics:
         """These metrics with their times multiplied by `k` (a simulator's seconds into GPU seconds);
@@ -80,6 +97,7 @@ class ServerMetrics(BaseModel):
         return self.model_copy(update={
             "ttft_p50_bucket_ms": _scaled(self.ttft_p50_bucket_ms, k),
             "ttft_p99_bucket_ms": _scaled(self.ttft_p99_bucket_ms, k),
+            **{name: None if (v := getattr(self, name)) is None else v * k for name, _ in MEANS},
         })  # fmt: skip
 
 

@@ -25,7 +25,7 @@ from pydantic import BaseModel, ConfigDict
 
 from benchmarks.harness.answers import body_text
 from benchmarks.metrics.errors import MetricsError
-from benchmarks.metrics.model import COUNTERS, GAUGES, TTFT_BUCKETS, GaugeStats, Series, ServerMetrics, bucket_ms
+from benchmarks.metrics.model import COUNTERS, GAUGES, MEANS, TTFT_BUCKETS, GaugeStats, Series, ServerMetrics, bucket_ms
 from benchmarks.metrics.scrape import histogram_bucket
 
 QUERY = "api/v1/query"
@@ -163,10 +163,12 @@ class PrometheusClient:
             f"{datetime.fromtimestamp(after).isoformat()} within {timeout_s}s: is it scraping the server?"
         )
 
-    def window_metrics(self, start: float, end: float, step_s: float = 1.0) -> ServerMetrics:
-        """Server metrics over [start, end] (unix seconds)."""
+    def window_metrics(self, start: float, end: float, step_s: float = 1.0, counted_from: float | None = None) -> ServerMetrics:
+        """Server metrics over [start, end] (unix seconds); counters and histogram means from
+        `counted_from` (default `start`), as metrics_from_scrapes counts them."""
         self.wait_for_scrape(end)
         rng = f"[{max(1, math.ceil(end - start))}s]"
+        counting = f"[{max(1, math.ceil(end - (start if counted_from is None else counted_from)))}s]"
         fields: dict[str, GaugeStats] = {}
         series = []
         for name, metric, agg in GAUGES:
@@ -177,10 +179,17 @@ class PrometheusClient:
                 series.append(Series(name=name, points=self.query_range(f"{agg}({metric})", start, end, step_s)))
         increases = self._result(QUERY, {"query": f"sum by (le) (increase({TTFT_BUCKETS}{rng}))", "time": end})
         buckets = {float(r["metric"]["le"]): float(r["value"][1]) for r in increases if "le" in r["metric"]}
+        means = {}
+        for name, histogram in MEANS:
+            total = self.query(f"sum(increase({histogram}_sum{counting}))", end)
+            count = self.query(f"sum(increase({histogram}_count{counting}))", end)
+            if total is not None and count:
+                means[name] = 1000.0 * total / count
         return ServerMetrics(
             source="prometheus",
             **fields,
-            **{name: self.query(f"sum(increase({metric}{rng}))", end) for name, metric in COUNTERS},
+            **{name: self.query(f"sum(increase({metric}{counting}))", end) for name, metric in COUNTERS},
+            **means,
             ttft_p50_bucket_ms=bucket_ms(histogram_bucket(0.5, buckets)),
             ttft_p99_bucket_ms=bucket_ms(histogram_bucket(0.99, buckets)),
             series=series,

@@ -20,6 +20,7 @@ from benchmarks.metrics.model import (
     CACHE_CONFIG,
     COUNTERS,
     GAUGES,
+    MEANS,
     TTFT_BUCKETS,
     GaugeStats,
     KvCacheConfig,
@@ -28,7 +29,8 @@ from benchmarks.metrics.model import (
     bucket_ms,
 )
 
-_WANTED = {metric for _, metric, _ in GAUGES} | {metric for _, metric in COUNTERS} | {TTFT_BUCKETS}
+_WANTED = ({metric for _, metric, _ in GAUGES} | {metric for _, metric in COUNTERS} | {TTFT_BUCKETS}
+           | {f"{h}_{part}" for _, h in MEANS for part in ("sum", "count")})  # fmt: skip
 _COMBINE = {
     "sum": sum,
     "max": max,
@@ -81,16 +83,26 @@ def _bracket(scrapes: list[Scrape], start: float | None, end: float | None) -> l
     return scrapes[first : last + 1]
 
 
-def metrics_from_scrapes(scrapes: list[Scrape], start: float | None = None, end: float | None = None) -> ServerMetrics:
+def _delta(first: Scrape, last: Scrape, metric: str) -> float | None:
+    end = last.combined(metric, "sum")
+    return None if end is None else end - (first.combined(metric, "sum") or 0.0)
+
+
+def metrics_from_scrapes(
+    scrapes: list[Scrape], start: float | None = None, end: float | None = None, counted_from: float | None = None
+) -> ServerMetrics:
     """Window statistics from scrapes taken at the start, during, and at the end of a point; with
-    `start`/`end` (unix seconds) those of that window only (the point's counted requests, not its warm-up)."""
-    scrapes = _bracket(scrapes, start, end)
-    if len(scrapes) < 2:
-        raise MetricsError(f"need scrapes at the start and end of a point, got {len(scrapes)}")
-    first, last = scrapes[0], scrapes[-1]
+    `start`/`end` (unix seconds) those of that window only (the point's counted requests, not its
+    warm-up). Counters and histogram means count from `counted_from` (default `start`): the server
+    admits a request, and counts its prefix-cache lookup, before its first token opens the window."""
+    window = _bracket(scrapes, start, end)
+    if len(window) < 2:
+        raise MetricsError(f"need scrapes at the start and end of a point, got {len(window)}")
+    counting = _bracket(scrapes, start if counted_from is None else counted_from, end)
+    first, last = counting[0], counting[-1]
     # The start and end scrapes bracket the load (an idle server): gauges are read between them,
     # and a point shorter than one interval has no gauge figures rather than idle ones.
-    inside = scrapes[1:-1]
+    inside = window[1:-1]
     fields: dict[str, GaugeStats] = {}
     series = []
     for name, metric, agg in GAUGES:
@@ -100,14 +112,19 @@ def metrics_from_scrapes(scrapes: list[Scrape], start: float | None = None, end:
             fields[name] = GaugeStats(mean=statistics.fmean(values), max=max(values))
             series.append(Series(name=name, points=points))
     # Counters: what they counted between the first and the last scrape.
-    counted = {name: end - (first.combined(metric, "sum") or 0.0)
-               for name, metric in COUNTERS if (end := last.combined(metric, "sum")) is not None}  # fmt: skip
-    start_buckets, end_buckets = first.buckets(), last.buckets()
+    counted = {name: value for name, metric in COUNTERS if (value := _delta(first, last, metric)) is not None}
+    means = {}
+    for name, histogram in MEANS:
+        total, count = _delta(first, last, f"{histogram}_sum"), _delta(first, last, f"{histogram}_count")
+        if total is not None and count:
+            means[name] = 1000.0 * total / count
+    start_buckets, end_buckets = window[0].buckets(), window[-1].buckets()
     delta = {le: count - start_buckets.get(le, 0.0) for le, count in end_buckets.items()}
     return ServerMetrics(
         source="scrape",
         **fields,
         **counted,
+        **means,
         ttft_p50_bucket_ms=bucket_ms(histogram_bucket(0.5, delta)),
         ttft_p99_bucket_ms=bucket_ms(histogram_bucket(0.99, delta)),
         series=series,
@@ -177,10 +194,10 @@ class Scraper:
         self._thread = threading.Thread(target=self._loop, name="metrics-scraper", daemon=True)
         self._thread.start()
 
-    def stop(self, start: float | None = None, end: float | None = None) -> ServerMetrics:
-        """The metrics of the window [start, end] (unix seconds; default: everything scraped)."""
+    def stop(self) -> list[Scrape]:
+        """Every scrape taken, parsed: metrics_from_scrapes reads any window of them."""
         self._stop.set()
         if self._thread is not None:
             self._thread.join()
         self._fetch()
-        return metrics_from_scrapes([Scrape(t, text) for t, text in self._raw], start, end)
+        return [Scrape(t, text) for t, text in self._raw]

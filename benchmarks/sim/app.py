@@ -1,10 +1,8 @@
 """HTTP face of the simulated backend: vLLM's OpenAI-compatible routes, /metrics and ground truth.
 
-Prompt length: a string counts one token per whitespace-separated word; a list of ints (as `prompt`
-or `prompt_token_ids`) counts one token per id. Chat requests count the words of every message's
-text (no chat-template tokens are added); the same tokens, in blocks, are what the prefix cache
-recognises. Each generated token is one word with a leading space,
-so a client counting words in the streamed text counts tokens.
+Request bodies are read by admission.py (prompt tokens, lengths against the context, vLLM's 400s), the
+reader the virtual-clock replay uses too. Each generated token is one word with a leading space, so a
+client counting words in the streamed text counts tokens.
 
 Non-streamed completions that ask for `logprobs`, `prompt_logprobs` or `return_token_ids` are
 answered from the toy model (toymodel.py) in vLLM's shapes: prompt words become token ids, the
@@ -34,55 +32,26 @@ from starlette.routing import Route
 
 from facts.catalogue import get_gpu, get_model
 from benchmarks.sim import toymodel
+from benchmarks.sim.admission import BadRequest, RequestReader, int_field, prompt_of
 from benchmarks.sim.config import SimConfig
-from benchmarks.sim.engine import Engine, SimRequest
+from benchmarks.sim.engine import Engine, EngineCore, SimRequest
 from benchmarks.sim.metrics import SimMetrics
 
-DEFAULT_MAX_TOKENS = 16
 MAX_LOGPROBS = 20  # vLLM's default --max-logprobs
 TOY_FIELDS = ("logprobs", "prompt_logprobs", "return_token_ids")
 
 
-class BadRequest(Exception):
-    """A request vLLM would reject; carries the HTTP status and vLLM's error type."""
-
-    def __init__(self, message: str, *, status: int = 400, kind: str = "BadRequestError", param: str | None = None):
-        super().__init__(message)
-        self.status = status
-        self.kind = kind
-        self.param = param
-
-
 def _error(exc: BadRequest) -> JSONResponse:
-    body = {"error": {"message": str(exc), "type": exc.kind, "param": exc.param, "code": exc.status}}
-    return JSONResponse(body, status_code=exc.status)
+    return JSONResponse(exc.body(), status_code=exc.status)
 
 
 def _token_text(request: SimRequest, position: int) -> str:
     return f" w{(request.index * 7919 + position) % 997}"
 
 
-def _int_field(body: dict[str, Any], name: str, default: int | None) -> int | None:
-    value = body.get(name, default)
-    if value is not None and (not isinstance(value, int) or isinstance(value, bool) or value < 0):
-        raise BadRequest(f"{name} must be a non-negative integer, got {value!r}", param=name)
-    return value
-
-
-def _prompt(body: dict[str, Any]) -> str | list[int]:
-    prompt = body.get("prompt_token_ids", body.get("prompt"))
-    if isinstance(prompt, list) and len(prompt) == 1 and isinstance(prompt[0], (str, list)):
-        prompt = prompt[0]  # a batch of one
-    if isinstance(prompt, str):
-        return prompt
-    if isinstance(prompt, list) and all(isinstance(t, int) and not isinstance(t, bool) for t in prompt):
-        return prompt
-    raise BadRequest("prompt must be a string or a list of token ids (one prompt per request)", param="prompt")
-
-
 def _prompt_ids(body: dict[str, Any]) -> list[int]:
     """The prompt as the toy model's token ids: a string's words mapped, a list of ids as given."""
-    prompt = _prompt(body)
+    prompt = prompt_of(body)
     if isinstance(prompt, str):
         return [toymodel.token_id(word) for word in prompt.split()]
     ids = list(prompt)
@@ -92,44 +61,11 @@ def _prompt_ids(body: dict[str, Any]) -> list[int]:
 
 
 def _logprobs_field(body: dict[str, Any], name: str) -> int | None:
-    value = _int_field(body, name, None)
+    value = int_field(body, name, None)
     if value is not None and value > MAX_LOGPROBS:
         kind = "sample" if name == "logprobs" else "prompt"
         raise BadRequest(f"Requested {kind} logprobs of {value}, which is greater than max allowed: {MAX_LOGPROBS}")
     return value
-
-
-def _chat_words(body: dict[str, Any]) -> list[str]:
-    messages = body.get("messages")
-    if not isinstance(messages, list) or not messages:
-        raise BadRequest("messages must be a non-empty list", param="messages")
-    words: list[str] = []
-    for message in messages:
-        content = message.get("content") if isinstance(message, dict) else None
-        if isinstance(content, str):
-            words += content.split()
-        elif isinstance(content, list):
-            words += [w for part in content if isinstance(part, dict) for w in str(part.get("text", "")).split()]
-        else:
-            raise BadRequest("each message needs a string or list content", param="messages")
-    return words
-
-
-def _tokens(body: dict[str, Any], chat: bool) -> list[str] | list[int]:
-    """The prompt's tokens as the prefix cache sees them: words, or the ids as given."""
-    if chat:
-        return _chat_words(body)
-    prompt = _prompt(body)
-    return prompt.split() if isinstance(prompt, str) else list(prompt)
-
-
-def block_hashes(tokens: list[int] | list[str], block_size: int) -> tuple[int, ...]:
-    """Chained hashes of the full blocks of a prompt: equal only where the whole prefix up to the block is."""
-    out, h = [], 0
-    for k in range(len(tokens) // block_size):
-        h = hash((h, tuple(tokens[k * block_size : (k + 1) * block_size])))
-        out.append(h)
-    return tuple(out)
 
 
 class SimServer:
@@ -139,6 +75,7 @@ class SimServer:
         self.config = config
         self.sizing = config.sizing()
         self.model_name = get_model(config.model).name
+        self.reader = RequestReader(config)
         self.metrics = SimMetrics(
             model_name=self.model_name,
             gpu=get_gpu(config.gpu),
@@ -150,14 +87,9 @@ class SimServer:
 
     @contextlib.asynccontextmanager
     async def lifespan(self, app: Starlette) -> AsyncIterator[None]:
-        self.engine = Engine(
-            self.sizing,
-            seed=self.config.seed,
-            speedup=self.config.speedup,
-            prefix_caching=self.config.enable_prefix_caching,
-            on_token=self.metrics.on_token,
-            on_finish=self.metrics.on_finish,
-        )
+        core = EngineCore(self.sizing, seed=self.config.seed, speedup=self.config.speedup,
+                          prefix_caching=self.config.enable_prefix_caching, on_token=self._token, on_finish=self._finish)  # fmt: skip
+        self.engine = Engine(core)
         self.metrics.attach(self.engine)
         task = asyncio.create_task(self.engine.run())
         try:
@@ -166,6 +98,16 @@ class SimServer:
             task.cancel()
             with contextlib.suppress(asyncio.CancelledError):
                 await task
+
+    def _token(self, request: SimRequest) -> None:
+        self.metrics.on_token(request)
+        if request.events is not None:
+            request.events.put_nowait(request.output_tokens)
+
+    def _finish(self, request: SimRequest) -> None:
+        self.metrics.on_finish(request)
+        if request.events is not None:
+            request.events.put_nowait(None)  # the handler's stream ends
 
     # -- plain routes -------------------------------------------------------------------------
     async def health(self, request: Request) -> Response:
@@ -204,27 +146,16 @@ class SimServer:
     async def _generate(self, http: Request, *, chat: bool) -> Response:
         try:
             body = await self._body(http)
-            tokens = _tokens(body, chat)
-            prompt_tokens = len(tokens)
-            max_tokens = self._max_tokens(body, prompt_tokens, chat=chat)
-            min_tokens = _int_field(body, "min_tokens", 0) or 0
-            seed = _int_field(body, "seed", None)
+            admission = self.reader.read(body, chat=chat)
             toy = None
             if not chat and any(body.get(name) is not None for name in TOY_FIELDS):
                 if body.get("stream"):
                     raise BadRequest("the simulator lists log-probabilities and token ids on non-streamed completions only")
-                toy = _Toy(body, _prompt_ids(body), seed)
+                toy = _Toy(body, _prompt_ids(body), admission.seed)
         except BadRequest as exc:
             return _error(exc)
         assert self.engine is not None
-        sim = self.engine.submit(
-            prompt_tokens=prompt_tokens,
-            max_tokens=max_tokens,
-            min_tokens=min(min_tokens, max_tokens),
-            ignore_eos=bool(body.get("ignore_eos", False)),
-            seed=seed,
-            block_hashes=block_hashes(tokens, self.sizing.block_size) if self.config.enable_prefix_caching else (),
-        )
+        sim = self.engine.submit(admission)
         shape = _ChatShape(self, sim) if chat else _CompletionShape(self, sim)
         if body.get("stream"):
             options = body.get("stream_options") or {}
@@ -240,29 +171,7 @@ class SimServer:
             raise BadRequest("request body is not valid JSON") from None
         if not isinstance(body, dict):
             raise BadRequest("request body must be a JSON object")
-        model = body.get("model")
-        if model is not None and model not in (self.model_name, self.config.model):
-            raise BadRequest(f"The model `{model}` does not exist.", status=404, kind="NotFoundError", param="model")
         return body
-
-    def _max_tokens(self, body: dict[str, Any], prompt_tokens: int, *, chat: bool) -> int:
-        limit = self.sizing.max_model_len
-        name = "max_completion_tokens" if chat and "max_completion_tokens" in body else "max_tokens"
-        requested = _int_field(body, name, None)
-        if prompt_tokens >= limit or (requested is not None and prompt_tokens + requested > limit):
-            wanted = prompt_tokens + (requested or 0)
-            raise BadRequest(
-                f"This model's maximum context length is {limit} tokens. However, you requested "
-                f"{wanted} tokens ({prompt_tokens} in the messages, {requested or 0} in the completion). "
-                "Please reduce the length of the messages or completion.",
-                param="messages" if chat else "prompt",
-            )
-        if requested is None:
-            # vLLM's default: chat may use the rest of the context, completions 16 tokens.
-            requested = limit - prompt_tokens if chat else DEFAULT_MAX_TOKENS
-        if requested < 1:
-            raise BadRequest(f"{name} must be at least 1, got {requested}", param=name)
-        return requested
 
     async def _drain(self, sim: SimRequest) -> None:
         assert sim.events is not None and self.engine is not None

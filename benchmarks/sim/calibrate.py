@@ -2,8 +2,8 @@
 
 `python -m benchmarks.sim.calibrate` prints the Markdown tables of docs/calibration.md: each
 published figure, the sizing's or the simulator's figure for the same case, and the residual.
-The simulator runs here in virtual time (no sleeping): a closed loop of `concurrency` clients,
-each sending its next request as soon as the previous one finishes, as `vllm bench serve
+The simulator runs here on its virtual clock (virtual.py, no sleeping): a closed loop of `concurrency`
+clients, each sending its next request as soon as the previous one finishes, as `vllm bench serve
 --max-concurrency C --ignore-eos` does.
 """
 
@@ -15,9 +15,10 @@ import sys
 from pydantic import BaseModel, ConfigDict
 
 from facts.catalogue import GIB, GpuSpec, get_gpu, get_model
+from benchmarks.loadgen.core import Plan
 from benchmarks.serving.sizing import size, weight_bytes
-from benchmarks.sim.costs import REQUEST_OVERHEAD_S
-from benchmarks.sim.engine import Scheduler, SimRequest
+from benchmarks.sim.config import SimConfig
+from benchmarks.sim.virtual import replay
 
 
 class KvPoolCase(BaseModel):
@@ -243,54 +244,22 @@ def weights_gib(case: WeightsCase) -> float:
 
 
 def simulate(case: ServingCase, requests_per_client: int = 20) -> ServingResult:
-    """Closed-loop run of the engine model in virtual time."""
-    sizing = size(
-        get_model(case.model),
-        case.gpu,
-        max_model_len=case.max_model_len,
-        gpu_memory_utilization=case.gpu_memory_utilization,
-    )
-    scheduler = Scheduler(sizing, seed=0)
+    """The case's closed loop replayed on the simulator's virtual clock (virtual.py): no warm-up, every
+    request alike, forced to its length, as `vllm bench serve --max-concurrency C --ignore-eos` runs."""
     total = case.concurrency * requests_per_client
-    sent = 0
-    now = 0.0
-
-    def send(at: float) -> None:
-        nonlocal sent
-        scheduler.new_request(
-            prompt_tokens=case.input_len,
-            max_tokens=case.output_len,
-            min_tokens=0,
-            ignore_eos=True,
-            arrival_s=at,
-            ready_s=at + REQUEST_OVERHEAD_S,
-        )
-        sent += 1
-
-    for _ in range(case.concurrency):
-        send(now)
-    finished: list[SimRequest] = []
-    while len(finished) < total:
-        step = scheduler.schedule(now)
-        if step is None:
-            next_arrival = scheduler.next_arrival_s()
-            assert next_arrival is not None, "no work and nothing arriving: the loop cannot finish"
-            now = next_arrival
-            continue
-        now += step.cost.duration_s
-        for request in scheduler.complete(step, now):
-            if request.finish_reason is not None:
-                finished.append(request)
-                if sent < total:
-                    send(now)
-    itls = [b - a for r in finished for a, b in zip(r.token_times_s, r.token_times_s[1:])]
-    ttfts = [r.token_times_s[0] - r.arrival_s for r in finished]
-    start = min(r.arrival_s for r in finished)
-    end = max(r.finish_s or 0.0 for r in finished)
+    plan = Plan(base_url="http://sim", model=case.model, requests=total, warmup=0, input_lens=[case.input_len] * total,
+                output_lens=[case.output_len] * total, concurrency=case.concurrency)  # fmt: skip
+    config = SimConfig(model=case.model, gpu=case.gpu.name, max_model_len=case.max_model_len,
+                       gpu_memory_utilization=case.gpu_memory_utilization)  # fmt: skip
+    records = replay(plan, config).run.records
+    itls = [b - a for r in records for a, b in zip(r.chunk_times, r.chunk_times[1:])]
+    ttfts = [r.first_token - r.scheduled for r in records if r.first_token is not None]
+    start = min(r.scheduled for r in records)
+    end = max(r.end for r in records)
     return ServingResult(
         itl_p50_ms=1000 * statistics.median(itls),
         ttft_p50_ms=1000 * statistics.median(ttfts),
-        output_tokens_per_s=sum(r.output_tokens for r in finished) / (end - start),
+        output_tokens_per_s=sum(r.output_tokens for r in records) / (end - start),
     )
 
 

@@ -60,6 +60,7 @@ class StepCost:
     duration_s: float
     memory_time_s: float
     compute_time_s: float
+    bytes_moved: float  # weights, KV read and written, activations: what crosses the memory interface
 
 
 def step_cost(sizing: Sizing, work: list[ScheduledWork]) -> StepCost:
@@ -73,8 +74,9 @@ def step_cost(sizing: Sizing, work: list[ScheduledWork]) -> StepCost:
         * ACTIVATION_PASSES
         * dtype_bytes(sizing.dtype)
     )
-    memory = (sizing.decode_weight_bytes + kv_bytes + activation_bytes) / bandwidth
+    moved = sizing.decode_weight_bytes + kv_bytes + activation_bytes
+    memory = moved / bandwidth
     flops = sum(prefill_flops(sizing, w.new_tokens, w.cached_tokens) for w in work)
     compute = flops / (sizing.peak_flops * COMPUTE_EFFICIENCY) + activation_bytes / bandwidth
     duration = STEP_OVERHEAD_S + PER_SEQUENCE_OVERHEAD_S * len(work) + max(memory, compute)
-    return StepCost(duration_s=duration, memory_time_s=memory, compute_time_s=compute)
+    return StepCost(duration_s=duration, memory_time_s=memory, compute_time_s=compute, bytes_moved=moved)

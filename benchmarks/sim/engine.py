@@ -11,12 +11,16 @@ chained hash of their tokens. Once a request's prefill is done its full prompt b
 a request admitted later whose prompt starts with cached blocks shares them (reference-counted, one
 copy in memory) and its prefill skips them (at least the last prompt token is computed). A block no
 request references stays cached but counts as free, and is evicted, oldest first, when a new block
-is needed. Queried and hit tokens are counted at admission, as vLLM's prefix-cache counters do.
+is needed. Queried and hit tokens are counted at a request's first admission, as vLLM v0.33.0's
+prefix-cache counters do (a preempted request's later lookups are counted apart there, not here).
 
-`Engine` drives the scheduler from one asyncio task on time.monotonic: it sleeps each step's
-simulated duration (divided by `speedup`) and hands tokens to the waiting HTTP handlers. Single
-token times land on the event loop's timer grid (about 1 ms), but back-to-back steps follow a
-timeline, so mean inter-token times match the simulated step times.
+`EngineCore` is what every driver of the scheduler shares: a request is admitted on the driver's clock
+(it reaches the engine REQUEST_OVERHEAD_S after it arrived), a step lasts its cost model's duration,
+and a finished step's tokens and finished requests go to its hooks (the HTTP server's: metrics and the
+streams waiting for them). Two drivers: `Engine` here runs it in real time from one asyncio task
+(time.monotonic, sleeping each step's duration divided by `speedup`); virtual.py runs it on an event
+queue, with no sleeps. Single token times of `Engine` land on the event loop's timer grid (about 1 ms),
+but back-to-back steps follow a timeline, so mean inter-token times match the simulated step times.
 """
 
 from __future__ import annotations
@@ -45,9 +49,23 @@ FINISH_STOP = "stop"
 FINISH_ABORT = "abort"
 
 
-@dataclass
+@dataclass(frozen=True)
+class Admission:
+    """A request as the engine takes it: what the API server read from its body (admission.py)."""
+
+    prompt_tokens: int
+    max_tokens: int
+    min_tokens: int = 0
+    ignore_eos: bool = False
+    seed: int | None = None
+    greedy: bool = False  # temperature 0: the output is a function of the prompt alone
+    prompt_digest: str = ""  # of the prompt's tokens, stable across processes
+    block_hashes: tuple[int, ...] = ()  # chained hashes of the prompt's full blocks (prefix caching on)
+
+
+@dataclass(eq=False)  # one request is itself only: the scheduler's `in` and `remove` compare identity
 class SimRequest:
-    """One request's state in the engine and its server-side timeline (monotonic seconds)."""
+    """One request's state in the engine and its server-side timeline (seconds on the driver's clock)."""
 
     request_id: str
     index: int
@@ -126,39 +144,38 @@ class Scheduler:
         self._arrivals: list[tuple[float, int, SimRequest]] = []
         self._counter = itertools.count()
 
-    def new_request(
-        self,
-        *,
-        prompt_tokens: int,
-        max_tokens: int,
-        min_tokens: int,
-        ignore_eos: bool,
-        arrival_s: float,
-        ready_s: float,
-        block_hashes: tuple[int, ...] = (),
-        seed: int | None = None,
-    ) -> SimRequest:
+    def new_request(self, admission: Admission, *, arrival_s: float, ready_s: float, arrival_wall_s: float = 0.0) -> SimRequest:
         index = next(self._counter)
-        if ignore_eos:
-            target = max_tokens
-        else:
-            # A seeded stand-in for the model emitting EOS: uniform between min_tokens and max_tokens. A
-            # request's own seed decides it, as it decides the sampled tokens (vLLM: the same seed, the same output).
-            rng = random.Random(f"{self.seed}:{index}" if seed is None else f"request:{seed}")
-            target = rng.randint(max(1, min(min_tokens, max_tokens)), max_tokens)
         request = SimRequest(
             request_id=f"sim-{self.seed}-{index}",
             index=index,
-            prompt_tokens=prompt_tokens,
-            max_tokens=max_tokens,
-            target_tokens=target,
+            prompt_tokens=admission.prompt_tokens,
+            max_tokens=admission.max_tokens,
+            target_tokens=self._target(admission, index),
             arrival_s=arrival_s,
-            arrival_wall_s=time.time(),
+            arrival_wall_s=arrival_wall_s,
             ready_s=ready_s,
-            block_hashes=block_hashes,
+            block_hashes=admission.block_hashes,
         )
         heapq.heappush(self._arrivals, (ready_s, index, request))
         return request
+
+    def _target(self, admission: Admission, index: int) -> int:
+        """Output tokens the request runs to: max_tokens with ignore_eos, else a seeded stand-in for the
+        model emitting EOS, uniform between min_tokens and max_tokens. What decides it is what decides a
+        real model's output: at temperature 0 the prompt alone (greedy decoding); when sampling, the
+        request's own seed with its prompt (vLLM: the same seed, the same output); else the server's
+        random state. Never the order requests reached the server, at temperature 0 or with a seed."""
+        if admission.ignore_eos:
+            return admission.max_tokens
+        if admission.greedy:
+            key = f"greedy:{admission.prompt_digest}"
+        elif admission.seed is not None:
+            key = f"request:{admission.seed}:{admission.prompt_digest}"
+        else:
+            key = f"{self.seed}:{index}"
+        rng = random.Random(key)
+        return rng.randint(max(1, min(admission.min_tokens, admission.max_tokens)), admission.max_tokens)
 
     def next_arrival_s(self) -> float | None:
         return self._arrivals[0][0] if self._arrivals else None
@@ -325,16 +342,19 @@ class Scheduler:
 
 @dataclass(frozen=True)
 class StepRecord:
-    """A step as the GPU saw it, for the DCGM-like series (monotonic seconds)."""
+    """A step as the GPU saw it, for the DCGM-like series (seconds on the driver's clock)."""
 
     start_s: float
     end_s: float
-    memory_share: float
-    compute_share: float
+    dram_share: float  # bytes moved / (peak bandwidth x duration): DCGM's DRAM_ACTIVE over the step
+    compute_share: float  # roofline compute time / duration: the tensor pipe's share
 
 
-class Engine:
-    """Runs the scheduler in real time (durations divided by `speedup`) from one asyncio task."""
+class EngineCore:
+    """The scheduler as every driver runs it: admission on the driver's clock, steps timed by the cost
+    model, their tokens and finished requests handed to the hooks. A driver owns the clock: it calls
+    `submit` when a request arrives, `schedule` when the engine is free, and `finish_step` when the
+    step's duration (`duration_s`) has passed."""
 
     def __init__(
         self,
@@ -349,40 +369,68 @@ class Engine:
         self.scheduler = Scheduler(sizing, seed=seed, prefix_caching=prefix_caching)
         self.speedup = speedup
         self.finished: list[SimRequest] = []
-        self.steps: collections.deque[StepRecord] = collections.deque()
         self._on_token = on_token
         self._on_finish = on_finish
-        self._wake = asyncio.Event()
 
-    def submit(
-        self, *, prompt_tokens: int, max_tokens: int, min_tokens: int, ignore_eos: bool, seed: int | None = None,
-        block_hashes: tuple[int, ...] = (),
-    ) -> SimRequest:
-        now = time.monotonic()
-        request = self.scheduler.new_request(
-            prompt_tokens=prompt_tokens,
-            max_tokens=max_tokens,
-            min_tokens=min_tokens,
-            ignore_eos=ignore_eos,
-            seed=seed,
-            arrival_s=now,
-            ready_s=now + REQUEST_OVERHEAD_S / self.speedup,
-            block_hashes=block_hashes,
+    def submit(self, admission: Admission, now_s: float, wall_s: float = 0.0) -> SimRequest:
+        """A request that arrived at `now_s`: the engine sees it after the API server's overhead."""
+        return self.scheduler.new_request(
+            admission, arrival_s=now_s, ready_s=now_s + REQUEST_OVERHEAD_S / self.speedup, arrival_wall_s=wall_s
         )
-        request.events = asyncio.Queue()
-        self._wake.set()
-        return request
 
-    def abort(self, request: SimRequest) -> None:
+    def schedule(self, now_s: float) -> Step | None:
+        return self.scheduler.schedule(now_s)
+
+    def duration_s(self, step: Step) -> float:
+        """How long `step` runs on the driver's clock."""
+        return step.cost.duration_s / self.speedup
+
+    def finish_step(self, step: Step, start_s: float, end_s: float, done_s: float) -> StepRecord:
+        """Apply `step`, which ran from `start_s` to `end_s` and whose tokens appear at `done_s`."""
+        for request in self.scheduler.complete(step, done_s):
+            self._on_token(request)
+            if request.finish_reason is not None:
+                self._record_finish(request)
+        cost = step.cost
+        peak = self.scheduler.sizing.memory_bandwidth_bytes_per_s
+        return StepRecord(start_s=start_s, end_s=end_s, dram_share=cost.bytes_moved / (peak * cost.duration_s),
+                          compute_share=cost.compute_time_s / cost.duration_s)  # fmt: skip
+
+    def abort(self, request: SimRequest, now_s: float) -> None:
         if request.finish_reason is None:
-            self.scheduler.abort(request, time.monotonic())
+            self.scheduler.abort(request, now_s)
             self._record_finish(request)
 
     def _record_finish(self, request: SimRequest) -> None:
         self.finished.append(request)
         self._on_finish(request)
-        if request.events is not None:
-            request.events.put_nowait(None)
+
+
+class Engine:
+    """Runs an engine core in real time (durations divided by its `speedup`) from one asyncio task; its
+    hooks hand tokens on to whoever waits for them (the HTTP handlers' per-request queues)."""
+
+    def __init__(self, core: EngineCore) -> None:
+        self.core = core
+        self.steps: collections.deque[StepRecord] = collections.deque()
+        self._wake = asyncio.Event()
+
+    @property
+    def scheduler(self) -> Scheduler:
+        return self.core.scheduler
+
+    @property
+    def finished(self) -> list[SimRequest]:
+        return self.core.finished
+
+    def submit(self, admission: Admission) -> SimRequest:
+        request = self.core.submit(admission, time.monotonic(), time.time())
+        request.events = asyncio.Queue()
+        self._wake.set()
+        return request
+
+    def abort(self, request: SimRequest) -> None:
+        self.core.abort(request, time.monotonic())
 
     async def run(self) -> None:
         try:
@@ -399,32 +447,19 @@ class Engine:
         timeline: float | None = None
         while True:
             now = time.monotonic()
-            step = self.scheduler.schedule(now)
+            step = self.core.schedule(now)
             if step is None:
                 timeline = None
                 await self._idle(now)
                 continue
             start = now if timeline is None or now - timeline > MAX_LAG_S else timeline
-            end = start + step.cost.duration_s / self.speedup
+            end = start + self.core.duration_s(step)
             await asyncio.sleep(max(0.0, end - time.monotonic()))
             timeline = end
             done = time.monotonic()
             while self.steps and self.steps[0].end_s < done - STEP_HISTORY_S:
                 self.steps.popleft()
-            self.steps.append(
-                StepRecord(
-                    start_s=start,
-                    end_s=end,
-                    memory_share=step.cost.memory_time_s / step.cost.duration_s,
-                    compute_share=step.cost.compute_time_s / step.cost.duration_s,
-                )
-            )
-            for request in self.scheduler.complete(step, done):
-                self._on_token(request)
-                if request.events is not None:
-                    request.events.put_nowait(request.output_tokens)
-                if request.finish_reason is not None:
-                    self._record_finish(request)
+            self.steps.append(self.core.finish_step(step, start, end, done))
 
     async def _idle(self, now: float) -> None:
         self._wake.clear()

@@ -18,7 +18,10 @@ profiling metrics of docs.nvidia.com/datacenter/dcgm/latest/user-guide/feature-o
   DCGM_FI_PROF_PIPE_TENSOR_ACTIVE "ratio of cycles the tensor (HMMA) pipe is active": the compute share
                                   of steps (roofline compute time / step time), low for decode
   DCGM_FI_PROF_DRAM_ACTIVE        "ratio of cycles the device memory interface is active sending or
-                                  receiving data": the memory share of steps (roofline memory time / step)
+                                  receiving data": the bytes the steps moved over what the interface
+                                  moves at its peak bandwidth in the window (213 GB/s of an L4's 300 is
+                                  0.71); the achieved bandwidth of a decode is below peak (costs.py
+                                  BANDWIDTH_EFFICIENCY), so even a wholly memory-bound step reads below 1
   DCGM_FI_DEV_POWER_USAGE         IDLE_POWER_SHARE x TDP plus the rest of TDP scaled by the busier unit
   DCGM_FI_DEV_FB_USED/FREE        what vLLM reserves (budget) plus the CUDA context, in MiB
 """
@@ -27,7 +30,7 @@ from __future__ import annotations
 
 import socket
 import time
-from collections.abc import Iterable
+from collections.abc import Iterable, Sequence
 
 from prometheus_client import CollectorRegistry, Counter, Histogram
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metric
@@ -35,7 +38,7 @@ from prometheus_client.registry import Collector
 
 from facts.catalogue import GpuSpec
 from benchmarks.serving.sizing import Sizing
-from benchmarks.sim.engine import Engine, SimRequest
+from benchmarks.sim.engine import Engine, SimRequest, StepRecord
 
 WINDOW_S = 1.0  # at most engine.STEP_HISTORY_S
 IDLE_POWER_SHARE = 0.25
@@ -122,7 +125,7 @@ class _EngineCollector(Collector):
         self._model_name = model_name
         self._gpu = gpu
         self._hostname = socket.gethostname()
-        self._fb_used_mib = (sizing.memory_budget_bytes + CUDA_CONTEXT_BYTES) / MIB
+        self._fb_used_mib = fb_used_mib(sizing)
         self._fb_free_mib = max(0.0, gpu.memory_bytes / MIB - self._fb_used_mib)
         # As vLLM's CacheConfig.metrics_info(): every field as a string. No CPU swap space is simulated.
         self._cache_config = {
@@ -143,20 +146,6 @@ class _EngineCollector(Collector):
         family.add_metric(list(labels.values()), value)
         return family
 
-    def _activity(self) -> tuple[float, float, float]:
-        """(busy, compute-weighted, memory-weighted) fractions of the last WINDOW_S seconds."""
-        now = time.monotonic()
-        start = now - WINDOW_S
-        busy = compute = memory = 0.0
-        for step in reversed(self._engine.steps):
-            if step.end_s <= start:
-                break
-            overlap = min(step.end_s, now) - max(step.start_s, start)
-            busy += overlap
-            compute += overlap * step.compute_share
-            memory += overlap * step.memory_share
-        return busy / WINDOW_S, compute / WINDOW_S, memory / WINDOW_S
-
     def collect(self) -> Iterable[Metric]:
         scheduler = self._engine.scheduler
         model = {"model_name": self._model_name, "engine": ENGINE}
@@ -174,7 +163,8 @@ class _EngineCollector(Collector):
                        scheduler.prefix_queries, model)
         yield _counter("vllm:prefix_cache_hits", "Prefix cache hits, in terms of number of cached tokens.",
                        scheduler.prefix_hits, model)
-        busy, compute, memory = self._activity()
+        now = time.monotonic()
+        busy, compute, memory = gpu_activity(self._engine.steps, now - WINDOW_S, now)
         gpu = {
             "gpu": "0",
             "UUID": f"GPU-sim-{self._gpu.name}",
@@ -195,6 +185,27 @@ class _EngineCollector(Collector):
         yield self._gauge("DCGM_FI_DEV_FB_FREE", "Framebuffer memory free (in MiB).",
                           round(self._fb_free_mib), **gpu)
         yield self._gauge("DCGM_FI_DEV_POWER_USAGE", "Power draw (in W).", power, **gpu)
+
+
+def fb_used_mib(sizing: Sizing) -> float:
+    """GPU memory in use: what vLLM reserves (its budget) plus the CUDA context, in MiB."""
+    return (sizing.memory_budget_bytes + CUDA_CONTEXT_BYTES) / MIB
+
+
+def gpu_activity(steps: Sequence[StepRecord], start: float, end: float) -> tuple[float, float, float]:
+    """(busy, tensor-active, DRAM-active) fractions of the window [start, end] from the steps run in it
+    (`steps` in the order they ran, newest last: the walk back stops at the window's start)."""
+    busy = compute = memory = 0.0
+    for step in reversed(steps):
+        if step.end_s <= start:
+            break
+        overlap = min(step.end_s, end) - max(step.start_s, start)
+        if overlap > 0:
+            busy += overlap
+            compute += overlap * step.compute_share
+            memory += overlap * step.dram_share
+    span = end - start
+    return busy / span, compute / span, memory / span
 
 
 def _counter(name: str, documentation: str, value: float, labels: dict[str, str]) -> Metric:

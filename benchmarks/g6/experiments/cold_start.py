@@ -17,6 +17,7 @@ Deployment's replicas are put back too, however the run ends.
 from __future__ import annotations
 
 import json
+import statistics
 import time
 from collections.abc import Callable, Iterator
 from contextlib import AbstractContextManager, contextmanager
@@ -131,10 +132,45 @@ def pull_verdict(run: ColdStartRun) -> PullVerdict | None:
     return "whole pull" if run.pull_s > STREAMED_PULL_MAX_S else "not known"
 
 
+class SettingSummary(BaseModel):
+    """One setting's cold starts: how many were asked, measured and served, and the served ones' total."""
+
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+    setting: str
+    asked: int
+    measured: int
+    served: int
+    median_total_s: float | None = Field(description="the median wait of its served cold starts: its headline")
+    min_total_s: float | None
+    max_total_s: float | None
+
+
 class ColdStartResult(ExperimentResult):
     cold_start: ColdStartParams
     source: str = "live"  # the recording's: "live", or a constructed fixture's own words
     runs: list[ColdStartRun]
+    summary: list[SettingSummary] = []
+
+
+def summarise(cs: ColdStartParams, runs: list[ColdStartRun]) -> list[SettingSummary]:
+    """Every setting asked for (and any other the runs hold), in order."""
+    out = []
+    for setting in dict.fromkeys([*cs.settings, *(r.setting for r in runs)]):
+        mine = [r for r in runs if r.setting == setting]
+        totals = [r.total_s for r in mine if r.failure is None and r.total_s is not None]
+        out.append(SettingSummary(setting=setting, asked=cs.repeats, measured=len(mine), served=len(totals),
+                                  median_total_s=statistics.median(totals) if totals else None,
+                                  min_total_s=min(totals, default=None), max_total_s=max(totals, default=None)))  # fmt: skip
+    return out
+
+
+def shortfalls(summary: list[SettingSummary], runs: list[ColdStartRun]) -> list[str]:
+    """What the report's Errors must say: settings measured fewer times than asked, cold starts that failed."""
+    lines = [f"{s.setting}: {s.measured} cold start(s) measured of the {s.asked} asked"
+             for s in summary if s.measured < s.asked]  # fmt: skip
+    lines += [f"{r.setting} repeat {r.repeat + 1} failed: {r.failure}" for r in runs if r.failure]
+    return lines
 
 
 @dataclass
@@ -390,8 +426,11 @@ def to_run(record: ColdStartRecord, price: GpuPrice | None) -> ColdStartRun:
 
 def cold_start_result(meta: RunMeta, params: G6Params, outcome: ColdStartOutcome, price: GpuPrice | None,
                       cost: str | None) -> ColdStartResult:  # fmt: skip
-    return ColdStartResult(meta=meta, params=params, cold_start=outcome.params, source=outcome.source,
-                           runs=[to_run(r, price) for r in outcome.records], gpu_price=price, cost=cost)  # fmt: skip
+    runs = [to_run(r, price) for r in outcome.records]
+    summary = summarise(outcome.params, runs)
+    meta = meta.model_copy(update={"errors": [*meta.errors, *shortfalls(summary, runs)]})
+    return ColdStartResult(meta=meta, params=params, cold_start=outcome.params, source=outcome.source, runs=runs,
+                           summary=summary, gpu_price=price, cost=cost)  # fmt: skip
 
 
 def recorded(recording: ColdStartRecording, poll_s: float) -> ColdStartOutcome:

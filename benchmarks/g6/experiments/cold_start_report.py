@@ -45,9 +45,9 @@ def _served(runs: list[ColdStartRun]) -> list[ColdStartRun]:
     return [x for x in runs if x.failure is None and x.total_s is not None]
 
 
-def _median_run(runs: list[ColdStartRun]) -> ColdStartRun | None:
-    served = sorted(_served(runs), key=lambda x: x.total_s or 0.0)
-    return served[len(served) // 2] if served else None
+def _nearest_median(runs: list[ColdStartRun], median_s: float) -> ColdStartRun | None:
+    """The served run whose total is nearest the median (the shorter of two equally near)."""
+    return min(_served(runs), key=lambda x: (abs((x.total_s or 0.0) - median_s), x.total_s or 0.0), default=None)
 
 
 def _spread_table(r: ColdStartResult) -> str:
@@ -69,8 +69,13 @@ def _runs_table(r: ColdStartResult) -> str:
     rows = [(x.setting, x.repeat + 1, num(x.total_s), None if x.cost_usd is None else f"${x.cost_usd:.3f}",
              None if x.image_bytes is None else f"{x.image_bytes / 1e9:.2f}", num(x.tail_s, 0),
              x.node or "—", x.failure or "served") for x in r.runs]  # fmt: skip
-    return table(["setting", "repeat", "waited s", "node cost", "image GB pulled", "previous node's tail s", "node",
-                  "outcome"], rows)  # fmt: skip
+    return table(["setting", "repeat", "waited s", "node cost", "image size GB (kubelet)", "previous node's tail s",
+                  "node", "outcome"], rows) + (  # fmt: skip
+        "\nThe image size is what the kubelet's Pulled event reports: the image's size, not the bytes it moved in the "
+        "'image pulled' phase. With `image-streaming` (GKE image streaming) the image is mounted in seconds and its "
+        "files are read over the network as the container reads them, so those bytes arrive in the phases after it "
+        "(server start, weights loaded), not in its short pull.\n"
+    )
 
 
 def _break_even(r: ColdStartResult) -> str:
@@ -185,11 +190,18 @@ def render_cold_start_report(r: ColdStartResult) -> str:
            f"{m.started_at.isoformat()} to {m.finished_at.isoformat()}.\n"]  # fmt: skip
     if r.source != "live":
         out.append(f"**Source: {r.source}.**\n")
-    first = next((x for runs in groups.values() if (x := _median_run(runs)) is not None), None) or (r.runs[0] if r.runs else None)
-    if first is not None:
-        where = (f"Setting `{first.setting}`, repeat {first.repeat + 1} (the middle of its served repeats by total): from the "
-                 "request sent as the Deployment was scaled to one, to its first token.")  # fmt: skip
+    head = next((s for s in r.summary if s.median_total_s is not None), None)
+    first = _nearest_median(groups[head.setting], head.median_total_s) if head and head.median_total_s is not None else None
+    if head is not None and first is not None:
+        spread = "" if head.served < 2 else f" ({head.min_total_s:.1f}-{head.max_total_s:.1f})"
+        out.append(f"**Setting `{head.setting}`: a cold start took a median {head.median_total_s:.1f} s{spread} from the "
+                   f"request to its first token, over {head.served} served of {head.measured} measured ({head.asked} "
+                   "asked).**\n")  # fmt: skip
+        where = (f"Below, the phases of the served run nearest that median (repeat {first.repeat + 1}, "
+                 f"{first.total_s:.1f} s): from the request sent as the Deployment was scaled to one, to its first token.")  # fmt: skip
         out.append(waited_section(first.phases, first.total_s, first.failure, where))
+    elif r.runs:
+        out.append(waited_section(r.runs[0].phases, r.runs[0].total_s, r.runs[0].failure, "No cold start was served."))
     out.append(evidence_section(m.evidence))
     failed = [x for x in r.runs if x.failure]
     streaming = _image_streaming(r)
@@ -197,7 +209,7 @@ def render_cold_start_report(r: ColdStartResult) -> str:
         "## What was run\n",
         f"- Command: `{' '.join(m.command)}`",
         f"- Settings (cold starts measured of {cs.repeats} asked): "
-        f"{', '.join(f'`{s}` {len(groups.get(s, []))}' for s in cs.settings)}. Each: the Deployment scaled "
+        f"{', '.join(f'`{s.setting}` {s.measured}' for s in r.summary)}. Each: the Deployment scaled "
         "to zero, the experiment waiting until its pod and (from a pool at zero) the GPU node were gone, then scaled "
         f"to one with one request (max_tokens 1) sent at once and again every {cs.poll_s:g} s until vLLM answered "
         f"(so a first token is up to {cs.poll_s:g} s late, plus the API server proxy's round trip).",

@@ -9,15 +9,16 @@ import matplotlib
 matplotlib.use("Agg")
 import matplotlib.pyplot as plt  # noqa: E402  (the backend must be chosen first)
 
-from benchmarks.g6.experiments.kv import KvLength, KvParams, KvResult  # noqa: E402
+from benchmarks.g6.experiments.kv import REQUESTS_PER_SLOT, KvParams, KvResult  # noqa: E402
 from benchmarks.g6.report import (  # noqa: E402
-    context_lines, cost_sections, errors_section, in_flight_cell, latency_pair, price_cell, reading_notes, target_text,
-    throughput_cell,
+    context_lines, cost_sections, errors_section, latency_pair, price_cell, reading_notes, rerun_cell, rerun_note,
+    title,
 )  # fmt: skip
-from benchmarks.g6.shape import SIM_EOS  # noqa: E402
+from benchmarks.g6.shape import SIM_EOS, realised_section  # noqa: E402
 from benchmarks.harness.evidence import markdown as evidence_section  # noqa: E402
 from benchmarks.harness.markdown import num, table  # noqa: E402
 from benchmarks.labs.phases_report import waited_first  # noqa: E402
+from benchmarks.loadgen.steady import RAMP_E2E  # noqa: E402
 
 PLOTS = ("kv-max-batch.png", "kv-probes.png")
 GIB = 1024**3
@@ -52,167 +53,142 @@ def _header(r: KvResult) -> str:
             if cache else ")")  # fmt: skip
     prompt, output = KvParams.shape(r.kv.context_lens[0])
     search = (
-        f"fixed waves of {r.kv.concurrency}"
+        f"fixed concurrencies {r.kv.concurrency}"
         if r.kv.concurrency
         else f"a search from the predicted batch (up 25% after a fit, down 20% after a preemption, then halving the "
-        f"gap; at most {r.kv.max_probes} waves, stopping within {r.kv.tolerance:.0%} of the prediction, never above "
+        f"gap; at most {r.kv.max_probes} probes, stopping within {r.kv.tolerance:.0%} of the prediction, never above "
         f"{r.kv.max_concurrency} sequences)"
     )
     lines = [
-        "# Lab g6: the KV cache as the binding constraint",
-        "",
-        f"Model `{p.model}` served by {target_text(p)}; {m.started_at.isoformat()} to {m.finished_at.isoformat()}.",
-        "",
         evidence_section(m.evidence),
         "## What was run",
         "",
         f"- Server: max-model-len {p.max_model_len}, gpu-memory-utilization {p.gpu_memory_utilization:g}, "
         f"max-num-seqs {r.max_num_seqs}. A utilisation this low stands in for a bigger model or a smaller GPU: "
-        "the cache binds at batches a client can drive in seconds per wave.",
+        "the cache binds at batches a client can drive in seconds per probe.",
         f"- {_server(r).capitalize()} KV cache: {reported}; the sizing predicted {predicted}",
-        f"- Each probe is one wave: C sequences sent at once (C workers, one request each, no warm-up), half "
-        f"prompt and half output cap (at {r.kv.context_lens[0]} tokens: {prompt} prompt token ids + at most {output} "
-        f"output tokens, max_tokens), stopping at EOS"
+        f"- Each probe is a closed loop of C sequences (a finished request replaced at once), {REQUESTS_PER_SLOT} "
+        f"requests per slot, no warm-up, read at steady state ({RAMP_E2E:g} E2E after the first send, the first "
+        "requests all starting together, to the last send). Traffic like production: at context length L, prompts "
+        f"lognormal around L/2 (at {r.kv.context_lens[0]} tokens: {prompt.describe()} token ids) and outputs capped "
+        f"at L/2 ({output} tokens, max_tokens), stopping at EOS"
         + (f" (the simulator stops each at a length {SIM_EOS})" if p.target_kind == "sim" else "")
-        + f", so the sequences grow in decode and end at lengths the server cannot know in advance. Context lengths "
-        f"{r.kv.context_lens}; concurrency: {search}",
+        + f", so no server knows in advance where one ends. Context lengths {r.kv.context_lens}; concurrency: {search}; "
+        f"the largest C that fitted, and each contiguous baseline's C, {r.kv.seeds} runs each (each its own seed)",
         *context_lines(m, p, [probe.point for probe in r.probes]),
     ]
     return "\n".join(lines) + "\n"
 
 
-def _kv_peak(r: KvResult, length: KvLength) -> str | None:
-    probe = next((p for p in r.probes if p.context_len == length.context_len and p.fits
-                  and p.held == length.measured_max_batch), None)  # fmt: skip
-    usage = None if probe is None or probe.point.server is None else probe.point.server.kv_cache_usage
-    return None if usage is None else f"{usage.max:.0%}"
-
-
 def _answer(r: KvResult) -> str:
     rows = [
-        [length.context_len, length.blocks_per_sequence, length.predicted_max_batch, length.sizing_max_batch,
-         length.measured_max_batch, length.preemption_from, length.binding, _kv_peak(r, length)]
-        for length in r.lengths
+        [x.context_len, x.blocks_per_sequence, x.predicted_max_batch, x.sizing_max_batch, x.measured_max_batch,
+         rerun_cell(x.held, 1), x.preemption_from, x.binding, rerun_cell(x.tokens_per_sequence_at_peak, 0),
+         rerun_cell(x.kv_peak, 0, percent=True), rerun_cell(x.output_tokens_per_s, 0)]
+        for x in r.lengths
     ]  # fmt: skip
-    out = "## The answer: the largest batch at each context length\n\n" + table(
-        ["context length (prompt + cap, tokens)", "blocks per sequence at its cap",
-         f"predicted max batch ({_server(r)} blocks, every sequence to its cap)", "sizing's prediction",
-         "measured max batch (no preemption)", "preemption from (sequences)", "what binds", "KV peak at the measured batch"],
+    runs = max((x.held.n for x in r.lengths if x.held), default=1)
+    out = "## The answer: the largest batch at each context length, at steady state\n\n" + table(
+        ["context length L (mean prompt + cap)", "blocks per sequence at L", f"predicted max batch ({_server(r)} "
+         "blocks, every sequence to L)", "sizing's prediction", "largest C without a preemption",
+         "sequences running there (mean)", "preemption from (C)", "what binds", "tokens each held at the KV peak",
+         "KV peak", "output tok/s there"],
         rows,
-    )  # fmt: skip
+    ) + "\n" + rerun_note(runs, "deciding probe")  # fmt: skip
     lines = [""]
     if r.sizing is not None:
         gpu = r.sizing.gpu_total_memory_bytes
         tokens = r.kv_cache_tokens
-        pool = tokens * r.sizing.kv_bytes_per_token
+        kv_pool = tokens * r.sizing.kv_bytes_per_token
         lines.append(
             f"The weights take {r.sizing.weight_bytes / GIB:.2f} GiB ({r.sizing.weight_bytes / gpu:.0%} of the GPU's "
             f"{gpu / GIB:.2f} GiB) at every length; they never change. The KV cache holds {tokens:,} tokens "
-            f"({pool / GIB:.2f} GiB, {pool / gpu:.0%}) at {r.sizing.kv_bytes_per_token:,} bytes per token."
-        )
-    measured = [x for x in r.lengths if x.measured_max_batch]
-    if len(measured) >= 2:
-        first, last = measured[0], measured[-1]
-        lines.append(
-            f"{first.measured_max_batch} sequences of {first.context_len:,} tokens fit side by side, "
-            f"{last.measured_max_batch} of {last.context_len:,}: {last.context_len / first.context_len:g}x the "
-            f"length, 1/{first.measured_max_batch / last.measured_max_batch:.1f} the batch. What limits the batch "
-            "is the cache growing with length x batch, not the weights."
+            f"({kv_pool / GIB:.2f} GiB, {kv_pool / gpu:.0%}) at {r.sizing.kv_bytes_per_token:,} bytes per token."
         )
     for x in r.lengths:
+        if x.measured_max_batch is None:
+            lines.append(f"- {x.context_len:,} tokens: no concurrency ran without a preemption.")
+            continue
+        held = f"{rerun_cell(x.tokens_per_sequence_at_peak, 0)} tokens each at the KV peak, of the {x.context_len:,} a " \
+               "sequence holds at its cap"  # fmt: skip
         if x.preemption_from is not None:
-            off = None if x.measured_max_batch is None else x.measured_max_batch / x.predicted_max_batch - 1
-            against = f"predicted {x.predicted_max_batch} at the cap" + ("" if off is None else f": {off:+.0%}")
             lines.append(
-                f"- {x.context_len:,} tokens: {x.measured_max_batch} sequences ran without a preemption ({against}); "
-                f"a wave of {x.preemption_from} preempted (the server freed the newest sequences' blocks so the others "
+                f"- {x.context_len:,} tokens: {x.measured_max_batch} sequences ran at steady state without a preemption "
+                f"({held}); {x.preemption_from} preempted (the server freed the newest sequences' blocks so the others "
                 "could grow, and recomputed them later)."
-            )
+            )  # fmt: skip
         elif x.binding in ("max-num-seqs", "concurrency cap"):
-            offered = max(p.concurrency for p in r.probes if p.context_len == x.context_len and p.fits)
-            lines.append(f"- {x.context_len:,} tokens: {x.binding} bound first: a wave of {offered} ran without a "
-                         f"preemption, {x.measured_max_batch} of them resident at once at the most.")  # fmt: skip
+            lines.append(f"- {x.context_len:,} tokens: {x.binding} bound first: {x.measured_max_batch} ran without a "
+                         f"preemption ({held}).")  # fmt: skip
     return out + "\n".join(lines) + "\n"
-
-
-def _realised_output(r: KvResult, length: KvLength) -> str | None:
-    probe = next((p for p in r.probes if p.context_len == length.context_len and p.fits
-                  and p.held == length.measured_max_batch), None)  # fmt: skip
-    out = None if probe is None or probe.point.realised is None else probe.point.realised.output_tokens
-    return None if out is None else f"{out.mean:,.0f} / {out.p99:,.0f} of {KvParams.shape(length.context_len)[1]:,}"
-
-
-def _gain(measured: int | None, baseline: int) -> str | None:
-    return None if not measured or not baseline else f"{measured / baseline:.2f}x"
 
 
 def _paging(r: KvResult) -> str:
     p = r.params
-    block = r.block_size
-    rows = [
-        [x.context_len, x.measured_max_batch, _realised_output(r, x), _gib(x.held_bytes_at_measured),
-         _gib(x.contiguous_request_bytes_for_measured), _gib(x.contiguous_max_len_bytes_for_measured),
-         x.contiguous_request_max_batch, x.contiguous_max_len_max_batch,
-         _gain(x.measured_max_batch, x.contiguous_request_max_batch), _gain(x.measured_max_batch, x.contiguous_max_len_max_batch)]
-        for x in r.lengths
-    ]  # fmt: skip
-    pool = None if r.sizing is None else r.kv_cache_tokens * r.sizing.kv_bytes_per_token
+    rows = []
+    for x in r.lengths:
+        for b in x.baselines:
+            rows.append([x.context_len, b.reserves, f"{b.tokens_per_sequence:,}", b.max_batch,
+                         rerun_cell(b.output_tokens_per_s, 0), x.measured_max_batch, rerun_cell(x.output_tokens_per_s, 0),
+                         rerun_cell(b.gain, 2)])  # fmt: skip
+    kv_pool = None if r.sizing is None else r.kv_cache_tokens * r.sizing.kv_bytes_per_token
     return (
         "## PagedAttention against the reservations a server without paging must make\n\n"
-        f"Paging keeps each sequence's KV in blocks of {block} tokens, allocated as the sequence grows and freed "
-        "when it ends, so it holds only the tokens that exist. A server without paging must reserve a sequence's "
-        "region when it admits it, not knowing where the request will stop: max-model-len "
-        f"({p.max_model_len:,}) tokens per sequence, or at best the request's own prompt + max_tokens. In the same "
-        f"{_gib(pool) or '?'} GiB of KV, the first fits the same batch at every length; the second fits as many "
-        "sequences as if every one ran to its cap, which a request that stops at EOS never needs. Paging's gain "
-        "over the second is what early stops are worth; over the first, also what short requests are worth.\n\n"
+        f"Paging keeps each sequence's KV in blocks of {r.block_size} tokens, allocated as the sequence grows and "
+        "freed when it ends, so it holds only the tokens that exist. A server without paging must reserve a "
+        "sequence's region when it admits it, not knowing where the request will stop: max-model-len "
+        f"({p.max_model_len:,}) tokens per sequence, or at best the request's own prompt + max_tokens (L on average). "
+        f"In the same {_gib(kv_pool) or '?'} GiB of KV that holds pool / reservation sequences at once. The same "
+        "traffic ran at each of those concurrencies on this server (paging with room to spare: the throughput a "
+        "contiguous server of the same compute would at best get), and paging's gain is the measured throughput at "
+        "the largest batch that fitted over it, run k against run k.\n\n"
         + table(
-            ["context length (prompt + cap)", "measured batch", "output tokens mean / p99 of the cap",
-             "KV held at its peak (GiB, server gauge)", "prompt + max_tokens reservation for it (GiB)",
-             "max-model-len reservation for it (GiB)", "batch a prompt + max_tokens reservation allows",
-             "batch a max-model-len reservation allows", "paging's gain over prompt + max_tokens",
-             "paging's gain over max-model-len"],
+            ["context length L", "a server without paging reserves", "tokens per sequence", "sequences it holds",
+             "output tok/s at that many", "paging's largest batch", "output tok/s there", "paging's gain"],
             rows,
         )  # fmt: skip
-        + f"\nKV held is {_server(r)} KV-usage gauge at its peak in the measured wave (sampled every "
-        f"{p.scrape_interval_s:g} s) times the pool; the reservations are what the same batch would need.\n"
+        + "\nSteady-state output tokens/s (GPU time), mean (95% rerun interval) over the runs.\n"
     )
 
 
 def _probes(r: KvResult) -> str:
     rows = []
+    kv_tokens = r.kv_cache_tokens
     for probe in r.probes:
-        pt, s = probe.point, probe.point.server
+        pt, s, st = probe.point, probe.point.steady_server, probe.point.steady
         lag = pt.client_lag_ms
         rows.append([
-            probe.context_len, probe.concurrency, in_flight_cell(pt), pt.completed, pt.failed,
-            None if s is None or s.running is None else f"{s.running.max:.0f}",
+            probe.context_len, probe.concurrency, probe.role, probe.run + 1, pt.completed, pt.failed,
+            None if st is None else f"{st.in_system_mean:.1f}" + (" **below load**" if st.in_system_mean < 0.9 * probe.concurrency else ""),
+            None if s is None or s.running is None else f"{s.running.mean:.1f} / {s.running.max:.0f}",
             None if s is None or s.waiting is None else f"{s.waiting.max:.0f}",
             None if s is None or s.kv_cache_usage is None else f"{s.kv_cache_usage.max:.0%}",
-            None if s is None else num(s.preemptions, 0),
-            latency_pair(pt.ttft_ms), latency_pair(pt.itl_ms), throughput_cell(pt), price_cell(pt),
+            num(probe.tokens_per_sequence_at_peak(kv_tokens), 0), None if s is None else num(s.preemptions, 0),
+            latency_pair(st.ttft_ms if st else None), latency_pair(st.itl_ms if st else None),
+            num(probe.output_tokens_per_s, 0), price_cell(pt),
             None if lag is None else f"{lag.p99:.1f}" + (" **client-bound**" if pt.client_bound else ""),
         ])  # fmt: skip
     return (
         "## Every probe\n\n"
         + table(
-            ["context length", "sequences (wave)", "in flight (mean)", "ok", "failed", "running max", "waiting max",
-             "KV peak", "preemptions", "TTFT p50/p99 ms", "ITL p50/p99 ms", "output tok/s",
-             "$ per M output tokens (GPU node spot)", "client lag p99 ms"],
+            ["context length", "C", "role", "run", "ok", "failed", "in system (steady mean)",
+             "running mean / max", "waiting max", "KV peak", "tokens per sequence at the peak", "preemptions",
+             "TTFT p50/p99 ms", "ITL p50/p99 ms", "output tok/s", "$ per M output tokens (GPU node spot)",
+             "client lag p99 ms"],
             rows,
         )
-        + "\n" + reading_notes(r.params)
-        + "\nRequests wait even in waves that fit: chunked prefill admits a few prompts per step (a "
-        f"{r.sizing.max_num_batched_tokens if r.sizing else '?'}-token budget), so the last of a wave queues "
-        "for its prefill, which shows as TTFT. A wave is sent at once, so the client's lag is that burst "
-        "leaving the socket, not a slow client: it shapes TTFT of a few requests, not the cache's use.\n"
+        + "\nEvery figure but ok/failed, the price and the lag is the steady window's (the server's gauges and "
+        "counters over it). **below load**: fewer than 90% of C in the system at steady state, so its throughput is "
+        "of a smaller batch than its label. "
+        + reading_notes(r.params)
     )
 
 
 def render_kv_report(r: KvResult) -> str:
-    labelled = [(f"{p.context_len:,} tokens x {p.concurrency} sequences", p.point) for p in r.probes]
+    labelled = [(f"{p.context_len:,} tokens x {p.concurrency} ({p.role}, run {p.run + 1})", p.point) for p in r.probes]
     plots = "## Plots\n\n" + "\n".join(f"![{name}]({name})" for name in PLOTS) + "\n"
-    return waited_first("\n".join([_header(r), _answer(r), _paging(r), _probes(r), cost_sections(
+    return waited_first("\n".join([title("the KV cache as the binding constraint", r.meta, r.params), _answer(r),
+                                   _paging(r), _header(r), _probes(r), realised_section(labelled), cost_sections(
         labelled, r.params, r.gpu_price, r.cost), errors_section(r.meta.errors), plots]), r.waited)  # fmt: skip
 
 
@@ -225,14 +201,13 @@ def max_batch_plot(r: KvResult, path: Path) -> None:
     measured = [(x.context_len, x.measured_max_batch) for x in r.lengths if x.measured_max_batch]
     if measured:
         ax.plot(*zip(*measured), linestyle="none", marker="o", markersize=9, color="#31a354",
-                label="measured: ran without preemption")  # fmt: skip
+                label="measured: steady state without a preemption")  # fmt: skip
     over = [(x.context_len, x.preemption_from) for x in r.lengths if x.preemption_from]
     if over:
-        ax.plot(*zip(*over), linestyle="none", marker="x", markersize=9, color="#de2d26", label="a wave that preempted")
-    ax.plot(lens, [x.contiguous_request_max_batch for x in r.lengths], color="#636363", linestyle=":",
-            label="contiguous prompt + max_tokens reservation per sequence")  # fmt: skip
-    ax.plot(lens, [x.contiguous_max_len_max_batch for x in r.lengths], color="#636363", linestyle="--",
-            label=f"contiguous {r.params.max_model_len:,}-token reservation per sequence")  # fmt: skip
+        ax.plot(*zip(*over), linestyle="none", marker="x", markersize=9, color="#de2d26", label="the smallest C that preempted")
+    for reserves, style in (("prompt + max_tokens", ":"), ("max-model-len", "--")):
+        ax.plot(lens, [next(b.max_batch for b in x.baselines if b.reserves == reserves) for x in r.lengths],
+                color="#636363", linestyle=style, label=f"contiguous, reserving {reserves} per sequence")  # fmt: skip
     ax.set_xscale("log", base=2)
     ax.set_xticks(lens, [f"{n:,}" for n in lens])
     ax.minorticks_off()
@@ -250,7 +225,7 @@ def max_batch_plot(r: KvResult, path: Path) -> None:
         weights = s.weight_bytes / GIB
         reserve = (s.activation_peak_bytes + s.non_torch_bytes) / GIB
         pool = r.kv_cache_tokens * s.kv_bytes_per_token / GIB
-        held = [(x.held_bytes_at_measured or 0) / GIB for x in r.lengths]
+        held = [(x.kv_peak.mean if x.kv_peak else 0.0) * pool for x in r.lengths]
         x = list(range(len(lens)))
         mem.bar(x, [weights] * len(x), color="#756bb1", label=f"weights: {weights:.2f} GiB, {weights / gpu:.0%} at every length")
         mem.bar(x, [reserve] * len(x), bottom=[weights] * len(x), color="#bdbdbd", label="activations, CUDA (vLLM's reserve)")
@@ -273,26 +248,26 @@ def max_batch_plot(r: KvResult, path: Path) -> None:
 
 
 def probes_plot(r: KvResult, path: Path) -> None:
-    """Preemptions per sequence of each wave against its size over the predicted batch."""
+    """Steady output tokens/s of every probe against its concurrency, preempting ones marked."""
     fig, ax = plt.subplots(figsize=(7.5, 4.5))
     for x in r.lengths:
-        probes = sorted((p for p in r.probes if p.context_len == x.context_len and p.preemptions is not None),
+        probes = sorted((p for p in r.probes if p.context_len == x.context_len and p.output_tokens_per_s is not None),
                         key=lambda p: p.concurrency)  # fmt: skip
         if not probes:
             continue
-        share = [p.concurrency / x.predicted_max_batch for p in probes]
-        per_sequence = [(p.preemptions or 0.0) / p.concurrency for p in probes]
-        (line,) = ax.plot(share, per_sequence, marker="o", label=f"{x.context_len:,} tokens (predicted {x.predicted_max_batch})")
-        for q, v, p in zip(share, per_sequence, probes):
-            ax.annotate(str(p.concurrency), (q, v), textcoords="offset points", xytext=(3, 4), fontsize=7,
-                        color=line.get_color())  # fmt: skip
-    ax.axvline(1.0, color="#636363", linestyle="--", linewidth=1, label="the predicted max batch")
-    ax.set_xlabel("sequences in the wave / predicted max batch (labels: sequences)")
-    ax.set_ylabel("preemptions per sequence")
-    ax.set_ylim(bottom=-0.05)
+        (line,) = ax.plot([p.concurrency for p in probes], [p.output_tokens_per_s for p in probes], marker="o",
+                          linestyle="none", label=f"{x.context_len:,} tokens")  # fmt: skip
+        over = [p for p in probes if p.fits is False]
+        ax.plot([p.concurrency for p in over], [p.output_tokens_per_s for p in over], marker="x", markersize=10,
+                color="black", linestyle="none")  # fmt: skip
+        if x.measured_max_batch is not None:
+            ax.axvline(x.measured_max_batch, color=line.get_color(), linestyle=":", linewidth=1)
+    ax.set_xlabel("sequences in the closed loop (C); dotted: the largest without a preemption; x: preempted")
+    ax.set_ylabel(f"output tokens/s at steady state ({r.params.time_scale})")
+    ax.set_ylim(bottom=0)
     ax.grid(True, alpha=0.3)
     ax.legend(fontsize=8, loc="upper left")
-    ax.set_title("Preemption begins past the predicted batch")
+    ax.set_title("Throughput against the batch: what each baseline's batch leaves")
     fig.tight_layout()
     fig.savefig(path, dpi=110)
     plt.close(fig)

@@ -29,7 +29,7 @@ from benchmarks.g6.experiments.divergence import QualityScore
 from benchmarks.g6.experiments.kernels import NOT_KNOWN_SIM, NOT_READABLE, kernel_from_log
 from benchmarks.g6.experiments.prompts import PROMPTS, select
 from benchmarks.g6.experiments.quality import Continuation, QualityClient, QualityError, Sample, reference, score_variant
-from benchmarks.g6.result import ExperimentResult, G6Point, GpuPrice
+from benchmarks.g6.result import ExperimentResult, Figures, G6Point, GpuPrice, figures
 from benchmarks.g6.sweep import (
     Measurement,
     Outcome,
@@ -39,6 +39,7 @@ from benchmarks.g6.sweep import (
     kv_cache_config,
     load_spec,
     measure_point,
+    point_seed,
 )
 from benchmarks.g6.targets import ServerSettings
 from benchmarks.harness import HarnessError, RunMeta
@@ -80,6 +81,12 @@ def variant_settings(variant: str, model: str) -> ServerSettings:
     return ServerSettings(model=checkpoint, quantization=None)
 
 
+class QuantFigures(Figures):
+    """A variant's point at one concurrency over its repeats."""
+
+    concurrency: int
+
+
 class VariantResult(BaseModel):
     """One variant: what the sizing predicted, what vLLM allocated, its points and its quality."""
 
@@ -92,6 +99,7 @@ class VariantResult(BaseModel):
     sizing: Sizing | None = None
     cache: KvCacheConfig | None = None
     points: list[G6Point] = []
+    across: list[QuantFigures] = []  # each concurrency over its repeats: the report's figures
     kernel: str = Field(NOT_KNOWN_SIM, description="the weight kernel vLLM's start-up log names")
     quality: QualityScore | None = None
     quality_note: str = ""
@@ -135,9 +143,9 @@ def _quality(params: G6Params, quant: QuantParams, server: Server, served: str, 
     except QualityError as exc:
         return ref, None, f"not measured: {exc}"
     # The simulator's log-probabilities are its toy model's, the same for every variant: the pipeline ran,
-    # its figures are kept, and they are never presented as a quality measurement.
+    # and its figures are not a measurement of anything, so none is stored (null, not a KL of 0).
     if params.target_kind == "sim":
-        return ref, score, NOT_MEASURED_SIM
+        return ref, None, NOT_MEASURED_SIM
     return ref, score, "the baseline against itself: the noise floor" if baseline else ""
 
 
@@ -152,9 +160,17 @@ def _kernel(params: G6Params, server: Server) -> str:
         return f"not known: {exc}"
 
 
-def variant_specs(params: G6Params, base_url: str, served: str) -> list[LoadSpec]:
-    """A variant's load points: closed loop at each concurrency, against the checkpoint it serves."""
-    return [load_spec(params, base_url, model=served, concurrency=c) for c in params.concurrency or DEFAULT_CONCURRENCY]
+def variant_specs(params: G6Params, base_url: str, served: str, repeat: int) -> list[LoadSpec]:
+    """A variant's load points of one repeat: closed loop at each concurrency, against the checkpoint it
+    serves. Every variant is sent the same requests (each runs on a server of its own): a paired comparison."""
+    return [load_spec(params, base_url, model=served, concurrency=c, seed=point_seed(params.seed, "c", c, "repeat", repeat))
+            for c in params.concurrency or DEFAULT_CONCURRENCY]  # fmt: skip
+
+
+def across(points: list[G6Point]) -> list[QuantFigures]:
+    """Each concurrency's figures over its repeats, lowest concurrency first."""
+    levels = sorted({p.concurrency for p in points if p.concurrency is not None})
+    return [QuantFigures(concurrency=c, **dict(figures([p for p in points if p.concurrency == c]))) for c in levels]
 
 
 def planned_specs(params: G6Params, quant: QuantParams, base_url: str) -> list[LoadSpec]:
@@ -166,7 +182,8 @@ def planned_specs(params: G6Params, quant: QuantParams, base_url: str) -> list[L
             settings = variant_settings(variant, params.model)
         except G6Error:
             continue
-        specs += variant_specs(params, base_url, settings.model or params.model)
+        specs += [spec for repeat in range(params.repeats)
+                  for spec in variant_specs(params, base_url, settings.model or params.model, repeat)]  # fmt: skip
     return specs
 
 
@@ -178,7 +195,7 @@ def run_quant(params: G6Params, quant: QuantParams, target: Target, how: Measure
     """Every variant in turn on one target, into `outcome`. The caller holds `target.session()` (which
     restores the target's original settings at the end) and the runner's context around it."""
     outcome.planned_variants = len(quant.variants)
-    outcome.planned = len(quant.variants) * len(params.concurrency or DEFAULT_CONCURRENCY)
+    outcome.planned = len(quant.variants) * len(params.concurrency or DEFAULT_CONCURRENCY) * params.repeats
     with interruptible(outcome):
         for index, variant in enumerate(quant.variants):
             outcome.variants.append(_variant(params, quant, target, how, outcome, variant, baseline=index == 0))
@@ -214,12 +231,13 @@ def _variant(
                 result = result.model_copy(update={"cache": kv_cache_config(server)})
             except MetricsError as exc:
                 outcome.errors.append(f"{variant}: vLLM's KV cache configuration: {exc}")
-            for spec in variant_specs(params, server.base_url, served):
-                point, errors = measure_point(
-                    params, spec, server, f"{variant} c={spec.concurrency}", PointContext(mns, sizing), how
-                )
-                points.append(point)
-                outcome.errors += errors
+            for repeat in range(params.repeats):
+                for spec in variant_specs(params, server.base_url, served, repeat):
+                    label = f"{variant} c={spec.concurrency}" + (f" (repeat {repeat + 1} of {params.repeats})"
+                                                                 if params.repeats > 1 else "")  # fmt: skip
+                    measured = measure_point(params, spec, server, label, PointContext(mns, sizing), how)
+                    points.append(measured.point.model_copy(update={"repeat": repeat}))
+                    outcome.errors += measured.errors
             if not baseline and outcome.reference is None:
                 score, note = None, "not measured: the baseline gave no reference continuations (see its row)"
             else:
@@ -227,11 +245,12 @@ def _variant(
                 outcome.reference, score, note = _quality(params, quant, server, served, outcome.reference, floor)
     except (G6Error, HarnessError) as exc:
         # A server that does not come up (a failed `pulumi up`, a simulator that exits).
-        return result.model_copy(update={"error": f"did not run: {exc}", "points": points})
+        return result.model_copy(update={"error": f"did not run: {exc}", "points": points, "across": across(points)})
     except (KeyboardInterrupt, Interrupted):
-        outcome.variants.append(result.model_copy(update={"points": points, "error": "interrupted before it finished"}))
+        outcome.variants.append(result.model_copy(update={"points": points, "across": across(points),
+                                                          "error": "interrupted before it finished"}))  # fmt: skip
         raise
-    return result.model_copy(update={"points": points, "quality": score, "quality_note": note})
+    return result.model_copy(update={"points": points, "across": across(points), "quality": score, "quality_note": note})
 
 
 def quant_result(meta: RunMeta, params: G6Params, quant: QuantParams, outcome: QuantOutcome, price: GpuPrice | None,

@@ -11,23 +11,27 @@ import matplotlib.pyplot as plt  # noqa: E402  (the backend must be chosen first
 
 from benchmarks.g6.experiments.divergence import RESAMPLES, Estimate, QualityScore  # noqa: E402
 from benchmarks.g6.experiments.quality import TOP_K  # noqa: E402
-from benchmarks.g6.experiments.quant import QuantResult, VariantResult  # noqa: E402
+from benchmarks.g6.experiments.quant import QuantFigures, QuantResult, VariantResult  # noqa: E402
 from benchmarks.g6.report import (  # noqa: E402
-    context_lines, cost_sections, errors_section, in_flight_cell, latency_pair, price_cell, reading_notes, target_text,
-    throughput_cell,
+    context_lines, cost_sections, errors_section, in_flight_cell, latency_pair, price_cell, reading_notes, rerun_cell,
+    rerun_note, throughput_cell, title,
 )  # fmt: skip
-from benchmarks.g6.result import G6Point  # noqa: E402
 from benchmarks.g6.shape import asked_text  # noqa: E402
 from benchmarks.harness.evidence import markdown as evidence_section  # noqa: E402
-from benchmarks.harness.markdown import num, table  # noqa: E402
+from benchmarks.harness.markdown import table  # noqa: E402
 from benchmarks.labs.phases_report import waited_first  # noqa: E402
 
 PLOTS = ("quant-tradeoffs.png",)
 GIB = 1024**3
 
 
-def _at(v: VariantResult, concurrency: int) -> G6Point | None:
-    return next((p for p in v.points if p.concurrency == concurrency), None)
+def _at(v: VariantResult, concurrency: int) -> QuantFigures | None:
+    """The variant's figures at `concurrency`, over its repeats."""
+    return next((f for f in v.across if f.concurrency == concurrency), None)
+
+
+def _tok(f: QuantFigures | None) -> float:
+    return f.output_tokens_per_s.mean if f is not None and f.output_tokens_per_s is not None else 0.0
 
 
 def _levels(r: QuantResult) -> tuple[int, int]:
@@ -61,16 +65,14 @@ def _header(r: QuantResult) -> str:
         else method
     )
     lines = [
-        "# Lab g6: what quantization buys and what it costs",
-        "",
-        f"Model `{p.model}` served by {target_text(p)}; {m.started_at.isoformat()} to {m.finished_at.isoformat()}.",
-        "",
         evidence_section(m.evidence),
         "## What was run",
         "",
         f"- Variants, the first the baseline: {', '.join(f'{v.variant} ({_setting(v)})' for v in r.variants)}",
-        f"- Per variant: closed-loop points at concurrency {p.concurrency or list(_levels(r))}, {p.requests if p.requests is not None else 'max(64, 8 x concurrency)'} counted "
-        f"requests each after a warm-up, {asked_text(p)}; server at gpu-memory-utilization {p.gpu_memory_utilization:g}"
+        f"- Per variant: closed-loop points at concurrency {p.concurrency or list(_levels(r))}, {p.repeats} run(s) of "
+        f"each, {p.requests if p.requests is not None else 'max(64, 8 x concurrency)'} counted requests per run after a "
+        f"warm-up, {asked_text(p)}; every variant sent the same requests, run by run (its own seed per run); server at "
+        f"gpu-memory-utilization {p.gpu_memory_utilization:g}"
         + (f", max-model-len {p.max_model_len}" if p.max_model_len else ""),
         f"- Quality: {quality}",
         *context_lines(m, p, [point for v in r.variants for point in v.points]),
@@ -122,19 +124,20 @@ def _table(r: QuantResult) -> str:
         rows.append([
             v.variant, _setting(v), v.kernel,
             None if v.sizing is None else f"{v.sizing.weight_bytes / GIB:.2f}", _kv_tokens(v),
-            None if a is None else num(a.output_tokens_per_s, 0), None if a is None else latency_pair(a.itl_ms),
-            None if b is None else num(b.output_tokens_per_s, 0), None if b is None else latency_pair(b.itl_ms),
-            None if b is None else latency_pair(b.ttft_ms), None if b is None else price_cell(b),
+            None if a is None else rerun_cell(a.output_tokens_per_s, 0), None if a is None else rerun_cell(a.itl_p50_ms, 2),
+            None if b is None else rerun_cell(b.output_tokens_per_s, 0), None if b is None else rerun_cell(b.itl_p99_ms, 2),
+            None if b is None else rerun_cell(b.ttft_p99_ms), None if b is None else rerun_cell(b.usd_per_million_output_tokens, 3),
             *_quality_cells(r, v),
         ])  # fmt: skip
-    return "## What each variant buys and costs\n\n" + table(
+    runs = max((f.runs for v in r.variants for f in v.across), default=1)
+    return "## The answer: what each variant buys and costs\n\n" + table(
         ["variant", "served as", "weight kernel (vLLM's log)", "weights GiB (predicted)", "KV tokens vLLM / predicted",
-         f"out tok/s c={low}", f"ITL p50/p99 ms c={low}", f"out tok/s c={high}", f"ITL p50/p99 ms c={high}",
-         f"TTFT p50/p99 ms c={high}", f"$ per M output tokens c={high}",
+         f"out tok/s c={low}", f"ITL p50 ms c={low}", f"out tok/s c={high}", f"ITL p99 ms c={high}",
+         f"TTFT p99 ms c={high}", f"$ per M output tokens c={high} (GPU node spot)",
          "KL nats/token [95% CI]", "top-1 agreement [95% CI]", "log-prob delta per sampled token [95% CI]",
          "against the noise floor"],
         rows,
-    )  # fmt: skip
+    ) + "\n" + rerun_note(runs) + "Quality's brackets are bootstrap intervals over prompts.\n"  # fmt: skip
 
 
 def _reading(r: QuantResult) -> str:
@@ -164,10 +167,10 @@ def _reading(r: QuantResult) -> str:
                 base_tokens = (base.cache or base.sizing).kv_cache_tokens
                 parts.append(f"KV cache {tokens / base_tokens:.2f}x the baseline's tokens")
             v_low, v_high = _at(v, low), _at(v, high)
-            if v_low and b_low and b_low.output_tokens_per_s:
-                parts.append(f"{v_low.output_tokens_per_s / b_low.output_tokens_per_s:.2f}x its output tokens/s at c={low}")
-            if v_high and b_high and b_high.output_tokens_per_s:
-                parts.append(f"{v_high.output_tokens_per_s / b_high.output_tokens_per_s:.2f}x at c={high}")
+            if _tok(v_low) and _tok(b_low):
+                parts.append(f"{_tok(v_low) / _tok(b_low):.2f}x its output tokens/s at c={low} (means over the runs)")
+            if _tok(v_high) and _tok(b_high):
+                parts.append(f"{_tok(v_high) / _tok(b_high):.2f}x at c={high}")
             if v.quality is not None and r.params.target_kind != "sim":
                 parts.append(f"KL {_g(v.quality.kl)} nats/token, top-1 agreement {_pct(v.quality.top1_agreement)} "
                              f"({_against_floor(r, v, v.quality)})")  # fmt: skip
@@ -191,19 +194,21 @@ def _points(r: QuantResult) -> str:
     rows = []
     for v in r.variants:
         for p in v.points:
-            rows.append([v.variant, p.concurrency, in_flight_cell(p), p.completed, p.failed, latency_pair(p.ttft_ms),
-                         latency_pair(p.itl_ms), latency_pair(p.tpot_ms), throughput_cell(p), p.bound, price_cell(p)])  # fmt: skip
-    return "## Every point\n\n" + table(
-        ["variant", "concurrency", "in flight (mean)", "ok", "failed", "TTFT p50/p99 ms", "ITL p50/p99 ms",
+            rows.append([v.variant, p.concurrency, p.repeat + 1, in_flight_cell(p), p.completed, p.failed,
+                         latency_pair(p.ttft_ms), latency_pair(p.itl_ms), latency_pair(p.tpot_ms), throughput_cell(p),
+                         p.bound, price_cell(p)])  # fmt: skip
+    return "## Every run of every point\n\n" + table(
+        ["variant", "concurrency", "run", "in flight (mean)", "ok", "failed", "TTFT p50/p99 ms", "ITL p50/p99 ms",
          "TPOT p50/p99 ms", "output tok/s", "bound", "$ per M output tokens (GPU node spot)"],
         rows,
     ) + "\n" + reading_notes(r.params)  # fmt: skip
 
 
 def render_quant_report(r: QuantResult) -> str:
-    labelled = [(f"{v.variant} c={p.concurrency}", p) for v in r.variants for p in v.points]
+    labelled = [(f"{v.variant} c={p.concurrency} run {p.repeat + 1}", p) for v in r.variants for p in v.points]
     plots = "## Plots\n\n" + "\n".join(f"![{name}]({name})" for name in PLOTS) + "\n"
-    return waited_first("\n".join([_header(r), _table(r), _reading(r), _points(r), cost_sections(
+    return waited_first("\n".join([title("what quantization buys and what it costs", r.meta, r.params), _table(r),
+                                   _header(r), _reading(r), _points(r), cost_sections(
         labelled, r.params, r.gpu_price, r.cost), errors_section(r.meta.errors), plots]), r.waited)  # fmt: skip
 
 
@@ -234,7 +239,7 @@ def tradeoffs_plot(r: QuantResult, path: Path) -> None:
     mem.legend(fontsize=7, loc="upper center")
     width = 0.38
     for offset, level, colour in ((-width / 2, low, "#9ecae1"), (width / 2, high, "#3182bd")):
-        values = [(_at(v, level).output_tokens_per_s if _at(v, level) else 0) for v in r.variants]
+        values = [_tok(_at(v, level)) for v in r.variants]
         bars = speed.bar([i + offset for i in x], values, width, color=colour, label=f"c={level}")
         speed.bar_label(bars, [f"{value:,.0f}" if value else "" for value in values], fontsize=7)
     speed.set_ylabel(f"output tokens/s ({r.params.time_scale})")

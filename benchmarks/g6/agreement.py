@@ -1,0 +1,188 @@
+"""`python -m benchmarks.g6.agreement FOLDER...`: does a saved --sim run agree with the virtual-clock oracle?
+
+Each folder's command runs again with --virtual (benchmarks.g6.virtual): the same parameters and seeds, so
+the same plans, replayed on the simulator's engine with no host in them. Every headline figure of the
+saved run is then held against the oracle's, within the tolerance its report states: a figure from repeats
+agrees when the oracle's value lies in its 95% rerun interval, or when the run's figure over the oracle's
+lies in the band the host adds to a real-time run at x1 (HOST_BANDS: measured over 12 seeds on this
+project's shared 2-core machine, docs/testing.md, "The virtual-clock oracle"); a search's answer (the
+saturation rate, the kv batch) agrees when the oracle's is within the search's own tolerance. A real-time
+run on a machine too busy for the simulated L4 disagrees here: its figures are the machine's. Prints one
+table per folder; exit 1 when any figure disagrees. A figure of one run with no band (a search's TTFT p99 on
+the way to its answer) is shown, not held.
+"""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import io
+import json
+import sys
+import tempfile
+from collections.abc import Iterator
+from pathlib import Path
+from typing import NamedTuple
+
+from benchmarks.g6.cli import parse
+from benchmarks.g6.config import G6Params
+from benchmarks.g6.experiments.kv import KvResult
+from benchmarks.g6.experiments.prefix import PrefixResult
+from benchmarks.g6.experiments.quant import QuantResult
+from benchmarks.g6.experiments.saturation import SaturationResult
+from benchmarks.g6.result import Figures, G6Result
+from benchmarks.g6.run import execute
+from benchmarks.harness import HarnessError, load_result
+from benchmarks.harness.markdown import table
+from benchmarks.loadgen.reruns import Rerun
+
+RESULTS = {"sweep": G6Result, "quant": QuantResult, "saturation": SaturationResult, "kv": KvResult,
+           "prefix": PrefixResult}  # fmt: skip
+FIGURES = ("output_tokens_per_s", "ttft_p50_ms", "ttft_p99_ms", "itl_p50_ms", "itl_p99_ms")
+# Real-time / oracle at x1, the closed-loop and open-loop points' bands together (docs/testing.md). TTFT p99
+# over a few dozen requests is their slowest, set by one stall of the host: no band, its interval only.
+HOST_BANDS = {"output_tokens_per_s": (0.93, 1.02), "served": (0.93, 1.02), "ttft_p50_ms": (0.5, 1.45),
+              "itl_p50_ms": (0.97, 1.10), "itl_p99_ms": (0.97, 4.0), "e2e_p50_ms": (0.96, 1.06)}  # fmt: skip
+
+
+class Check(NamedTuple):
+    """One figure: the saved run's, the oracle's, and whether they agree within the stated tolerance (None: one
+    run of a figure with no host band, which nothing can hold)."""
+
+    figure: str
+    shipped: str
+    oracle: str
+    agrees: bool | None
+
+
+VERDICTS = {True: "yes", False: "**no**", None: "not held (one run, no band)"}
+
+
+class AgreementError(Exception):
+    """A folder the check cannot replay; the message says why."""
+
+
+def _figure(name: str, shipped: Rerun | None, oracle: Rerun | None, band: tuple[float, float] | None = None) -> Iterator[Check]:
+    if shipped is None or oracle is None:
+        return
+    ratio = shipped.mean / oracle.mean if oracle.mean else None
+    within = band is not None and ratio is not None and band[0] <= ratio <= band[1]
+    said = f"{oracle.mean:,.2f}" + ("" if ratio is None else f" (x{ratio:.3f}" + (f", band {band[0]:g}-{band[1]:g})" if band else ")"))
+    if shipped.lo is None or shipped.hi is None:
+        yield Check(name, f"{shipped.mean:,.2f} (one run: no interval)", said, within if band else None)
+        return
+    yield Check(name, f"{shipped.mean:,.2f} ({shipped.lo:,.2f}–{shipped.hi:,.2f})", said, shipped.contains(oracle.mean) or within)
+
+
+def _figures(label: str, shipped: Figures, oracle: Figures) -> Iterator[Check]:
+    for name in FIGURES:
+        yield from _figure(f"{label} {name}", getattr(shipped, name), getattr(oracle, name), HOST_BANDS.get(name))
+
+
+def _search(name: str, shipped: float | None, oracle: float | None, tolerance: float) -> Iterator[Check]:
+    if shipped is None and oracle is None:
+        return
+    agrees = shipped is not None and oracle is not None and abs(oracle - shipped) <= tolerance * shipped
+    yield Check(name, f"{shipped} (the search's tolerance {tolerance:.0%})", f"{oracle}", agrees)
+
+
+def checks(shipped: object, oracle: object) -> list[Check]:
+    """Every headline figure of `shipped` against the oracle's rerun of it."""
+    out: list[Check] = []
+    if isinstance(shipped, G6Result) and isinstance(oracle, G6Result):
+        theirs = {(f.max_num_seqs, f.concurrency, f.rate): f for f in oracle.across}
+        for f in shipped.across:
+            if (o := theirs.get((f.max_num_seqs, f.concurrency, f.rate))) is not None:
+                load = f"c={f.concurrency}" if f.concurrency is not None else f"{f.rate:g}/s"
+                out += _figures(f"max-num-seqs {f.max_num_seqs} {load}", f, o)
+    elif isinstance(shipped, QuantResult) and isinstance(oracle, QuantResult):
+        for v, w in zip(shipped.variants, oracle.variants):
+            theirs = {f.concurrency: f for f in w.across}
+            for f in v.across:
+                if (o := theirs.get(f.concurrency)) is not None:
+                    out += _figures(f"{v.variant} c={f.concurrency}", f, o)
+    elif isinstance(shipped, PrefixResult) and isinstance(oracle, PrefixResult):
+        for a in shipped.arms:
+            b = None if a.prefix_caching is None else oracle.arm(a.prefix_caching)
+            if b is not None:
+                name = f"caching {'on' if a.prefix_caching else 'off'}"
+                out += _figures(name, a.figures, b.figures)
+                out += _figure(f"{name} hit rate", a.prefix_cache_hit_rate, b.prefix_cache_hit_rate)
+        out += _figure("TTFT p50 saved ms", shipped.ttft_p50_saved_ms, oracle.ttft_p50_saved_ms)
+    elif isinstance(shipped, SaturationResult) and isinstance(oracle, SaturationResult):
+        out += _search("saturation rate (offered req/s)", shipped.saturation_rate, oracle.saturation_rate,
+                       shipped.saturation.tolerance)  # fmt: skip
+        theirs = {p.rate: p for p in oracle.points}
+        for p in shipped.points:
+            if (o := theirs.get(p.rate)) is not None:
+                for name in ("served", "output_tokens_per_s", "ttft_p50_ms", "ttft_p99_ms"):
+                    out += _figure(f"{p.rate:g} req/s {name}", getattr(p, name), getattr(o, name), HOST_BANDS.get(name))
+    elif isinstance(shipped, KvResult) and isinstance(oracle, KvResult):
+        theirs = {x.context_len: x for x in oracle.lengths}
+        for x in shipped.lengths:
+            if (o := theirs.get(x.context_len)) is None:
+                continue
+            tolerance = max(1, round(shipped.kv.tolerance * x.predicted_max_batch)) / max(1, x.measured_max_batch or 1)
+            out += _search(f"L={x.context_len} largest batch", x.measured_max_batch, o.measured_max_batch, tolerance)
+            if x.measured_max_batch == o.measured_max_batch:
+                out += _figure(f"L={x.context_len} output tok/s", x.output_tokens_per_s, o.output_tokens_per_s,
+                               HOST_BANDS["output_tokens_per_s"])  # fmt: skip
+            for b, c in zip(x.baselines, o.baselines):
+                out += _figure(f"L={x.context_len} {b.reserves} baseline output tok/s", b.output_tokens_per_s,
+                               c.output_tokens_per_s, HOST_BANDS["output_tokens_per_s"])  # fmt: skip
+    return out
+
+
+def replayed(folder: Path, out: Path) -> tuple[object, object]:
+    """(the saved result, the oracle's) of one folder: its command again with --virtual."""
+    try:
+        data = json.loads((folder / "result.json").read_text())
+    except (OSError, ValueError) as exc:
+        raise AgreementError(f"{folder}: cannot read result.json: {exc}") from None
+    params = G6Params.model_validate(data["params"])
+    if params.target_kind != "sim" or params.experiment not in RESULTS:
+        raise AgreementError(f"{folder}: a {params.experiment} run against {params.target_kind}: only --sim runs "
+                             "have an oracle")  # fmt: skip
+    model = RESULTS[params.experiment]
+    shipped = load_result(model, folder)
+    argv = list(data["meta"]["command"][4:])  # after `python -m benchmarks g6`
+    if "--out" in argv:
+        del argv[argv.index("--out") : argv.index("--out") + 2]
+    argv += ["--virtual", "--quiet", "--out", str(out)]
+    with contextlib.redirect_stdout(io.StringIO()):  # the oracle's run prints its folder: a temporary one
+        rc = execute(parse(argv), argv)
+    if rc not in (0, 1):
+        raise AgreementError(f"{folder}: the oracle's run of its command failed")
+    (done,) = out.iterdir()
+    oracle = load_result(model, done)
+    if oracle.params.model_copy(update={"virtual": params.virtual}) != params:  # type: ignore[attr-defined]
+        raise AgreementError(f"{folder}: its command no longer gives the parameters it ran with: regenerate it")
+    return shipped, oracle
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="python -m benchmarks.g6.agreement", description=__doc__,
+                                     formatter_class=argparse.RawDescriptionHelpFormatter)  # fmt: skip
+    parser.add_argument("folders", nargs="+", type=Path, help="results folders of --sim runs (examples/g6-*-sim)")
+    args = parser.parse_args(argv)
+    disagree = 0
+    for folder in args.folders:
+        with tempfile.TemporaryDirectory() as tmp:
+            try:
+                shipped, oracle = replayed(folder, Path(tmp))
+            except (AgreementError, HarnessError) as exc:
+                print(f"g6 agreement: {exc}", file=sys.stderr)
+                return 2
+        found = checks(shipped, oracle)
+        bad = [c for c in found if c.agrees is False]
+        disagree += len(bad)
+        print(f"## {folder}: {len(found) - len(bad)} of {len(found)} figures agree with the oracle\n")
+        if shipped.params.virtual:  # type: ignore[attr-defined]
+            print("A --virtual run: the oracle's own answer, replayed again (what it checks is that today's code gives it).\n")
+        print(table(["figure", "this run (95% rerun interval)", "oracle (this run / it, host band)", "agrees"],
+                    [[c.figure, c.shipped, c.oracle, VERDICTS[c.agrees]] for c in found]))  # fmt: skip
+    return 1 if disagree else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
