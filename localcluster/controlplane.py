@@ -328,7 +328,7 @@ class ControlPlane:
         self.shape(self.lab)
 
     def shape(self, lab: LabConfig) -> None:
-        """Make the simulated nodes the lab's: those of another shape go, the lab's come and turn Ready."""
+        """Make the simulated nodes the lab's: those of another shape go, the lab's come and can take pods."""
         kwok = next(c for c in self.components if c.name == "kwok")
         wanted = {n["metadata"]["name"]: n for n in nodes.lab_nodes(lab, self.kubelet_port)}
         with self.admin_client(certs.Pki(self.state / "pki")) as client:
@@ -340,17 +340,11 @@ class ControlPlane:
                 if answer.status_code != 201:
                     raise ClusterError(f"node {name} refused: {answer.status_code} {answer.text}")
 
-            def all_ready() -> str | None:
-                items = client.get("/api/v1/nodes").json()["items"]
-                ready = {
-                    n["metadata"]["name"]
-                    for n in items
-                    if any(c["type"] == "Ready" and c["status"] == "True" for c in n["status"].get("conditions", []))
-                }
-                missing = sorted(set(wanted) - ready)
-                return f"not Ready yet: {', '.join(missing)}" if missing else None
+            def all_schedulable() -> str | None:
+                listed = client.get("/api/v1/nodes").json()["items"]
+                return "; ".join(nodes.not_schedulable(list(wanted.values()), listed)) or None
 
-            self._wait(kwok, all_ready, f"simulating {len(wanted)} Ready nodes ({', '.join(sorted(wanted))})")
+            self._wait(kwok, all_schedulable, f"simulating {len(wanted)} Ready, schedulable nodes ({', '.join(sorted(wanted))})")
             kube, kwok_version = MODULES["kube"].versions(), MODULES["kwok"].versions()["sigs.k8s.io/kwok"]
             simulated = nodes.simulated(list(wanted.values()), kwok_version, self.job_seconds)
             declare(client, {

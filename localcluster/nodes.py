@@ -37,8 +37,6 @@ JOB_DELAY_ANNOTATION = "pod-complete.stage.kwok.x-k8s.io/delay"
 DEFAULT_JOB_S = 1.0
 NODE_LEASE_SECONDS = 40  # as a kubelet's default lease; kwok renews it
 KUBELET_ADDRESS = "127.0.0.1"
-# How pods land on these nodes: they carry the GKE pools' labels and taint, so the GKE half's placement.
-PLACEMENT = Placement(system_node_selector=dict(SYSTEM_NODE_SELECTOR), gpu=POOL_PLACEMENT)
 
 
 def _reserved(amount: float, tiers: tuple[tuple[float, float], ...]) -> float:
@@ -122,6 +120,25 @@ def lab_nodes(cfg: LabConfig, kubelet_port: int) -> list[dict[str, Any]]:
             node["status"][field][GPU_RESOURCE] = gpus
         nodes.append(node)
     return nodes
+
+
+def not_schedulable(declared: list[dict[str, Any]], listed: list[dict[str, Any]]) -> list[str]:
+    """Why each declared node cannot take a pod yet, as the API server lists them (empty once all can).
+
+    Ready is not enough: the TaintNodesByCondition admission plugin creates every node with the
+    node.kubernetes.io/not-ready taint, which the node lifecycle controller lifts only after it has
+    seen the node Ready; a pod created in between is refused for that taint."""
+    by_name = {n["metadata"]["name"]: n for n in listed}
+    reasons = []
+    for want in declared:
+        name, node = want["metadata"]["name"], by_name.get(want["metadata"]["name"])
+        if node is None:
+            reasons.append(f"{name} not registered")
+        elif not any(c["type"] == "Ready" and c["status"] == "True" for c in node["status"].get("conditions", [])):
+            reasons.append(f"{name} not Ready")
+        elif extra := [t["key"] for t in node["spec"].get("taints", []) if t not in want["spec"].get("taints", [])]:
+            reasons.append(f"{name} still tainted {', '.join(extra)}")
+    return reasons
 
 
 def simulated(node_list: list[dict[str, Any]], kwok_version: str, job_seconds: float) -> dict[str, str]:

@@ -59,6 +59,29 @@ def test_without_sharing_an_l4_node_offers_its_physical_gpus():
     assert "cloud.google.com/gke-gpu-sharing-strategy" not in shaped["gpu-0"]["metadata"]["labels"]
 
 
+def test_a_ready_node_still_carrying_the_admission_not_ready_taint_cannot_take_pods_yet():
+    declared = nodes.lab_nodes(load_config("g1"), 10250)
+    gpu = next(n for n in declared if n["metadata"]["name"] == "gpu-0")
+
+    def listed(name: str, ready: str, admitted_taints: list[dict]) -> dict:
+        # As GET /api/v1/nodes answers: the kube-apiserver's TaintNodesByCondition admission appends
+        # {key: node.kubernetes.io/not-ready, effect: NoSchedule} to the taints a node is created with.
+        return {"metadata": {"name": name}, "spec": {"taints": admitted_taints},
+                "status": {"conditions": [{"type": "Ready", "status": ready, "reason": "KubeletReady"}]}}  # fmt: skip
+
+    not_ready_taint = {"key": "node.kubernetes.io/not-ready", "effect": "NoSchedule"}
+    admitted = [*gpu["spec"]["taints"], not_ready_taint]
+    system = listed("system-0", "True", [])
+    assert nodes.not_schedulable(declared, [system]) == ["gpu-0 not registered"]
+    assert nodes.not_schedulable(declared, [system, listed("gpu-0", "Unknown", admitted)]) == ["gpu-0 not Ready"]
+    # kwok has set Ready; the node lifecycle controller has not lifted the admission's taint yet.
+    still = nodes.not_schedulable(declared, [system, listed("gpu-0", "True", admitted)])
+    assert still == ["gpu-0 still tainted node.kubernetes.io/not-ready"]
+    # Lifted: only the pool's own taint stays, and it is the lab's, not a reason to wait.
+    pool_taint = {"key": "nvidia.com/gpu", "value": "present", "effect": "NoSchedule"}
+    assert nodes.not_schedulable(declared, [system, listed("gpu-0", "True", [pool_taint])]) == []
+
+
 def test_kwok_config_manages_only_annotated_nodes_and_declares_the_pod_lifecycle():
     assert "--manage-nodes-with-annotation-selector=kwok.x-k8s.io/node=fake" in nodes.kwok_flags("10.20.0.0/14")
     stages = _by_name(nodes.stages())
