@@ -5,7 +5,7 @@ BIN := $(VENV)/bin
 LAB ?= $(STACK)
 OUT ?= results
 
-.PHONY: venv test test-agreement g6-agreement test-cluster cluster-up cluster-down g3-local lab-local plan docs g6-sim g6-kv-sim g6-quant-sim g6-prefix-sim g6-saturation-sim preflight status up down cost clean
+.PHONY: venv test test-realtime test-agreement g6-agreement test-cluster cluster-up cluster-down g3-local lab-local plan docs g6-sim g6-kv-sim g6-quant-sim g6-prefix-sim g6-saturation-sim preflight status up down cost clean
 
 # A target's required variables, checked before anything runs (no venv, no python): one line naming
 # those missing and an example.
@@ -54,6 +54,10 @@ venv: $(VENV)/.installed ## create .venv with every pinned dependency
 test: venv ## run the whole test suite (no cloud; fetches the pinned upstream files once, see README)
 	$(BIN)/python -m tests.upstream fetch
 	$(BIN)/python -m pytest
+
+test-realtime: venv ## the g6 runs, interrupts and searches that take real time against the simulator or a server of known capacity (about 5 minutes)
+	$(BIN)/python -m tests.upstream fetch
+	$(BIN)/python -m pytest -m realtime
 
 test-agreement: venv ## each g6 experiment on the real-time simulator against the virtual-clock oracle (a few minutes)
 	$(BIN)/python -m pytest -m agreement

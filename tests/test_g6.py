@@ -34,6 +34,7 @@ def _only_folder(out: Path) -> Path:
     return folder
 
 
+@pytest.mark.realtime
 def test_sim_sweep_leaves_result_report_and_plots(tmp_path):
     rc = main(["--sim", "--model", MODEL, "--max-num-seqs", "4,16", "--concurrency", "1,8", "--requests", "16",
                "--speedup", "2", "--scrape-interval", "0.2", "--out", str(tmp_path), *SMALL])  # fmt: skip

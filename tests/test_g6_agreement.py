@@ -5,7 +5,7 @@ seeds): the search's answer within its tolerance, every figure from repeats with
 The runs are shaped so that this machine's CPUs cannot be what they measure: a few hundred tokens a second
 on the wire (the real-time simulator keeps its timeline through wake-ups up to 50 ms late, not through a
 host too busy to run it), so what they measure is the simulated L4 the oracle replays. Minutes of real
-time: `make test-agreement`, which .ci/run runs after `make test`.
+time: `make test-agreement`, its own target (not in .ci/run: docs/testing.md says why).
 """
 
 from __future__ import annotations

@@ -53,6 +53,7 @@ def kv_run(tmp_path_factory) -> tuple[int, Path]:
     return rc, _only_folder(out)
 
 
+@pytest.mark.realtime
 def test_kv_largest_batch_at_steady_state_is_past_the_prediction_and_below_what_the_prompts_fill(kv_run):
     rc, folder = kv_run
     assert rc == 0 and folder.name.startswith("g6-kv-")
@@ -94,6 +95,7 @@ def test_kv_largest_batch_at_steady_state_is_past_the_prediction_and_below_what_
     assert all(tp.cluster_on_demand > tp.gpu_node_on_demand > tp.gpu_node_spot > tp.giq_convention > 0 for tp in prices)
 
 
+@pytest.mark.realtime
 def test_kv_report_and_plots_answer_in_numbers(kv_run):
     _, folder = kv_run
     result = load_result(KvResult, folder)

@@ -462,6 +462,7 @@ def in_cluster(tmp_path, sim_url, monkeypatch) -> Kubelet:
 SMALL = ["--model", MODEL, "--concurrency", "2", "--input-len", "32", "--output-len", "16", "--quiet", "--repeats", "1"]
 
 
+@pytest.mark.realtime
 def test_the_kv_experiment_runs_its_waves_as_jobs_and_reads_vllm_through_the_proxy(g6_outputs, tmp_path, in_cluster):
     from benchmarks.g6.experiments.kv import KvResult
     from benchmarks.harness import load_result

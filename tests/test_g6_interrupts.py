@@ -160,6 +160,7 @@ def _second_point_running(run: G6Run) -> tuple[int, list[int]]:
     return sim, _descendants(run.proc.pid)
 
 
+@pytest.mark.realtime
 @pytest.mark.parametrize("sig, code, name", [(signal.SIGINT, 130, "Ctrl-C"), (signal.SIGTERM, 143, "SIGTERM")])
 def test_an_interrupted_sim_run_keeps_its_points_and_leaves_no_process(sig, code, name, tmp_path):
     run = G6Run([*SIM_ARGS, "--out", str(tmp_path)])
@@ -177,6 +178,7 @@ def test_an_interrupted_sim_run_keeps_its_points_and_leaves_no_process(sig, code
     _until("every process the run started gone", lambda: not any(_alive(p) for p in started))
 
 
+@pytest.mark.realtime
 def test_the_simulator_stops_when_its_parent_is_killed_outright(tmp_path):
     """SIGKILL runs no cleanup: the simulator sees the pipe its parent held close, and exits."""
     run = G6Run([*SIM_ARGS, "--out", str(tmp_path)])
@@ -201,6 +203,7 @@ def _sim_serving(run: G6Run, model: str) -> str:
     return _until(f"a simulator of {model} serving", find)  # type: ignore[return-value]
 
 
+@pytest.mark.realtime
 def test_an_interrupted_kv_experiment_keeps_what_its_probes_answered(tmp_path):
     from benchmarks.g6.experiments.kv import KvResult
 
@@ -221,6 +224,7 @@ def test_an_interrupted_kv_experiment_keeps_what_its_probes_answered(tmp_path):
     assert "interrupted (Ctrl-C) after 1 probe" in (folder / "report.md").read_text()
 
 
+@pytest.mark.realtime
 def test_an_interrupted_quant_experiment_reports_the_variant_it_stopped_in(tmp_path):
     from benchmarks.g6.experiments.quant import QuantResult
 

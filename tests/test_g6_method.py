@@ -132,6 +132,7 @@ def test_a_point_sent_prompts_another_point_sent_is_flagged_by_the_servers_own_c
     assert again.errors and "again: " in again.errors[0] and "prefix-cache hits" in again.errors[0]
 
 
+@pytest.mark.realtime
 def test_a_sweep_on_the_simulator_hits_no_prefix_cache_at_any_point(tmp_path):
     """Before prompts were seeded per point, the sweep's c=8 point was 88.7% cache hits."""
     rc = main(["--sim", "--model", QWEN_05, "--max-num-seqs", "8", "--concurrency", "1,8", "--requests", "16",

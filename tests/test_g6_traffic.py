@@ -177,6 +177,7 @@ def saturation_run(tmp_path_factory) -> Path:
     return folder
 
 
+@pytest.mark.realtime
 def test_the_saturation_search_finds_the_servers_capacity_from_what_it_served(saturation_run):
     """10, 20 (capacity exactly: a queue that never drains), 40 doubling, then bisection. Stated tolerance:
     the highest rate that passed within 15% below the capacity (the bisection's 10%, and a 4 s window's ~70
@@ -206,6 +207,7 @@ def test_the_saturation_search_finds_the_servers_capacity_from_what_it_served(sa
     assert all(r.point.rate == p.rate for p in result.points for r in p.runs)  # a server of our own runs in real time
 
 
+@pytest.mark.realtime
 def test_the_saturation_report_answers_with_what_was_served_and_prices_only_passing_rates(saturation_run):
     result = load_result(SaturationResult, saturation_run)
     report = (saturation_run / "report.md").read_text()
@@ -225,6 +227,7 @@ def test_the_saturation_report_answers_with_what_was_served_and_prices_only_pass
     assert data["saturation_rate"] == result.saturation_rate and all(p["runs"] for p in data["points"])
 
 
+@pytest.mark.realtime
 def test_saturation_against_the_simulator_judges_the_slo_in_gpu_time_at_steady_state(tmp_path):
     """--slo-ttft-ms 500 on the GPU's clock: a run that passed kept its steady window's TTFT p99 (GPU time: the
     simulator's x20) within 500 ms, and its figures are the window's: 32 tokens a request."""
@@ -321,6 +324,7 @@ def prefix_run(tmp_path_factory) -> Path:
     return folder
 
 
+@pytest.mark.realtime
 def test_prefix_caching_on_hits_and_saves_prefill_the_server_measured(prefix_run):
     from benchmarks.g6.experiments.prefix import PrefixResult
     from benchmarks.g6.experiments.prefix_report import PLOTS as PREFIX_PLOTS

@@ -63,6 +63,7 @@ POISSON_BANDS = {
 }
 
 
+@pytest.mark.realtime
 def test_a_sweep_point_agrees_with_the_oracle():
     """Closed loop, c=8 (max-num-seqs 32), 256 in / 128 out, 32 counted requests after 8 warm-up ones, x1:
     throughput within 7%, E2E p50 within 5%, ITL p50 and mean within 10% and 7% (SWEEP_BANDS)."""
@@ -72,6 +73,7 @@ def test_a_sweep_point_agrees_with_the_oracle():
     assert outside(real, oracle, SWEEP_BANDS) == []
 
 
+@pytest.mark.realtime
 def test_an_open_loop_poisson_point_agrees_with_the_oracle():
     """Open loop, Poisson 6 req/s (max-num-seqs 32), 256 in / 128 out, 48 counted requests after 6 warm-up
     ones, x1: throughput within 3%, E2E p50 within 6%, ITL p50 and mean within 8% and 7%, TTFT p50 at most
