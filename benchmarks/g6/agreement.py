@@ -41,8 +41,11 @@ RESULTS = {"sweep": G6Result, "quant": QuantResult, "saturation": SaturationResu
 FIGURES = ("output_tokens_per_s", "ttft_p50_ms", "ttft_p99_ms", "itl_p50_ms", "itl_p99_ms")
 # Real-time / oracle at x1, the closed-loop and open-loop points' bands together (docs/testing.md). TTFT p99
 # over a few dozen requests is their slowest, set by one stall of the host: no band, its interval only.
+# The prefix A/B's TTFT p50 saved: 1.024-1.070 over 12 seeds (4 beside two busy processes), the host adding
+# a little more to the uncached arm's longer prefill than to the cached one's.
 HOST_BANDS = {"output_tokens_per_s": (0.93, 1.02), "served": (0.93, 1.02), "ttft_p50_ms": (0.5, 1.45),
-              "itl_p50_ms": (0.97, 1.10), "itl_p99_ms": (0.97, 4.0), "e2e_p50_ms": (0.96, 1.06)}  # fmt: skip
+              "itl_p50_ms": (0.97, 1.10), "itl_p99_ms": (0.97, 4.0), "e2e_p50_ms": (0.96, 1.06),
+              "ttft_p50_saved_ms": (0.98, 1.12)}  # fmt: skip
 
 
 class Check(NamedTuple):
@@ -108,7 +111,8 @@ def checks(shipped: object, oracle: object) -> list[Check]:
                 name = f"caching {'on' if a.prefix_caching else 'off'}"
                 out += _figures(name, a.figures, b.figures)
                 out += _figure(f"{name} hit rate", a.prefix_cache_hit_rate, b.prefix_cache_hit_rate)
-        out += _figure("TTFT p50 saved ms", shipped.ttft_p50_saved_ms, oracle.ttft_p50_saved_ms)
+        out += _figure("TTFT p50 saved ms", shipped.ttft_p50_saved_ms, oracle.ttft_p50_saved_ms,
+                       HOST_BANDS["ttft_p50_saved_ms"])  # fmt: skip
     elif isinstance(shipped, SaturationResult) and isinstance(oracle, SaturationResult):
         out += _search("saturation rate (offered req/s)", shipped.saturation_rate, oracle.saturation_rate,
                        shipped.saturation.tolerance)  # fmt: skip
