@@ -68,10 +68,11 @@ g6-agreement: venv ## every shipped g6 --sim example against the oracle fed its 
 test-cluster: venv ## every lab through the real Pulumi engine against a local control plane (binaries built once into .cache/)
 	$(BIN)/python -m tests.upstream fetch
 	$(BIN)/python -m localcluster.build
+	$(BIN)/python -m localcluster.images
 	$(BIN)/python -m pytest -m cluster tests/cluster
 
-cluster-up: venv ## a real control plane on 127.0.0.1, kwok nodes shaped like a lab's pools; prints the kubeconfig: make cluster-up LAB=g6 (default dev)
-	$(BIN)/python -m localcluster up --lab $(or $(LAB),dev)
+cluster-up: venv ## a real control plane on 127.0.0.1, a real node (kubelet, containerd) as the GPU pool's first node and kwok nodes for the rest; prints the kubeconfig: make cluster-up LAB=g6 (default dev)
+	$(BIN)/python -m localcluster up --real-node --lab $(or $(LAB),dev)
 
 cluster-down: venv ## stop the local control plane: every process it started, every port it held
 	$(BIN)/python -m localcluster down
@@ -80,9 +81,9 @@ g3-local: venv ## g3's benchmark against a local cluster (real scheduler, Kueue,
 	$(BIN)/python -m tests.upstream fetch
 	$(BIN)/python -m localcluster bench --lab g3 --out $(OUT) --job-seconds 20 -- --work-seconds 20
 
-lab-local: venv ## a lab's benchmark, unchanged, against a local cluster shaped like its pools: make lab-local LAB=g1 OUT=results
+lab-local: venv ## a lab's benchmark, unchanged, against a local cluster shaped like its pools, the GPU pool's first node a real one: make lab-local LAB=g1 OUT=results
 	$(BIN)/python -m tests.upstream fetch
-	$(BIN)/python -m localcluster bench --lab $(LAB) --out $(OUT)
+	$(BIN)/python -m localcluster bench --lab $(LAB) --real-node --out $(OUT)
 
 plan: venv ## offline plan of a lab, no cloud: make plan LAB=g6 (default dev)
 	$(RUN)$(BIN)/python -m stacks.plan $(or $(LAB),dev)

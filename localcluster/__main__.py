@@ -24,12 +24,16 @@ from localcluster import bench
 from localcluster.build import REPO, BuildError, ensure
 from localcluster.controllers import ControllerError, beside, needed
 from localcluster.controlplane import ClusterError, ControlPlane
+from localcluster.images import ImageError
+from localcluster import realnode
+from localcluster.realnode import NodeError
 from localcluster.nodes import DEFAULT_JOB_S
 from stacks.loader import ConfigError
 from stacks.stackfile import load_config, stack_names
 
 FOLDER = REPO / ".cache" / "cluster"
 NEEDS = ("kube", "kwok")
+REAL_NODE_HELP = "the GPU pool's first node a real one (kubelet, containerd, runc): its pods execute"
 READY = "ready "  # the supervisor's last word on its status pipe, followed by the kubeconfig path
 DOWN_TIMEOUT_S = 30.0
 
@@ -48,7 +52,7 @@ def _running(folder: Path) -> dict | None:
     return record
 
 
-def serve(lab: str, folder: Path, status_fd: int | None) -> int:
+def serve(lab: str, folder: Path, status_fd: int | None, real_node: bool = False) -> int:
     """Run the control plane until SIGTERM or Ctrl-C; report progress and readiness on `status_fd`."""
     out = os.fdopen(status_fd, "w", buffering=1) if status_fd is not None else sys.stdout
 
@@ -62,15 +66,16 @@ def serve(lab: str, folder: Path, status_fd: int | None) -> int:
     signal.signal(signal.SIGHUP, stop)
     try:
         config = load_config(lab)
-        built = ensure(NEEDS + tuple(c.module for c in needed(config)), say=say)
-        with ControlPlane(folder, built, config, say=say) as cluster, beside(cluster, built, say):
+        modules = NEEDS + (realnode.BUILD_MODULES if real_node else ()) + tuple(c.module for c in needed(config))
+        built = ensure(modules, say=say)
+        with ControlPlane(folder, built, config, say=say, real_node=real_node) as cluster, beside(cluster, built, say):
             _record(folder).write_text(json.dumps({"pid": os.getpid(), "lab": lab, "kubeconfig": str(cluster.kubeconfig)}))
             say(f"local cluster for lab {lab} is up: {len(cluster.components)} processes on 127.0.0.1, logs in {cluster.logs}")
             say(f"{READY}{cluster.kubeconfig}")
             if out is not sys.stdout:
                 out.close()
             signal.pause() if hasattr(signal, "pause") else time.sleep(10**9)
-    except (BuildError, ClusterError, ControllerError, ConfigError, FileNotFoundError) as e:
+    except (BuildError, ClusterError, ControllerError, ConfigError, NodeError, ImageError, FileNotFoundError) as e:
         say(f"error: {e}")
         return 1
     except KeyboardInterrupt:
@@ -80,7 +85,7 @@ def serve(lab: str, folder: Path, status_fd: int | None) -> int:
     return 0
 
 
-def up(lab: str, folder: Path) -> int:
+def up(lab: str, folder: Path, real_node: bool = False) -> int:
     running = _running(folder)
     if running:
         if running["lab"] != lab:
@@ -94,7 +99,8 @@ def up(lab: str, folder: Path) -> int:
     log = (folder / "supervisor.log").open("w")
     # Its own session: the supervisor outlives this command and the terminal's Ctrl-C.
     supervisor = subprocess.Popen(
-        [sys.executable, "-m", "localcluster", "serve", "--lab", lab, "--folder", str(folder), "--status-fd", str(write_end)],
+        [sys.executable, "-m", "localcluster", "serve", "--lab", lab, "--folder", str(folder), "--status-fd", str(write_end),
+         *(["--real-node"] if real_node else [])],
         cwd=REPO, stdin=subprocess.DEVNULL, stdout=log, stderr=subprocess.STDOUT,
         pass_fds=(write_end,), start_new_session=True,
     )
@@ -144,22 +150,27 @@ def main(argv: list[str] | None = None) -> int:
         if name != "down":
             command.add_argument("--lab", default="dev", choices=stack_names(), help="shape the nodes like this lab's pools")
         command.add_argument("--folder", type=Path, default=FOLDER, help="where the cluster keeps its files (default .cache/cluster)")
+        if name != "down":
+            command.add_argument("--real-node", action="store_true",
+                                 help=REAL_NODE_HELP)
     commands.choices["serve"].add_argument("--status-fd", type=int, help=argparse.SUPPRESS)
     bench_command = commands.add_parser("bench", help="a lab's benchmark, unchanged, against a local cluster of its own")
     bench_command.add_argument("--lab", required=True, choices=stack_names())
     bench_command.add_argument("--out", type=Path, default=Path("results"), help="the benchmark's --out (default results)")
+    bench_command.add_argument("--real-node", action="store_true",
+                               help=REAL_NODE_HELP)
     bench_command.add_argument("--job-seconds", type=float, default=DEFAULT_JOB_S,
                                help="how long kwok lets a Job's pod run before it Succeeds (default %(default)s)")  # fmt: skip
     args = parser.parse_args(argv)
     if args.command == "bench":
-        return bench.main(args.lab, args.out, args.job_seconds, benchmark_args)
+        return bench.main(args.lab, args.out, args.job_seconds, benchmark_args, args.real_node)
     if benchmark_args:
         parser.error(f"options after -- are the benchmark's: only `bench` takes them, not {args.command}")
     folder = args.folder.resolve()
     if args.command == "up":
-        return up(args.lab, folder)
+        return up(args.lab, folder, args.real_node)
     if args.command == "serve":
-        return serve(args.lab, folder, args.status_fd)
+        return serve(args.lab, folder, args.status_fd, args.real_node)
     return down(folder)
 
 

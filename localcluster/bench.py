@@ -7,9 +7,10 @@ half applied by the real Pulumi engine, as a user on their own cluster applies i
 on the local kubeconfig, the charts' locked CRDs); the stack's outputs saved as `pulumi stack output
 --json --show-secrets` saves them; then `python -m benchmarks LAB --outputs FILE --out OUT` with the
 options after `--`, exactly as docs/existing-cluster.md runs it; then `pulumi destroy` and the cluster
-stopped, whatever ended the run. Nodes and pods are kwok's: no container runs, and a Job's pod
-Succeeds `--job-seconds` after it starts; the report says which parts were real and which simulated,
-from the cluster's own statement (facts.simulation).
+stopped, whatever ended the run. Nodes and pods are kwok's (no container runs, and a Job's pod
+Succeeds `--job-seconds` after it starts), but with `--real-node` the GPU pool's first node, whose pods
+execute (localcluster.realnode); the report says which parts were real and which simulated, from the
+cluster's own statement (facts.simulation).
 """
 
 from __future__ import annotations
@@ -31,6 +32,9 @@ from localcluster.build import REPO, BuildError, ensure
 from localcluster.controllers import ControllerError, LabControllers, beside, needed
 from localcluster.controlplane import CONTEXT, ClusterError, ControlPlane
 from localcluster.engine import stack
+from localcluster.images import ImageError
+from localcluster import realnode
+from localcluster.realnode import NodeError
 from stacks.loader import PROJECT
 from stacks.stackfile import existing_keys, load_config
 
@@ -63,18 +67,20 @@ def _await_controllers(controllers: LabControllers, names: list[str]) -> None:
         time.sleep(0.5)
 
 
-def run(lab: str, out: Path, job_seconds: float, benchmark_args: list[str], folder: Path = FOLDER) -> int:
+def run(lab: str, out: Path, job_seconds: float, benchmark_args: list[str], folder: Path = FOLDER,
+        real_node: bool = False) -> int:  # fmt: skip
     """The benchmark's exit status (0 all checks passed, 1 a check failed, 2 the run could not be made)."""
     cfg = load_config(lab)
     wanted = needed(cfg)
-    built = ensure(MODULES + tuple(c.module for c in wanted))
+    built = ensure(MODULES + (realnode.BUILD_MODULES if real_node else ()) + tuple(c.module for c in wanted))
     # The CLI finds the provider as an ambient plugin on PATH.
     os.environ["PATH"] = built.path + os.pathsep + os.environ["PATH"]
     os.environ.pop("PULUMI_IGNORE_AMBIENT_PLUGINS", None)
     work = folder / lab
     shutil.rmtree(work, ignore_errors=True)
     (work / "stack").mkdir(parents=True)
-    with ControlPlane(work / "cluster", built, cfg, job_seconds=job_seconds) as plane, beside(plane, built) as controllers:
+    with ControlPlane(work / "cluster", built, cfg, job_seconds=job_seconds, real_node=real_node) as plane, \
+            beside(plane, built) as controllers:  # fmt: skip
         (work / "stack" / f"Pulumi.{lab}.yaml").write_text(yaml.safe_dump(stack_file(lab, plane.kubeconfig)))
         lab_stack = stack(lab, PROJECT, _program, work / "stack")
         try:
@@ -92,16 +98,16 @@ def run(lab: str, out: Path, job_seconds: float, benchmark_args: list[str], fold
             lab_stack.destroy(on_output=print, color="never")
 
 
-def main(lab: str, out: Path, job_seconds: float, benchmark_args: list[str]) -> int:
+def main(lab: str, out: Path, job_seconds: float, benchmark_args: list[str], real_node: bool = False) -> int:
     def stop(signum: int, _frame: object) -> None:
         raise SystemExit(128 + signum)  # through every `finally`: destroy, then the cluster stops
 
     signal.signal(signal.SIGTERM, stop)
     try:
-        return run(lab, out.resolve(), job_seconds, benchmark_args)
+        return run(lab, out.resolve(), job_seconds, benchmark_args, real_node=real_node)
     except CommandError as e:  # the lab's pulumi up: the provider quotes the API server's message
         lines = [ln.strip() for ln in str(e).splitlines() if "error" in ln.lower()]
         print(f"error: pulumi up -s {lab} on the local cluster failed:\n" + "\n".join(lines[-20:]), file=sys.stderr)
-    except (BenchError, BuildError, ClusterError, ControllerError) as e:
+    except (BenchError, BuildError, ClusterError, ControllerError, NodeError, ImageError) as e:
         print(f"error: {e}", file=sys.stderr)
     return 2

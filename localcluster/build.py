@@ -63,6 +63,8 @@ class Module:
     version_vars: Callable[[dict[str, str]], dict[str, str]] = lambda versions: {}
     # Files a main package of ours embeds, written from its dependency before it builds.
     prepare: Callable[[Module], None] | None = None
+    # Build tags, as the component's own release build sets them (its Makefile).
+    tags: tuple[str, ...] = ()
 
     @property
     def folder(self) -> Path:
@@ -91,9 +93,12 @@ class Module:
         stamps = " ".join(f"-X {var}={value}" for var, value in sorted(self.version_vars(versions).items()))
         return f"-s -w {stamps}".strip()
 
+    def flags(self) -> list[str]:
+        return [*BUILD_FLAGS, *([f"-tags={','.join(self.tags)}"] if self.tags else [])]
+
     def key(self, go_version: str) -> str:
         digest = hashlib.sha256()
-        for part in (go_version, self.ldflags(), " ".join(BUILD_FLAGS)):
+        for part in (go_version, self.ldflags(), " ".join(self.flags())):
             digest.update(part.encode() + b"\0")
         for path in [self.folder / "go.mod", self.folder / "go.sum", *sorted(self.folder.rglob("*.go"))]:
             digest.update(path.relative_to(self.folder).as_posix().encode() + b"\0" + path.read_bytes() + b"\0")
@@ -154,6 +159,27 @@ MODULES: dict[str, Module] = {
         Module("kueue", version_vars=lambda v: {"sigs.k8s.io/kueue/pkg/version.GitVersion": v["sigs.k8s.io/kueue"]}),
         Module("jobset", version_vars=lambda v: {"sigs.k8s.io/jobset/pkg/version.GitVersion": v["sigs.k8s.io/jobset"]}),
         Module("trainer"),  # its controller reports no version of its own
+        # The real node (localcluster.realnode): the container runtime, the OCI runtime, the pod network's
+        # plugins and cluster DNS, each stamped as its release build stamps it, so the node reports them.
+        Module(
+            "containerd",
+            version_vars=lambda v: {"github.com/containerd/containerd/v2/version.Version": v["github.com/containerd/containerd/v2"]},
+            tags=("no_btrfs",),  # its btrfs snapshotter needs btrfs headers; the node uses overlayfs
+        ),
+        Module(
+            "runc",
+            version_vars=lambda v: {"main.version": v["github.com/opencontainers/runc"].lstrip("v")},
+            # As its Makefile, less libpathrs (a Rust library; runc falls back to its Go path resolution).
+            # seccomp (libseccomp through cgo) is what RuntimeDefault profiles of Restricted pods need.
+            tags=("seccomp", "urfave_cli_no_docs"),
+        ),
+        Module(
+            "cni",
+            version_vars=lambda v: {
+                "github.com/containernetworking/plugins/pkg/utils/buildversion.BuildVersion": v["github.com/containernetworking/plugins"]
+            },
+        ),
+        Module("coredns"),  # its version is a constant in its source
     )
 }
 BUILD_FLAGS = ("-trimpath", "-buildvcs=false")
@@ -196,7 +222,7 @@ def _build_into(module: Module, staging: Path, say: Say) -> None:
     if module.prepare:
         module.prepare(module)
     total = len(_go(["list", "-deps", "tool"], module.folder).split())
-    command = ["go", "build", *BUILD_FLAGS, "-v", f"-ldflags={module.ldflags()}", "-o", f"{staging}/", "tool"]
+    command = ["go", "build", *module.flags(), "-v", f"-ldflags={module.ldflags()}", "-o", f"{staging}/", "tool"]
     started = time.monotonic()
     compiled = 0
     with log_path.open("w") as log:

@@ -19,6 +19,8 @@ from cryptography.hazmat.primitives import hashes, serialization
 from cryptography.hazmat.primitives.asymmetric import ec, rsa
 from cryptography.x509.oid import ExtendedKeyUsageOID, NameOID
 
+from localcluster.nodes import REAL_NODE_NAME
+
 VALID_FOR = datetime.timedelta(days=7)
 
 
@@ -36,7 +38,14 @@ CONTROLLER_MANAGER = Identity("kube-controller-manager", "system:kube-controller
 SCHEDULER = Identity("kube-scheduler", "system:kube-scheduler")
 # kwok writes node and pod status for every node it simulates: an admin identity, as kwokctl gives it.
 KWOK = Identity("kwok", "kwok-controller", ("system:masters",))
-CLIENTS = (ADMIN, CONTROLLER_MANAGER, SCHEDULER, KWOK)
+# The real node (localcluster.realnode): its kubelet as the Node authorizer expects it, kube-proxy as the
+# default ClusterRoleBinding system:node-proxier names it, CoreDNS bound to its own ClusterRole, and the API
+# server's identity towards kubelets (allowed by the kubelet's webhook authorisation as a cluster admin).
+NODE = Identity("node", f"system:node:{REAL_NODE_NAME}", ("system:nodes",))
+KUBE_PROXY = Identity("kube-proxy", "system:kube-proxy")
+COREDNS = Identity("coredns", "gke-ml-labs:coredns")
+KUBELET_CLIENT = Identity("apiserver-kubelet-client", "kube-apiserver-kubelet-client", ("system:masters",))
+CLIENTS = (ADMIN, CONTROLLER_MANAGER, SCHEDULER, KWOK, NODE, KUBE_PROXY, COREDNS, KUBELET_CLIENT)
 WEBHOOKS = "webhooks"  # the serving pair of the lab's controllers' admission webhooks (127.0.0.1)
 
 

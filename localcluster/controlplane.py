@@ -30,7 +30,7 @@ import httpx
 import yaml
 
 from facts.simulation import REAL, SIMULATED, STATEMENT_NAME, STATEMENT_NAMESPACE
-from localcluster import certs, nodes
+from localcluster import certs, nodes, realnode
 from localcluster.build import MODULES, Built
 from stacks.config import LabConfig
 
@@ -110,6 +110,16 @@ def declare(client: httpx.Client, lines: dict[str, str | None]) -> None:
                            f"{answer.status_code} {answer.text}")  # fmt: skip
 
 
+def realnode_labels(lab: LabConfig) -> dict[str, str]:
+    """The labels the real node registers with: those of the GPU pool's node kwok would play, less the ones
+    the kubelet sets itself."""
+    node = next((n for n in nodes.lab_nodes(lab, 0) if n["metadata"]["name"] == nodes.REAL_NODE_NAME), None)
+    if node is None:
+        raise ClusterError(f"lab {lab.stack} has no GPU pool node ({nodes.REAL_NODE_NAME}) for the real node to be")
+    own = ("kubernetes.io/hostname", "kubernetes.io/os", "kubernetes.io/arch")
+    return {k: v for k, v in node["metadata"]["labels"].items() if k not in own}
+
+
 def _kubeconfig(server: str, ca: Path, cert: Path, key: Path) -> dict[str, Any]:
     def b64(path: Path) -> str:
         return base64.b64encode(path.read_bytes()).decode()
@@ -134,8 +144,11 @@ class ControlPlane:
     lab: LabConfig
     say: Say = print
     job_seconds: float = nodes.DEFAULT_JOB_S  # how long kwok lets a Job's pod run
+    # A real node (localcluster.realnode) as the GPU pool's first node, where pods execute; kwok the rest.
+    real_node: bool = False
     components: list[Component] = field(default_factory=list)
     server: str = ""
+    node: realnode.RealNode | None = None
 
     @property
     def kubeconfig(self) -> Path:
@@ -173,14 +186,27 @@ class ControlPlane:
         self._start_apiserver(pki, apiserver, etcd_client)
         kubeconfigs = self._write_kubeconfigs(pki)
         self._start_controllers(pki, kubeconfigs, kcm, scheduler)
+        if self.real_node:
+            self._start_real_node(pki, kubeconfigs)
         self._start_kwok(kubeconfigs["kwok"])
 
     def _launch(self, name: str, *args: str) -> Component:
-        component = Component(name, [str(self.built.binary(name)), *args], self.logs / f"{name}.log")
+        return self._start(name, [str(self.built.binary(name)), *args])
+
+    def _start(self, name: str, command: list[str], env: dict[str, str] | None = None) -> Component:
+        component = Component(name, command, self.logs / f"{name}.log", env=env or {})
         self.say(f"starting {name}")
         component.start()
         self.components.append(component)
         return component
+
+    def _start_real_node(self, pki: certs.Pki, kubeconfigs: dict[str, Path]) -> None:
+        self.node = realnode.RealNode(
+            self.state / "node", self.built, self.server, pki, realnode_labels(self.lab),
+            realnode.Addresses.of(self.lab.subnet_cidr, self.lab.pods_cidr, self.lab.services_cidr),
+            kubeconfigs, say=self.say, launch=self._start,
+        )  # fmt: skip
+        self.node.start()
 
     def _wait(self, component: Component, check: Callable[[], str | None], what: str) -> None:
         """Poll `check` (None when healthy, else the reason) until healthy, the process exits or time runs out."""
@@ -254,6 +280,9 @@ class ControlPlane:
             "--kubelet-preferred-address-types=InternalIP",
             # GKE's admission set beyond the defaults (Pod Security, quotas, webhooks are on by default).
             "--enable-admission-plugins=NodeRestriction",
+            # Its identity towards a real node's kubelet (logs, exec, port-forward), which authorises it.
+            f"--kubelet-client-certificate={pki.cert(certs.KUBELET_CLIENT.file)}",
+            f"--kubelet-client-key={pki.key(certs.KUBELET_CLIENT.file)}",
             f"--cert-dir={self.state / 'apiserver'}",
         )
         with self.admin_client(pki) as client:
@@ -331,6 +360,7 @@ class ControlPlane:
         """Make the simulated nodes the lab's: those of another shape go, the lab's come and can take pods."""
         kwok = next(c for c in self.components if c.name == "kwok")
         wanted = {n["metadata"]["name"]: n for n in nodes.lab_nodes(lab, self.kubelet_port)}
+        real = wanted.pop(nodes.REAL_NODE_NAME, None) if self.node else None
         with self.admin_client(certs.Pki(self.state / "pki")) as client:
             for node in client.get("/api/v1/nodes").json()["items"]:
                 if node["metadata"].get("annotations", {}).items() >= nodes.KWOK_ANNOTATION.items():
@@ -340,11 +370,13 @@ class ControlPlane:
                 if answer.status_code != 201:
                     raise ClusterError(f"node {name} refused: {answer.status_code} {answer.text}")
 
+            declared = list(wanted.values()) + ([real] if real else [])
+
             def all_schedulable() -> str | None:
                 listed = client.get("/api/v1/nodes").json()["items"]
-                return "; ".join(nodes.not_schedulable(list(wanted.values()), listed)) or None
+                return "; ".join(nodes.not_schedulable(declared, listed)) or None
 
-            self._wait(kwok, all_schedulable, f"simulating {len(wanted)} Ready, schedulable nodes ({', '.join(sorted(wanted))})")
+            self._wait(kwok, all_schedulable, f"{len(declared)} Ready, schedulable nodes ({', '.join(sorted(n['metadata']['name'] for n in declared))})")
             kube, kwok_version = MODULES["kube"].versions(), MODULES["kwok"].versions()["sigs.k8s.io/kwok"]
             simulated = nodes.simulated(list(wanted.values()), kwok_version, self.job_seconds)
             declare(client, {
@@ -353,13 +385,17 @@ class ControlPlane:
                 "Security, ResourceQuota, LimitRange, CEL rules, webhooks), scheduling, and the built-in controllers "
                 "(Job, pod garbage collector, node lifecycle, garbage collector)",
                 **{f"{SIMULATED}{part}": line for part, line in simulated.items()},
+                **(self.node.statement() if self.node else {}),
             })  # fmt: skip
         self.lab = lab
 
     # -------------------------------------------------------------------------------- stop
 
     def stop(self) -> None:
-        """Stop every component, the last started first; waits for each to exit."""
+        """Stop every component, the last started first; waits for each to exit. A real node goes whole:
+        every process in its namespaces, its namespaces, their mounts and devices, then its cgroups."""
+        if self.node:
+            self.node.stop()
         while self.components:
             component = self.components.pop()
             component.stop()

@@ -37,6 +37,8 @@ JOB_DELAY_ANNOTATION = "pod-complete.stage.kwok.x-k8s.io/delay"
 DEFAULT_JOB_S = 1.0
 NODE_LEASE_SECONDS = 40  # as a kubelet's default lease; kwok renews it
 KUBELET_ADDRESS = "127.0.0.1"
+# With a real node (localcluster.realnode), the first node of the GPU pool is it; kwok simulates the rest.
+REAL_NODE_NAME = f"{GPU_POOL_NAME}-0"
 
 
 def _reserved(amount: float, tiers: tuple[tuple[float, float], ...]) -> float:

@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 import yaml
 
-from localcluster import build, nodes
+from localcluster import build, images, nodes, realnode
 from stacks.stackfile import load_config
 
 
@@ -110,10 +110,20 @@ def test_a_jobs_pod_runs_as_long_as_the_cluster_is_told_and_the_cluster_says_so(
 
 def test_each_build_module_names_its_binaries_and_stamps_the_pinned_versions():
     kube = build.MODULES["kube"]
-    assert kube.binaries() == ["etcd", "kube-apiserver", "kube-controller-manager", "kube-scheduler"]
+    assert kube.binaries() == ["etcd", "kube-apiserver", "kube-controller-manager", "kube-proxy", "kube-scheduler", "kubelet"]
     assert "-X k8s.io/component-base/version.gitVersion=v1.35.4" in kube.ldflags()
     assert "-X k8s.io/component-base/version.gitMinor=35" in kube.ldflags()
     assert build.MODULES["kwok"].binaries() == ["kwok"]
+    # The real node's: stamped as their release builds stamp them; runc with seccomp (Restricted pods'
+    # RuntimeDefault profile), containerd without btrfs (no headers; the node uses overlayfs).
+    assert build.MODULES["containerd"].binaries() == ["containerd", "containerd-shim-runc-v2", "ctr"]
+    assert "-X github.com/containerd/containerd/v2/version.Version=v2.4.2" in build.MODULES["containerd"].ldflags()
+    assert "-tags=no_btrfs" in build.MODULES["containerd"].flags()
+    assert build.MODULES["runc"].binaries() == ["runc"]
+    assert "-X main.version=1.5.3" in build.MODULES["runc"].ldflags()
+    assert "-tags=seccomp,urfave_cli_no_docs" in build.MODULES["runc"].flags()
+    assert build.MODULES["cni"].binaries() == ["host-local", "bridge", "loopback", "portmap"]
+    assert build.MODULES["coredns"].binaries() == ["coredns"]
     assert build.MODULES["pulumi"].binaries() == ["pulumi"]
     assert "version.Version=v3.274.0" in build.MODULES["pulumi"].ldflags()
     assert build.MODULES["pulumi-kubernetes"].binaries() == ["pulumi-resource-kubernetes"]
@@ -188,3 +198,61 @@ def test_a_lab_on_the_local_cluster_is_its_own_stack_file_turned_to_existing(tmp
     assert config["gke-ml-labs:kueue"]["quota_gpus"] == 6 and config["gke-ml-labs:lab"] == "g3"
     assert not {f"gke-ml-labs:{k}" for k in GKE_ONLY_KEYS} & set(config)
     assert not [k for k in config if not k.startswith("gke-ml-labs:")]  # no gcp:project: nothing of Google
+
+
+def test_every_image_the_labs_pods_name_has_a_stand_in_or_a_reason_it_has_none():
+    from benchmarks.labs import images as lab_images
+    from components import versions
+
+    named = {*lab_images.ALL, versions.PYTORCH_IMAGE, versions.TRITON_IMAGE, *versions.VLLM_IMAGES.values(),
+             versions.SCRIPTS_PYTHON_IMAGE, versions.PIPELINE_PYTHON_IMAGE}  # fmt: skip
+    missing = {images.normalise(i) for i in named} - set(images.STAND_INS) - set(images.NO_STAND_IN)
+    assert missing == set()
+    assert set(images.STAND_INS) & set(images.NO_STAND_IN) == set()
+
+
+@pytest.mark.parametrize("reference, normalised", [
+    ("python:3.12.8-slim", "docker.io/library/python:3.12.8-slim"),
+    ("pytorch/pytorch:2.5.1-cuda12.4-cudnn9-runtime", "docker.io/pytorch/pytorch:2.5.1-cuda12.4-cudnn9-runtime"),
+    ("docker.io/vllm/vllm-openai:v0.33.0", "docker.io/vllm/vllm-openai:v0.33.0"),
+    ("nvcr.io/nvidia/tritonserver:23.05-py3", "nvcr.io/nvidia/tritonserver:23.05-py3"),
+    ("localhost:5000/mine:1", "localhost:5000/mine:1"),
+    ("registry.k8s.io/pause:3.10.2", "registry.k8s.io/pause:3.10.2"),
+])  # fmt: skip
+def test_a_short_image_name_is_normalised_as_containerd_resolves_it(reference, normalised):
+    assert images.normalise(reference) == normalised
+
+
+def test_a_stand_in_archive_carries_its_label_and_the_reference_ctr_imports_it_under(tmp_path, monkeypatch):
+    import tarfile
+
+    monkeypatch.setattr(images, "CACHE", tmp_path)
+    rootfs = tmp_path / "rootfs.tar"
+    with tarfile.open(rootfs, "w") as tar:
+        info = tarfile.TarInfo("etc/hostname")
+        info.size = 5
+        tar.addfile(info, __import__("io").BytesIO(b"node\n"))
+    image = images.STAND_INS[images.BUSYBOX]
+    archive = tmp_path / "busybox.oci.tar"
+    images._oci_archive(image, rootfs, archive)
+    assert images.manifest_labels(archive) == {images.STAND_IN_LABEL: image.stands_in_for}
+    with tarfile.open(archive) as tar:
+        index = yaml.safe_load(tar.extractfile("index.json"))
+        assert index["manifests"][0]["annotations"][images.REFERENCE_ANNOTATION] == "docker.io/library/busybox:1.37.0"
+        assert "oci-layout" in tar.getnames()
+
+
+def test_a_stand_in_is_rebuilt_when_its_recipe_changes_and_only_then():
+    import dataclasses
+
+    image = images.STAND_INS[images.BUSYBOX]
+    assert image.key() == dataclasses.replace(image).key()
+    assert image.key() != dataclasses.replace(image, debs=(*image.debs, "curl")).key()
+    assert image.archive.name.startswith("docker.io_library_busybox_1.37.0-")
+
+
+def test_the_real_node_takes_its_addresses_from_the_lab_s_own_ranges():
+    cfg = load_config("g6")
+    a = realnode.Addresses.of(cfg.subnet_cidr, cfg.pods_cidr, cfg.services_cidr)
+    # 10.10.0.0/20: its first two host addresses; 10.20.0.0/14 ends at 10.23.255.255: its last /24.
+    assert (a.host, a.node, a.prefix, a.pods, a.services) == ("10.10.0.1", "10.10.0.2", 20, "10.23.255.0/24", "10.24.0.0/20")

@@ -1,0 +1,252 @@
+"""Stand-in images for the real node, built here from Debian's packages and PyPI: no Docker, no registry.
+
+Each stand-in is a root filesystem made by mmdebstrap (Debian's own chroot builder, through apt and the
+machine's Debian sources), with the pip packages it needs installed into it, written as an OCI image
+archive whose config carries a label saying what it stands in for. The node's containerd imports it
+under the exact reference the lab's manifests name, so the manifests run unchanged.
+
+An archive is kept in `.cache/images/` under a key digesting everything that decides it (the suite, the
+packages, the pip pins, the files copied in, this module's recipe version): a second build does nothing.
+
+    python -m localcluster.images            # build every stand-in (minutes, once)
+"""
+
+from __future__ import annotations
+
+import argparse
+import gzip
+import hashlib
+import json
+import os
+import shutil
+import subprocess
+import sys
+import tarfile
+import tempfile
+from collections.abc import Callable, Iterable
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from components.versions import PYTORCH_IMAGE, SCRIPTS_PYTHON_IMAGE, TRITON_IMAGE, VLLM_IMAGES
+from localcluster.build import REPO
+
+CACHE = REPO / ".cache" / "images"
+SUITE = "bookworm"  # Debian 12: its python3 is 3.11, the project's own Python
+# The machine's Debian sources (deb822), pasted into the chroot by mmdebstrap: no mirror is named here.
+SOURCES = Path(os.environ.get("STANDIN_DEBIAN_SOURCES", "/etc/apt/sources.list.d/debian.sources"))
+RECIPE = "1"  # bump when the way an archive is made changes, so every cached one is rebuilt
+STAND_IN_LABEL = "io.gke-ml-labs.stand-in-for"
+PAUSE = "registry.k8s.io/pause:3.10.2"
+# benchmarks.labs.images.BUSYBOX, which localcluster may not import (tests/import_rules.py): a test holds
+# every image the labs' pods name to a stand-in here or to a reason there is none (NO_STAND_IN).
+BUSYBOX = "docker.io/library/busybox:1.37.0"
+REFERENCE_ANNOTATION = "io.containerd.image.name"  # the name `ctr images import` gives the image
+
+Say = Callable[[str], None]
+
+
+class ImageError(Exception):
+    """A stand-in image could not be built: one line naming the image and what failed."""
+
+
+@dataclass(frozen=True)
+class StandIn:
+    """One stand-in: the reference it takes, what it stands in for, and what goes into it."""
+
+    reference: str  # as the manifests name it (a short Docker name is normalised, as containerd does)
+    stands_in_for: str
+    debs: tuple[str, ...] = ()
+    pip: tuple[str, ...] = ()
+    cmd: tuple[str, ...] = ()
+    env: tuple[str, ...] = ("PATH=/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin",)
+    files: dict[str, Path] = field(default_factory=dict)  # path in the image -> a file or folder of ours
+
+    @property
+    def name(self) -> str:
+        return normalise(self.reference)
+
+    def key(self) -> str:
+        digest = hashlib.sha256()
+        for part in (RECIPE, SUITE, self.name, self.stands_in_for, *self.debs, "|", *self.pip, "|", *self.cmd, *self.env):
+            digest.update(part.encode() + b"\0")
+        for target, source in sorted(self.files.items()):
+            digest.update(target.encode() + b"\0")
+            for path in sorted(source.rglob("*")) if source.is_dir() else [source]:
+                if path.is_file() and "__pycache__" not in path.parts:
+                    digest.update(path.relative_to(source.parent).as_posix().encode() + b"\0" + path.read_bytes())
+        return digest.hexdigest()[:12]
+
+    @property
+    def archive(self) -> Path:
+        safe = self.name.replace("/", "_").replace(":", "_")
+        return CACHE / f"{safe}-{self.key()}.oci.tar"
+
+
+def normalise(reference: str) -> str:
+    """A Docker short name as containerd's CRI resolves it: python:3.12 -> docker.io/library/python:3.12."""
+    first, _, rest = reference.partition("/")
+    if not rest:
+        return f"docker.io/library/{reference}"
+    if "." not in first and ":" not in first and first != "localhost":
+        return f"docker.io/{reference}"
+    return reference
+
+
+STAND_INS: dict[str, StandIn] = {
+    s.name: s
+    for s in (
+        StandIn(
+            SCRIPTS_PYTHON_IMAGE,  # the benchmarks' pods name the same tag (benchmarks.labs.images.PYTHON)
+            "the official Python image: here Debian 12's python3 (3.11), not 3.12; the scripts it runs use the "
+            "standard library only",
+            debs=("python3", "python-is-python3", "ca-certificates"),
+            cmd=("python3",),
+        ),
+        # Every pod's sandbox (containerd's pinned `sandbox` image, its default in containerd 2.4): it only
+        # holds the pod's namespaces open.
+        StandIn(
+            PAUSE,
+            "Kubernetes' pause container: here Debian 12's busybox-static sleeping",
+            debs=("busybox-static",),
+            cmd=("/bin/busybox", "sleep", "2147483647"),
+        ),
+        StandIn(
+            BUSYBOX,
+            "the official BusyBox image: here Debian 12's busybox-static, its applets linked into /bin",
+            debs=("busybox-static",),
+            cmd=("sh",),
+        ),
+    )
+}
+
+
+# The images the labs' pods name that have no stand-in yet, and why: a pod of them on the real node waits in
+# ErrImageNeverPull-like failure (nothing can be pulled), so its lab says so.
+NO_STAND_IN: dict[str, str] = {
+    normalise(PYTORCH_IMAGE): "not built yet: the CPU torch stand-in for g4's gloo rendezvous and g8's trainer",
+    **{normalise(i): "not built yet: the simulated vLLM backend behind `vllm serve`, for g6" for i in VLLM_IMAGES.values()},
+    normalise(TRITON_IMAGE): "Triton's server cannot be stood in for by anything built here (g5)",
+}
+
+
+def _run(command: list[str], what: str, image: StandIn) -> None:
+    done = subprocess.run(command, capture_output=True, text=True, check=False)
+    if done.returncode != 0:
+        last = (done.stderr.strip().splitlines() or done.stdout.strip().splitlines() or [f"exit {done.returncode}"])[-1]
+        raise ImageError(f"stand-in {image.name}: {what} failed: {last}")
+
+
+def _rootfs(image: StandIn, tar_path: Path) -> None:
+    """The image's root filesystem as one tar, from mmdebstrap (minbase: apt, dpkg and the Essential set)."""
+    if shutil.which("mmdebstrap") is None:
+        raise ImageError("mmdebstrap is not installed: apt-get install mmdebstrap (Debian's chroot builder)")
+    if not SOURCES.is_file():
+        raise ImageError(f"no Debian sources at {SOURCES}: set STANDIN_DEBIAN_SOURCES to a deb822 sources file")
+    hooks = []
+    if "busybox-static" in image.debs:
+        hooks.append('chroot "$1" /bin/busybox --install -s /bin')
+    if image.pip:
+        pins = " ".join(f"'{p}'" for p in image.pip)
+        hooks.append(f'chroot "$1" python3 -m pip install --no-cache-dir --break-system-packages -q {pins}')
+    for target, source in image.files.items():
+        hooks.append(f'mkdir -p "$1{Path(target).parent}" && cp -r "{source}" "$1{target}"')
+    hooks.append('rm -rf "$1"/var/lib/apt/lists/* "$1"/var/cache/apt/*')
+    debs = [*image.debs, *(("python3-pip",) if image.pip else ())]
+    command = [
+        "mmdebstrap", "--variant=minbase", "--mode=root", "--quiet",
+        f"--include={','.join(debs)}",
+        *[f"--customize-hook={h}" for h in hooks],
+        SUITE, str(tar_path), str(SOURCES),
+    ]  # fmt: skip
+    _run(command, "mmdebstrap", image)
+
+
+def _blob(folder: Path, data: bytes) -> tuple[str, int]:
+    digest = hashlib.sha256(data).hexdigest()
+    (folder / "blobs" / "sha256").mkdir(parents=True, exist_ok=True)
+    (folder / "blobs" / "sha256" / digest).write_bytes(data)
+    return f"sha256:{digest}", len(data)
+
+
+def _oci_archive(image: StandIn, rootfs_tar: Path, archive: Path) -> None:
+    """An OCI image layout (one layer: the root filesystem) in a tar, as `ctr images import` reads it."""
+    with tempfile.TemporaryDirectory(dir=CACHE) as tmp:
+        layout = Path(tmp)
+        raw = rootfs_tar.read_bytes()
+        diff_id = f"sha256:{hashlib.sha256(raw).hexdigest()}"
+        layer, layer_size = _blob(layout, gzip.compress(raw, compresslevel=1, mtime=0))
+        config = {
+            "architecture": "amd64",
+            "os": "linux",
+            "config": {"Env": list(image.env), "Cmd": list(image.cmd), "Labels": {STAND_IN_LABEL: image.stands_in_for}},
+            "rootfs": {"type": "layers", "diff_ids": [diff_id]},
+        }
+        config_digest, config_size = _blob(layout, json.dumps(config, sort_keys=True).encode())
+        manifest = {
+            "schemaVersion": 2,
+            "mediaType": "application/vnd.oci.image.manifest.v1+json",
+            "config": {"mediaType": "application/vnd.oci.image.config.v1+json", "digest": config_digest, "size": config_size},
+            "layers": [{"mediaType": "application/vnd.oci.image.layer.v1.tar+gzip", "digest": layer, "size": layer_size}],
+            "annotations": {STAND_IN_LABEL: image.stands_in_for},
+        }
+        manifest_digest, manifest_size = _blob(layout, json.dumps(manifest, sort_keys=True).encode())
+        index = {
+            "schemaVersion": 2,
+            "mediaType": "application/vnd.oci.image.index.v1+json",
+            "manifests": [{
+                "mediaType": "application/vnd.oci.image.manifest.v1+json", "digest": manifest_digest, "size": manifest_size,
+                "platform": {"architecture": "amd64", "os": "linux"},
+                "annotations": {REFERENCE_ANNOTATION: image.name, "org.opencontainers.image.ref.name": image.name.rsplit(":", 1)[-1]},
+            }],
+        }  # fmt: skip
+        (layout / "index.json").write_text(json.dumps(index))
+        (layout / "oci-layout").write_text(json.dumps({"imageLayoutVersion": "1.0.0"}))
+        partial = archive.with_suffix(".partial")
+        with tarfile.open(partial, "w") as tar:
+            for path in sorted(layout.rglob("*")):
+                tar.add(path, arcname=path.relative_to(layout).as_posix(), recursive=False)
+        partial.rename(archive)
+
+
+def ensure(names: Iterable[str] = tuple(STAND_INS), say: Say = print) -> dict[str, Path]:
+    """Each named stand-in's OCI archive, built where missing (minutes), reused where present."""
+    CACHE.mkdir(parents=True, exist_ok=True)
+    archives = {}
+    for name in names:
+        image = STAND_INS[normalise(name)]
+        if not image.archive.is_file():
+            say(f"building stand-in {image.name} from Debian {SUITE} ({', '.join(image.debs)}"
+                + (f"; pip {', '.join(image.pip)}" if image.pip else "") + ") ...")  # fmt: skip
+            with tempfile.TemporaryDirectory(dir=CACHE) as tmp:
+                rootfs = Path(tmp) / "rootfs.tar"
+                _rootfs(image, rootfs)
+                _oci_archive(image, rootfs, image.archive)
+            say(f"  {image.name}: {image.archive.stat().st_size / 2**20:.0f} MiB")
+        archives[image.name] = image.archive
+    return archives
+
+
+def manifest_labels(archive: Path) -> dict[str, str]:
+    """The stand-in label of an archive's image, read back from its config (what a report quotes)."""
+    with tarfile.open(archive) as tar:
+        index = json.load(tar.extractfile("index.json"))
+        blob = lambda d: json.load(tar.extractfile(f"blobs/sha256/{d.split(':')[1]}"))  # noqa: E731
+        manifest = blob(index["manifests"][0]["digest"])
+        return blob(manifest["config"]["digest"])["config"].get("Labels", {})
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="python -m localcluster.images", description=__doc__.split("\n\n")[0])
+    parser.add_argument("images", nargs="*", default=list(STAND_INS), help="references (default: every stand-in)")
+    args = parser.parse_args(argv)
+    try:
+        for name, archive in ensure(args.images).items():
+            print(f"{name}: {archive.relative_to(REPO)}")
+    except (ImageError, KeyError) as e:
+        print(f"error: {e}", file=sys.stderr)
+        return 1
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,557 @@
+"""A real node beside kwok's: kubelet, containerd and runc, the CNI plugins, kube-proxy and CoreDNS, all built
+from Go modules (localcluster.build), so a lab's pods execute in containers instead of being marked Running.
+
+The node lives in namespaces of its own: one holder process (PID 1 of a new PID namespace, in new mount
+and network namespaces) and every component entered into them. Its mounts (a tmpfs on /run, the node's own
+/var/lib and /var/log, every container's overlay and volume), its network devices (the pod bridge, each
+pod's veth), its iptables rules (kube-proxy's, the CNI plugins') and its ports exist only there. When the
+holder dies (stopped, or killed with the supervisor through PR_SET_PDEATHSIG), the kernel kills every
+process in its PID namespace, and the namespaces, their mounts, devices and rules go with the last of them.
+On the host the node leaves one veth pair (its host end, deleted with the node's) and the kubelet's
+cgroups, which `stop` removes.
+
+Addresses, in the lab's own ranges: the host end of the veth takes the first address of the lab's node
+subnet, the node the second (its InternalIP); the node's pods take the last /24 of the lab's pod range
+(kwok's pods take the first addresses). The host routes that /24 and the Service range through the node,
+so the API server reaches pods (a Service's proxy, a pod's port-forward) and the kubelet as on GKE. The API
+server listens on host loopback only: a forwarder of ours listens on the node's own loopback at the same
+port and carries each connection across, so the kubelet, kube-proxy and CoreDNS use the same URL.
+
+The node is shaped like the lab's GPU pool: its labels and taint, and `nvidia.com/gpu` on its status as an
+extended resource (no device behind it). Its CPU and memory are this machine's, as the kubelet reads them.
+"""
+
+from __future__ import annotations
+
+import ctypes
+import ipaddress
+import json
+import os
+import shutil
+import socket
+import subprocess
+import threading
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import httpx
+import yaml
+
+from components.gpu_pool import GPU_RESOURCE, GPU_TAINT
+from localcluster import certs, images, nodes
+from facts.simulation import REAL, SIMULATED
+from localcluster.build import MODULES, Built
+
+BUILD_MODULES = ("containerd", "runc", "cni", "coredns")  # its build modules, beside kube's kubelet and kube-proxy
+HOST_LINK = "gml-node0"  # the veth's host end (one real node per machine at a time)
+NODE_LINK = "eth0"
+CGROUP_ROOT = "/gke-ml-labs-node"  # the kubelet's cgroupRoot: every pod's cgroup under it, removed at stop
+CLUSTER_DOMAIN = "cluster.local"
+KUBELET_PORT = 10250  # the kubelet's defaults: free inside the node's own network namespace
+COREDNS_READY_PORT = 8181
+KUBE_PROXY_HEALTHZ_PORT = 10256
+START_TIMEOUT_S = 180.0
+STOP_TIMEOUT_S = 30.0
+CLONE_NEWNET = 0x40000000
+BUFFER = 65536
+
+Say = Callable[[str], None]
+
+# PID 1 of the node: mounts the node's private /run, /var/lib and /var/log, says so, then reaps orphans
+# (the containers' shims are reparented to it) until it is killed.
+_HOLDER = """
+import os, subprocess, sys, time
+state = sys.argv[1]
+for target in ("/var/lib", "/var/log"):
+    source = os.path.join(state, "root" + target.replace("/", "-"))
+    os.makedirs(source, exist_ok=True)
+    subprocess.run(["mount", "--bind", source, target], check=True)
+subprocess.run(["mount", "-t", "tmpfs", "-o", "mode=755", "node-run", "/run"], check=True)
+open(os.path.join(state, "holder.ready"), "w").close()
+while True:
+    try:
+        os.wait()
+    except ChildProcessError:
+        time.sleep(0.5)
+"""
+
+
+class NodeError(Exception):
+    """The real node did not come up (or could not be cleaned up): which part, why, its log's last lines."""
+
+
+def _run(*command: str) -> str:
+    done = subprocess.run(command, capture_output=True, text=True, check=False)
+    if done.returncode != 0:
+        raise NodeError(f"{' '.join(command)}: {done.stderr.strip() or done.stdout.strip()}")
+    return done.stdout
+
+
+@dataclass(frozen=True)
+class Addresses:
+    """The node's addresses in the lab's ranges (see the module's docstring)."""
+
+    host: str
+    node: str
+    prefix: int
+    pods: str  # the node's pod /24
+    services: str
+
+    @classmethod
+    def of(cls, subnet_cidr: str, pods_cidr: str, services_cidr: str) -> Addresses:
+        subnet = ipaddress.ip_network(subnet_cidr)
+        pods = ipaddress.ip_network(pods_cidr)
+        last = list(pods.subnets(new_prefix=24))[-1] if pods.prefixlen <= 24 else pods
+        return cls(str(subnet[1]), str(subnet[2]), subnet.prefixlen, str(last), services_cidr)
+
+
+class _Forwarder:
+    """Listens on the node's loopback at `port` and carries each connection to the host's loopback, same port."""
+
+    def __init__(self, holder_pid: int, port: int) -> None:
+        self.port = port
+        self.listener = self._listen_in(holder_pid, port)
+        self.thread = threading.Thread(target=self._serve, name="apiserver-forwarder", daemon=True)
+        self.thread.start()
+
+    @staticmethod
+    def _listen_in(holder_pid: int, port: int) -> socket.socket:
+        """A socket bound in the node's network namespace: setns on a thread of its own (setns changes only
+        the calling thread's namespace), the socket keeps the namespace it was made in."""
+        made: dict[str, Any] = {}
+
+        def bind() -> None:
+            libc = ctypes.CDLL(None, use_errno=True)
+            try:
+                with open(f"/proc/{holder_pid}/ns/net") as ns:
+                    if libc.setns(ns.fileno(), CLONE_NEWNET) != 0:
+                        raise OSError(ctypes.get_errno(), "setns into the node's network namespace")
+                sock = socket.socket()
+                sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+                sock.bind(("127.0.0.1", port))
+                sock.listen(64)
+                made["socket"] = sock
+            except OSError as e:
+                made["error"] = e
+
+        # This thread's namespace changes and it ends: the process's other threads never leave the host's.
+        thread = threading.Thread(target=bind)
+        thread.start()
+        thread.join()
+        if "error" in made:
+            raise NodeError(f"the API server's forwarder into the node: {made['error']}")
+        return made["socket"]
+
+    def _serve(self) -> None:
+        while True:
+            try:
+                inside, _ = self.listener.accept()
+            except OSError:
+                return  # closed: the node is stopping
+            try:
+                outside = socket.create_connection(("127.0.0.1", self.port))
+            except OSError:
+                inside.close()
+                continue
+            for a, b in ((inside, outside), (outside, inside)):
+                threading.Thread(target=self._pipe, args=(a, b), daemon=True).start()
+
+    @staticmethod
+    def _pipe(source: socket.socket, sink: socket.socket) -> None:
+        try:
+            while data := source.recv(BUFFER):
+                sink.sendall(data)
+        except OSError:
+            pass
+        finally:
+            for s in (source, sink):
+                try:
+                    s.shutdown(socket.SHUT_RDWR)
+                except OSError:
+                    pass
+
+    def close(self) -> None:
+        # shutdown wakes the thread blocked in accept(); a bare close would leave the socket (and with it the
+        # node's network namespace) alive until that call returned.
+        try:
+            self.listener.shutdown(socket.SHUT_RDWR)
+        except OSError:
+            pass
+        self.listener.close()
+        self.thread.join(timeout=5)
+
+
+def _toml(tables: dict[str, dict[str, Any]], top: dict[str, Any]) -> str:
+    """containerd's configuration: flat tables of strings, numbers, booleans and lists (JSON's spelling of
+    each is TOML's)."""
+    lines = [f"{k} = {json.dumps(v)}" for k, v in top.items()]
+    for name, values in tables.items():
+        lines += ["", f"[{name}]", *(f"{k} = {json.dumps(v)}" for k, v in values.items())]
+    return "\n".join(lines) + "\n"
+
+
+@dataclass
+class RealNode:
+    """One real node of the local cluster (see the module's docstring), started by `start`, gone after `stop`."""
+
+    state: Path
+    built: Built
+    server: str  # the API server's URL on host loopback
+    pki: certs.Pki
+    labels: dict[str, str]
+    addresses: Addresses
+    kubeconfigs: dict[str, Path]
+    say: Say = print
+    # The control plane's: starts a process (name, command, environment) it tracks and stops.
+    launch: Callable[[str, list[str], dict[str, str]], Any] | None = None
+    holder: subprocess.Popen | None = None
+    forwarder: _Forwarder | None = None
+    processes: list[Any] = field(default_factory=list)
+
+    @property
+    def name(self) -> str:
+        return nodes.REAL_NODE_NAME
+
+    # ------------------------------------------------------------------------------------------- start
+
+    def start(self) -> None:
+        if Path(f"/sys/class/net/{HOST_LINK}").exists():
+            raise NodeError(f"a network device {HOST_LINK} exists: another local cluster's real node is running "
+                            "(`make cluster-down`), or one was left (ip link delete " + HOST_LINK + ")")  # fmt: skip
+        shutil.rmtree(self.state, ignore_errors=True)
+        self.state.mkdir(parents=True)
+        _remove_cgroups(CGROUP_ROOT)  # a killed supervisor's, which had no chance to
+        _make_cgroups(CGROUP_ROOT)
+        self._start_holder()
+        self._network()
+        port = int(self.server.rsplit(":", 1)[1])
+        self.forwarder = _Forwarder(self.holder.pid if self.holder else 0, port)
+        self._start_containerd()
+        self._import_stand_ins()
+        self._start_kubelet()
+        self._start_kube_proxy()
+        self._start_coredns()
+
+    def _enter(self) -> list[str]:
+        """Run a command inside the node's namespaces, dying with the process that entered it."""
+        assert self.holder is not None
+        return ["nsenter", f"--target={self._pid1()}", "--mount", "--net", "--pid", "--",
+                "setpriv", "--pdeathsig", "KILL"]  # fmt: skip
+
+    def _pid1(self) -> int:
+        """The holder's PID 1 (unshare's forked child), as the host sees it."""
+        assert self.holder is not None
+        children = Path(f"/proc/{self.holder.pid}/task/{self.holder.pid}/children").read_text().split()
+        if not children:
+            raise NodeError("the node's holder has no child: its namespaces are gone")
+        # setpriv execs unshare in place; unshare forks PID 1 of the new PID namespace.
+        return int(children[0])
+
+    def _start_holder(self) -> None:
+        log = (self.state / "holder.log").open("w")
+        self.holder = subprocess.Popen(
+            ["setpriv", "--pdeathsig", "KILL", "unshare", "--fork", "--pid", "--mount-proc", "--net",
+             "--propagation", "private", "--kill-child=KILL", "python3", "-c", _HOLDER, str(self.state)],
+            stdin=subprocess.DEVNULL, stdout=log, stderr=subprocess.STDOUT,
+        )  # fmt: skip
+        self._until(lambda: None if (self.state / "holder.ready").exists() else "mounting /run, /var/lib, /var/log",
+                    "the node's namespaces", self.state / "holder.log", self.holder)  # fmt: skip
+
+    def _network(self) -> None:
+        a, pid = self.addresses, self._pid1()
+        _run("ip", "link", "add", HOST_LINK, "type", "veth", "peer", "name", NODE_LINK, "netns", f"/proc/{pid}/ns/net")
+        _run("ip", "addr", "add", f"{a.host}/{a.prefix}", "dev", HOST_LINK)
+        _run("ip", "link", "set", HOST_LINK, "up")
+        inside = ["nsenter", f"--target={pid}", "--net", "--"]
+        _run(*inside, "ip", "link", "set", "lo", "up")
+        _run(*inside, "ip", "addr", "add", f"{a.node}/{a.prefix}", "dev", NODE_LINK)
+        _run(*inside, "ip", "link", "set", NODE_LINK, "up")
+        _run(*inside, "ip", "route", "add", "default", "via", a.host)
+        # A node forwards its pods' packets, and a bridge's packets pass iptables (kube-proxy's Services
+        # between pods on one bridge need it): both per network namespace.
+        _run(*inside, "sysctl", "-q", "-w", "net.ipv4.ip_forward=1", "net.bridge.bridge-nf-call-iptables=1")
+        # The host reaches the node's pods and Services through it; these routes go with the veth.
+        for destination in (a.pods, a.services):
+            _run("ip", "route", "add", destination, "via", a.node, "dev", HOST_LINK)
+
+    def _until(self, check: Callable[[], str | None], what: str, log: Path, process: Any = None) -> None:
+        deadline, reason = time.monotonic() + START_TIMEOUT_S, "no answer yet"
+        while time.monotonic() < deadline:
+            code = process.poll() if isinstance(process, subprocess.Popen) else (process.exited() if process else None)
+            if code is not None:
+                raise NodeError(f"{what}: exited with code {code}; last lines of {log}:\n" + _tail(log))
+            try:
+                answer = check()
+            except (httpx.HTTPError, OSError, NodeError) as e:
+                answer = f"{type(e).__name__}: {e}"
+            if answer is None:
+                self.say(f"  {what}: up")
+                return
+            reason = answer
+            time.sleep(0.5)
+        raise NodeError(f"{what} not up after {START_TIMEOUT_S:.0f} s: {reason}; last lines of {log}:\n" + _tail(log))
+
+    def _launch(self, name: str, *args: str, env: dict[str, str] | None = None) -> Any:
+        assert self.launch is not None
+        process = self.launch(name, [*self._enter(), *args], env or {})
+        self.processes.append(process)
+        return process
+
+    @property
+    def containerd_socket(self) -> Path:
+        return self.state / "containerd" / "containerd.sock"
+
+    def _start_containerd(self) -> None:
+        root, run = self.state / "containerd", self.state / "containerd" / "state"
+        config = self.state / "containerd.toml"
+        cni_conf = self.state / "cni" / "net.d"
+        cni_conf.mkdir(parents=True)
+        (cni_conf / "10-gke-ml-labs.conflist").write_text(json.dumps(self._cni_config(), indent=2))
+        runc = self.built.binary("runc")
+        config.write_text(_toml({
+            "grpc": {"address": str(self.containerd_socket)},
+            "ttrpc": {"address": str(self.containerd_socket) + ".ttrpc"},
+            "plugins.'io.containerd.internal.v1.opt'": {"path": str(self.state / "containerd" / "opt")},
+            "plugins.'io.containerd.cri.v1.images'": {"snapshotter": "overlayfs"},
+            # Every pod's sandbox: the stand-in under containerd's own default reference.
+            "plugins.'io.containerd.cri.v1.images'.pinned_images": {"sandbox": images.PAUSE},
+            # This machine's root lacks CAP_SYS_RESOURCE (its bounding set), so no process may lower its
+            # oom_score_adj, as the kubelet asks for every sandbox (-998): containerd clamps it at its own.
+            "plugins.'io.containerd.cri.v1.runtime'": {"netns_mounts_under_state_dir": True, "restrict_oom_score_adj": True},
+            "plugins.'io.containerd.cri.v1.runtime'.containerd.runtimes.runc": {"runtime_type": "io.containerd.runc.v2"},
+            "plugins.'io.containerd.cri.v1.runtime'.containerd.runtimes.runc.options": {
+                "BinaryName": str(runc), "SystemdCgroup": False, "Root": str(run / "runc"),
+            },
+            "plugins.'io.containerd.cri.v1.runtime'.cni": {
+                "bin_dirs": [str(self.built.folders["cni"])], "conf_dir": str(cni_conf),
+            },
+            "plugins.'io.containerd.grpc.v1.cri'": {"stream_server_address": "127.0.0.1", "stream_server_port": "0"},
+        }, {"version": 3, "root": str(root / "root"), "state": str(run)}))  # fmt: skip
+        # The runc shim is found on PATH, as containerd looks for it.
+        path = f"{self.built.folders['containerd']}:{self.built.folders['runc']}:{os.environ.get('PATH', '')}"
+        process = self._launch("containerd", str(self.built.binary("containerd")), f"--config={config}", env={"PATH": path})
+        ctr = [str(self.built.binary("ctr")), f"--address={self.containerd_socket}"]
+        self._until(lambda: None if subprocess.run([*ctr, "version"], capture_output=True).returncode == 0 else "not serving",
+                    "containerd", process.log, process)  # fmt: skip
+
+    def _cni_config(self) -> dict[str, Any]:
+        return {
+            "cniVersion": "1.0.0",
+            "name": "gke-ml-labs",
+            "plugins": [
+                {
+                    "type": "bridge", "bridge": "cni0", "isGateway": True, "hairpinMode": True,
+                    "ipam": {"type": "host-local", "ranges": [[{"subnet": self.addresses.pods}]],
+                             "routes": [{"dst": "0.0.0.0/0"}], "dataDir": str(self.state / "cni" / "ipam")},
+                },
+                {"type": "portmap", "capabilities": {"portMappings": True}},
+            ],
+        }  # fmt: skip
+
+    def _import_stand_ins(self) -> None:
+        """Every stand-in image into the node's containerd, under the reference the manifests use."""
+        ctr = [str(self.built.binary("ctr")), f"--address={self.containerd_socket}", "--namespace=k8s.io"]
+        for archive in images.ensure(say=self.say).values():
+            _run(*ctr, "images", "import", str(archive))
+        self.say(f"  containerd: {len(images.STAND_INS)} stand-in images imported")
+
+    def _start_kubelet(self) -> None:
+        folder = self.state / "kubelet"
+        config = self.state / "kubelet.yaml"
+        config.write_text(yaml.safe_dump({
+            "apiVersion": "kubelet.config.k8s.io/v1beta1",
+            "kind": "KubeletConfiguration",
+            "address": self.addresses.node,
+            "port": KUBELET_PORT,
+            "readOnlyPort": 0,
+            "healthzBindAddress": "127.0.0.1",
+            "healthzPort": 10248,
+            # Clients with the cluster's certificates only, each request authorised by the API server.
+            "authentication": {"anonymous": {"enabled": False}, "webhook": {"enabled": True},
+                               "x509": {"clientCAFile": str(self.pki.ca)}},
+            "authorization": {"mode": "Webhook"},
+            "cgroupDriver": "cgroupfs",
+            "cgroupRoot": CGROUP_ROOT,
+            # Kubernetes 1.35's kubelet refuses cgroup v1 unless told otherwise; this machine's hierarchy
+            # is v1 (GKE's nodes are v2), and what the labs check does not depend on the version.
+            "failCgroupV1": False,
+            "failSwapOn": False,
+            "containerRuntimeEndpoint": f"unix://{self.containerd_socket}",
+            "clusterDNS": [self.addresses.node],
+            "clusterDomain": CLUSTER_DOMAIN,
+            "resolvConf": "",
+            "registerWithTaints": [dict(GPU_TAINT)],
+            # The machine's disk is shared with everything else: the node must not go into DiskPressure
+            # (and taint itself) at GKE's thresholds, nor collect the stand-in images it cannot pull again.
+            "evictionHard": {"memory.available": "100Mi", "nodefs.available": "1%", "imagefs.available": "1%",
+                             "nodefs.inodesFree": "1%"},
+            "imageGCHighThresholdPercent": 100,
+            "imageGCLowThresholdPercent": 99,
+            "maxPods": nodes.MAX_PODS,
+        }))  # fmt: skip
+        node_labels = ",".join(f"{k}={v}" for k, v in sorted(self.labels.items()))
+        process = self._launch(
+            "kubelet", str(self.built.binary("kubelet")),
+            f"--config={config}", f"--kubeconfig={self.kubeconfigs['node']}", f"--hostname-override={self.name}",
+            f"--node-ip={self.addresses.node}", f"--node-labels={node_labels}", f"--root-dir={folder}",
+            f"--cert-dir={folder / 'pki'}", "--v=1",
+        )  # fmt: skip
+        self.kubelet = process
+        with self._client() as client:
+            self._until(lambda: self._registered(client), f"kubelet ({self.name} registered)", process.log, process)
+            # What GKE's device plugin would advertise: an extended resource on the node's status, which the
+            # kubelet keeps (it only manages the resources it knows).
+            gpus = {GPU_RESOURCE: "1"}
+            answer = client.patch(f"/api/v1/nodes/{self.name}/status", json={"status": {"capacity": gpus}},
+                                  headers={"Content-Type": "application/merge-patch+json"})  # fmt: skip
+            if answer.status_code != 200:
+                raise NodeError(f"{GPU_RESOURCE} on {self.name} refused: {answer.status_code} {answer.text}")
+            # The kubelet derives allocatable from capacity at its next status update.
+            self._until(lambda: None if client.get(f"/api/v1/nodes/{self.name}").json()["status"]["allocatable"].get(GPU_RESOURCE)
+                        else f"{GPU_RESOURCE} not allocatable yet", f"kubelet ({GPU_RESOURCE} allocatable)", process.log, process)  # fmt: skip
+
+    def _registered(self, client: httpx.Client) -> str | None:
+        answer = client.get(f"/api/v1/nodes/{self.name}")
+        return None if answer.status_code == 200 else f"node {self.name}: {answer.status_code}"
+
+    def _client(self) -> httpx.Client:
+        import ssl
+
+        context = ssl.create_default_context(cafile=str(self.pki.ca))
+        context.load_cert_chain(str(self.pki.cert(certs.ADMIN.file)), str(self.pki.key(certs.ADMIN.file)))
+        return httpx.Client(base_url=self.server, verify=context, timeout=5)
+
+    def _start_kube_proxy(self) -> None:
+        config = self.state / "kube-proxy.yaml"
+        config.write_text(yaml.safe_dump({
+            "apiVersion": "kubeproxy.config.k8s.io/v1alpha1",
+            "kind": "KubeProxyConfiguration",
+            "clientConnection": {"kubeconfig": str(self.kubeconfigs["kube-proxy"])},
+            "mode": "iptables",
+            "clusterCIDR": self.addresses.pods,
+            "hostnameOverride": self.name,
+            "bindAddress": self.addresses.node,
+            "healthzBindAddress": f"{self.addresses.node}:{KUBE_PROXY_HEALTHZ_PORT}",
+            "metricsBindAddress": "127.0.0.1:10249",
+            # The connection-tracking table's size is the machine's, not a network namespace's: leave it.
+            "conntrack": {"maxPerCore": 0, "min": 0},
+        }))  # fmt: skip
+        process = self._launch("kube-proxy", str(self.built.binary("kube-proxy")), f"--config={config}", "--v=1")
+        healthz = f"http://{self.addresses.node}:{KUBE_PROXY_HEALTHZ_PORT}/healthz"
+        self._until(lambda: None if httpx.get(healthz, timeout=2).status_code == 200 else "/healthz not yet 200",
+                    "kube-proxy", process.log, process)  # fmt: skip
+
+    def _start_coredns(self) -> None:
+        corefile = self.state / "Corefile"
+        node = self.addresses.node
+        corefile.write_text(
+            f".:53 {{\n    bind {node}\n    errors\n    ready {node}:{COREDNS_READY_PORT}\n"
+            f"    kubernetes {CLUSTER_DOMAIN} in-addr.arpa ip6.arpa {{\n"
+            f"        kubeconfig {self.kubeconfigs['coredns']}\n        pods insecure\n"
+            "        fallthrough in-addr.arpa ip6.arpa\n    }\n    cache 30\n}\n"
+        )
+        with self._client() as client:
+            for path, body in _coredns_rbac():
+                answer = client.post(path, json=body)
+                if answer.status_code not in (201, 409):
+                    raise NodeError(f"CoreDNS's RBAC refused: {answer.status_code} {answer.text}")
+        process = self._launch("coredns", str(self.built.binary("coredns")), "-conf", str(corefile))
+        self._until(lambda: None if httpx.get(f"http://{node}:{COREDNS_READY_PORT}/ready", timeout=2).status_code == 200
+                    else "/ready not yet 200", "CoreDNS", process.log, process)  # fmt: skip
+
+    def statement(self) -> dict[str, str]:
+        """The cluster statement's lines (facts.simulation) for this node: what of it is real, what stands in."""
+        kube = MODULES["kube"].versions()["k8s.io/kubernetes"]
+        containerd = MODULES["containerd"].versions()["github.com/containerd/containerd/v2"]
+        runc = MODULES["runc"].versions()["github.com/opencontainers/runc"]
+        cni = MODULES["cni"].versions()["github.com/containernetworking/plugins"]
+        coredns = MODULES["coredns"].versions()["github.com/coredns/coredns"]
+        stand_ins = "; ".join(f"{s.name} ({s.stands_in_for})" for s in images.STAND_INS.values())
+        return {
+            f"{REAL}node": f"{self.name}: kubelet and kube-proxy {kube}, containerd {containerd}, runc {runc}, CNI plugins "
+            f"{cni} (bridge, host-local, loopback, portmap), CoreDNS {coredns}: its pods' containers execute, their "
+            "probes, logs, Services and cluster DNS are real",
+            f"{SIMULATED}gpu": f"{self.name} advertises 1 {GPU_RESOURCE} on its status with no device behind it; its CPU "
+            "and memory are this machine's, not the machine type's",
+            f"{SIMULATED}images": f"no image is pulled: stand-ins built here from Debian's packages and PyPI run under "
+            f"the references the manifests name: {stand_ins}",
+        }
+
+    # -------------------------------------------------------------------------------------------- stop
+
+    def stop(self) -> None:
+        """Kill the node's PID 1 (and so every process in its namespaces), then remove its cgroups."""
+        if self.forwarder:
+            self.forwarder.close()
+            self.forwarder = None
+        if self.holder and self.holder.poll() is None:
+            self.holder.kill()  # unshare dies; --kill-child kills PID 1; the kernel kills the rest
+            self.holder.wait()
+        self.holder = None
+        _remove_cgroups(CGROUP_ROOT)
+        # The kernel dismantles a network namespace (and the veth pair with it) after its last process, on
+        # a work queue of its own: wait for it, so a next start finds no device of ours.
+        deadline = time.monotonic() + STOP_TIMEOUT_S
+        while Path(f"/sys/class/net/{HOST_LINK}").exists():
+            if time.monotonic() > deadline:
+                raise NodeError(f"the node's network device {HOST_LINK} still exists {STOP_TIMEOUT_S:.0f} s after it stopped")
+            time.sleep(0.1)
+
+
+def _coredns_rbac() -> list[tuple[str, dict[str, Any]]]:
+    """What CoreDNS's kubernetes plugin reads (its documentation's ClusterRole), bound to its identity."""
+    role = {
+        "metadata": {"name": "gke-ml-labs:coredns"},
+        "rules": [
+            {"apiGroups": [""], "resources": ["services", "pods", "namespaces"], "verbs": ["list", "watch"]},
+            {"apiGroups": ["discovery.k8s.io"], "resources": ["endpointslices"], "verbs": ["list", "watch"]},
+        ],
+    }
+    binding = {
+        "metadata": {"name": "gke-ml-labs:coredns"},
+        "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "ClusterRole", "name": "gke-ml-labs:coredns"},
+        "subjects": [{"apiGroup": "rbac.authorization.k8s.io", "kind": "User", "name": certs.COREDNS.user}],
+    }
+    base = "/apis/rbac.authorization.k8s.io/v1"
+    return [(f"{base}/clusterroles", role), (f"{base}/clusterrolebindings", binding)]
+
+
+def _make_cgroups(root: str) -> None:
+    """The kubelet's cgroupRoot in every v1 hierarchy, which the kubelet expects to exist; a new cpuset cgroup
+    starts with no CPUs and no memory nodes, so it takes its parent's."""
+    for hierarchy in sorted(Path("/sys/fs/cgroup").iterdir()):
+        if hierarchy.name == "unified" or not hierarchy.is_dir():
+            continue
+        top = hierarchy / root.lstrip("/")
+        top.mkdir(exist_ok=True)
+        for name in ("cpuset.cpus", "cpuset.mems"):
+            if (hierarchy / name).exists():
+                (top / name).write_text((hierarchy / name).read_text())
+
+
+def _remove_cgroups(root: str, timeout_s: float = 20.0) -> None:
+    """The kubelet's cgroup tree under `root` in every v1 hierarchy, deepest first, once its processes are gone."""
+    deadline = time.monotonic() + timeout_s
+    for hierarchy in sorted(Path("/sys/fs/cgroup").iterdir()):
+        top = hierarchy / root.lstrip("/")
+        if not top.is_dir():
+            continue
+        for folder in sorted((p for p in top.rglob("*") if p.is_dir()), key=lambda p: len(p.parts), reverse=True) + [top]:
+            while True:
+                try:
+                    folder.rmdir()
+                    break
+                except FileNotFoundError:
+                    break
+                except OSError as e:
+                    if time.monotonic() > deadline:
+                        raise NodeError(f"cgroup {folder} not removed: {e}") from None
+                    time.sleep(0.2)  # its last processes are still exiting
+
+
+def _tail(path: Path, lines: int = 25) -> str:
+    text = path.read_text(errors="replace").splitlines() if path.exists() else ["(no log)"]
+    return "\n".join(f"    {line}" for line in text[-lines:])
