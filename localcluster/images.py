@@ -40,6 +40,7 @@ PAUSE = "registry.k8s.io/pause:3.10.2"
 # benchmarks.labs.images.BUSYBOX, which localcluster may not import (tests/import_rules.py): a test holds
 # every image the labs' pods name to a stand-in here or to a reason there is none (NO_STAND_IN).
 BUSYBOX = "docker.io/library/busybox:1.37.0"
+PROJECT_IN_IMAGE = "/opt/gke-ml-labs"  # where the vLLM stand-in carries the project's simulator
 REFERENCE_ANNOTATION = "io.containerd.image.name"  # the name `ctr images import` gives the image
 
 Say = Callable[[str], None]
@@ -92,6 +93,13 @@ def normalise(reference: str) -> str:
     return reference
 
 
+def pins(*names: str) -> tuple[str, ...]:
+    """These packages as requirements.txt pins them (the project's one list of versions)."""
+    lines = [ln.split("#")[0].strip() for ln in (REPO / "requirements.txt").read_text().splitlines()]
+    found = {ln.split("==")[0].lower(): ln for ln in lines if "==" in ln}
+    return tuple(found[n.lower()] for n in names)
+
+
 STAND_INS: dict[str, StandIn] = {
     s.name: s
     for s in (
@@ -101,6 +109,21 @@ STAND_INS: dict[str, StandIn] = {
             "standard library only",
             debs=("python3", "python-is-python3", "ca-certificates"),
             cmd=("python3",),
+        ),
+        StandIn(
+            VLLM_IMAGES["13"],
+            "vLLM's OpenAI-compatible server: here the project's simulated backend (benchmarks.sim) behind the same "
+            "`vllm serve` command line, API and /metrics, its L4 and engine simulated; a flag it does not model is "
+            "refused",
+            debs=("python3",),
+            pip=pins("httpx", "numpy", "prometheus-client", "pydantic", "rich", "starlette", "uvicorn"),
+            env=("PATH=/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin", f"PYTHONPATH={PROJECT_IN_IMAGE}"),
+            files={
+                "/usr/local/bin/vllm": REPO / "localcluster" / "standins" / "vllm",
+                f"{PROJECT_IN_IMAGE}/benchmarks": REPO / "benchmarks",
+                f"{PROJECT_IN_IMAGE}/facts": REPO / "facts",
+            },
+            cmd=("vllm", "serve"),
         ),
         # Every pod's sandbox (containerd's pinned `sandbox` image, its default in containerd 2.4): it only
         # holds the pod's namespaces open.
@@ -124,7 +147,7 @@ STAND_INS: dict[str, StandIn] = {
 # ErrImageNeverPull-like failure (nothing can be pulled), so its lab says so.
 NO_STAND_IN: dict[str, str] = {
     normalise(PYTORCH_IMAGE): "not built yet: the CPU torch stand-in for g4's gloo rendezvous and g8's trainer",
-    **{normalise(i): "not built yet: the simulated vLLM backend behind `vllm serve`, for g6" for i in VLLM_IMAGES.values()},
+    normalise(VLLM_IMAGES["12"]): "the CUDA 12 build of vLLM: its stand-in would be the CUDA 13 one's, which g6 runs by default",
     normalise(TRITON_IMAGE): "Triton's server cannot be stood in for by anything built here (g5)",
 }
 
@@ -132,7 +155,9 @@ NO_STAND_IN: dict[str, str] = {
 def _run(command: list[str], what: str, image: StandIn) -> None:
     done = subprocess.run(command, capture_output=True, text=True, check=False)
     if done.returncode != 0:
-        last = (done.stderr.strip().splitlines() or done.stdout.strip().splitlines() or [f"exit {done.returncode}"])[-1]
+        lines = done.stderr.strip().splitlines() or done.stdout.strip().splitlines() or [f"exit {done.returncode}"]
+        # mmdebstrap ends with a generic line; the one before it names the hook or step that failed.
+        last = next((ln for ln in reversed(lines) if "failed to run" not in ln), lines[-1])
         raise ImageError(f"stand-in {image.name}: {what} failed: {last}")
 
 
@@ -146,10 +171,18 @@ def _rootfs(image: StandIn, tar_path: Path) -> None:
     if "busybox-static" in image.debs:
         hooks.append('chroot "$1" /bin/busybox --install -s /bin')
     if image.pip:
+        # Downloaded by this machine's pip (its index and certificates; the chroot has neither), installed
+        # in the chroot from those files alone. This Python is 3.11 as Debian 12's is: the same wheels.
+        wheels = tar_path.parent / "wheels"
+        _run([sys.executable, "-m", "pip", "download", "-q", "--only-binary=:all:", "-d", str(wheels), *image.pip],
+             "pip download", image)  # fmt: skip
         pins = " ".join(f"'{p}'" for p in image.pip)
-        hooks.append(f'chroot "$1" python3 -m pip install --no-cache-dir --break-system-packages -q {pins}')
+        hooks.append(f'cp -r "{wheels}" "$1/tmp/wheels"')
+        hooks.append(f'chroot "$1" python3 -m pip install -q --no-index --find-links /tmp/wheels --break-system-packages {pins}')
+        hooks.append('rm -rf "$1/tmp/wheels"')
     for target, source in image.files.items():
         hooks.append(f'mkdir -p "$1{Path(target).parent}" && cp -r "{source}" "$1{target}"')
+    hooks.append('find "$1/opt" -name __pycache__ -prune -exec rm -rf {} + 2>/dev/null; true')
     hooks.append('rm -rf "$1"/var/lib/apt/lists/* "$1"/var/cache/apt/*')
     debs = [*image.debs, *(("python3-pip",) if image.pip else ())]
     command = [

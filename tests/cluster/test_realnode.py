@@ -13,12 +13,13 @@ import uuid
 from collections.abc import Iterator
 from pathlib import Path
 
+import httpx
 import pytest
 from kubernetes import client, config
 
 from benchmarks.labs import g1
 from components.gpu_pool import GPU_RESOURCE, GPU_TAINT
-from localcluster import build, images, nodes, realnode
+from localcluster import build, certs, images, nodes, realnode
 from localcluster.build import MODULES
 from localcluster.controlplane import ControlPlane
 from stacks.mockrun import run_stack
@@ -227,3 +228,49 @@ def test_g1_probe_runs_on_the_gpu_node_and_the_untolerated_pod_never_lands(core)
     finally:
         for name in (probe, untolerated):
             core.delete_namespaced_pod(name, namespace, grace_period_seconds=0)
+
+
+def _integers(value: object) -> object:
+    """A manifest as the program wrote it: the mocks hand numbers back as floats (protobuf's Struct)."""
+    if isinstance(value, dict):
+        return {k: _integers(v) for k, v in value.items()}
+    if isinstance(value, list):
+        return [_integers(v) for v in value]
+    return int(value) if isinstance(value, float) and value.is_integer() else value
+
+
+def test_g6_vllm_deployment_serves_from_its_stand_in_through_its_service(cluster, core):
+    """g6's own namespace, vLLM Deployment and Service, as the program declares them: the stand-in's `vllm
+    serve` takes the manifest's arguments, its probes pass, and a completion and /metrics come back through
+    the Service (from this host, routed to the node) and through the API server's service proxy, which is
+    how the g6 benchmark reads a stack's server."""
+    declared = run_stack("g6")
+    objs = [_integers(declared.one(f"kubernetes:{t}", n).inputs) for t, n in (
+        ("core/v1:Namespace", "vllm-ns"), ("apps/v1:Deployment", "vllm-deployment"), ("core/v1:Service", "vllm-service"))]  # fmt: skip
+    api = client.ApiClient(config.new_client_from_config(config_file=str(cluster.kubeconfig)).configuration)
+    apps = client.AppsV1Api(api)
+    namespace_obj, deployment, service = objs
+    namespace = namespace_obj["metadata"]["name"]
+    core.create_namespace(namespace_obj)
+    try:
+        apps.create_namespaced_deployment(namespace, deployment)
+        core.create_namespaced_service(namespace, service)
+        deadline = time.monotonic() + POD_TIMEOUT_S
+        while not (apps.read_namespaced_deployment(deployment["metadata"]["name"], namespace).status.ready_replicas or 0):
+            assert time.monotonic() < deadline, [p.status.container_statuses for p in core.list_namespaced_pod(namespace).items]
+            time.sleep(1)
+        pod = core.list_namespaced_pod(namespace).items[0]
+        assert pod.spec.node_name == nodes.REAL_NODE_NAME
+        assert "vllm stand-in: python -m benchmarks.sim --model Qwen/Qwen2.5-1.5B-Instruct" in core.read_namespaced_pod_log(pod.metadata.name, namespace)
+        endpoint = declared.outputs["endpoints"]["vllm"]
+        cluster_ip = core.read_namespaced_service(endpoint["service"], namespace).spec.cluster_ip
+        model = deployment["spec"]["template"]["spec"]["containers"][0]["args"][0]
+        body = {"model": model, "prompt": "hello", "max_tokens": 4, "ignore_eos": True}  # vLLM's own extension
+        direct = httpx.post(f"http://{cluster_ip}:{endpoint['port']}/v1/completions", json=body, timeout=30).json()
+        assert direct["usage"]["completion_tokens"] == 4
+        proxy = f"/api/v1/namespaces/{namespace}/services/{endpoint['service']}:{endpoint['port']}/proxy"
+        with cluster.admin_client(certs.Pki(cluster.state / "pki")) as admin:
+            metrics = admin.get(f"{proxy}/metrics", timeout=30).text
+        assert "vllm:num_requests_running" in metrics and "vllm:e2e_request_latency_seconds_count" in metrics
+    finally:
+        core.delete_namespace(namespace)
