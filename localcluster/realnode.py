@@ -29,11 +29,12 @@ import json
 import os
 import shutil
 import socket
+import ssl
 import subprocess
 import threading
 import time
 from collections.abc import Callable
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -209,7 +210,6 @@ class RealNode:
     launch: Callable[[str, list[str], dict[str, str]], Any] | None = None
     holder: subprocess.Popen | None = None
     forwarder: _Forwarder | None = None
-    processes: list[Any] = field(default_factory=list)
 
     @property
     def name(self) -> str:
@@ -296,9 +296,7 @@ class RealNode:
 
     def _launch(self, name: str, *args: str, env: dict[str, str] | None = None) -> Any:
         assert self.launch is not None
-        process = self.launch(name, [*self._enter(), *args], env or {})
-        self.processes.append(process)
-        return process
+        return self.launch(name, [*self._enter(), *args], env or {})
 
     @property
     def containerd_socket(self) -> Path:
@@ -399,7 +397,6 @@ class RealNode:
             f"--node-ip={self.addresses.node}", f"--node-labels={node_labels}", f"--root-dir={folder}",
             f"--cert-dir={folder / 'pki'}", "--v=1",
         )  # fmt: skip
-        self.kubelet = process
         with self._client() as client:
             self._until(lambda: self._registered(client), f"kubelet ({self.name} registered)", process.log, process)
             # What GKE's device plugin would advertise: an extended resource on the node's status, which the
@@ -418,8 +415,6 @@ class RealNode:
         return None if answer.status_code == 200 else f"node {self.name}: {answer.status_code}"
 
     def _client(self) -> httpx.Client:
-        import ssl
-
         context = ssl.create_default_context(cafile=str(self.pki.ca))
         context.load_cert_chain(str(self.pki.cert(certs.ADMIN.file)), str(self.pki.key(certs.ADMIN.file)))
         return httpx.Client(base_url=self.server, verify=context, timeout=5)
