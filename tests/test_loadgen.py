@@ -286,15 +286,16 @@ def test_hand_computed_ttft_itl_and_e2e_from_a_server_with_known_timings():
     assert stats.itl_ms.p50 >= 9.9 and stats.tpot_ms.p50 >= 9.9
     assert len([g for r in run.records for g in r.chunk_times[1:]]) == 32
     # The server's stamps around each write, paired with the client's records by prompt: every token's
-    # time (the kernel's receive time) lies between them, within 10 us (the records' whole microseconds
-    # and the two clocks' readings); a token timed one read off would fall 10 ms outside.
+    # time (the kernel's receive time) lies between them, within 1 ms; a token timed one read off would fall
+    # 10 ms outside. (10 us held on a quiet machine; CI's, its hypervisor stealing about a quarter of the CPU
+    # time, once put a token beyond that: the kernel's stamp and the monotonic clock are two clocks' readings.)
     prompts = [tuple(json.loads(body)["prompt"]) for body in core.build_bodies(spec.plan())]
     server = dict(truth["known"])
     lows, highs = [], []
     for r in run.records:
         srv = server[prompts[r.i]]
         assert len(r.chunk_times) == len(srv)
-        assert all(before - 1e-5 <= t <= after + 1e-5 for t, (before, after) in zip(r.chunk_times, srv))
+        assert all(before - 1e-3 <= t <= after + 1e-3 for t, (before, after) in zip(r.chunk_times, srv))
         lows += [b1 - a0 for (_, a0), (b1, _) in zip(srv, srv[1:])]
         highs += [a1 - b0 for (b0, _), (_, a1) in zip(srv, srv[1:])]
     # So the ITL median lies between the medians of what each gap could have been.
@@ -371,11 +372,12 @@ def test_a_stalled_server_times_out_instead_of_hanging():
 
 
 def test_duration_bounds_a_point():
-    start = time.monotonic()
     run, stats = _run("ok", concurrency=2, requests=10_000, duration_s=0.5)
     assert stats.stopped_by == "duration"
     assert 0 < stats.completed < 10_000
-    assert time.monotonic() - start < 4
+    # Nothing scheduled after the duration, on the run's own clock (its first request goes at its start):
+    # not the test's wall time, which a slow machine stretches (CI's took 5.4 s for the whole test once).
+    assert max(r.scheduled for r in run.records) - min(r.scheduled for r in run.records) < 0.5
 
 
 def test_open_loop_arrivals_are_split_between_workers_and_keep_their_schedule():
