@@ -298,9 +298,9 @@ class RealNode:
         assert self.launch is not None
         return self.launch(name, [*self._enter(), *args], env or {})
 
-    @property
-    def containerd_socket(self) -> Path:
-        return self.state / "containerd" / "containerd.sock"
+    # In the node's own /run: a unix socket's path may not exceed 104 bytes, which a test's state folder
+    # does; the host reaches it by entering the node's namespaces.
+    containerd_socket = Path("/run/containerd/containerd.sock")
 
     def _start_containerd(self) -> None:
         root, run = self.state / "containerd", self.state / "containerd" / "state"
@@ -332,7 +332,7 @@ class RealNode:
         path = f"{self.built.folders['containerd']}:{self.built.folders['runc']}:{os.environ.get('PATH', '')}"
         process = self._launch("containerd", str(self.built.binary("containerd")), f"--config={config}", env={"PATH": path})
         ctr = [str(self.built.binary("ctr")), f"--address={self.containerd_socket}"]
-        self._until(lambda: None if subprocess.run([*ctr, "version"], capture_output=True).returncode == 0 else "not serving",
+        self._until(lambda: None if subprocess.run([*self._enter(), *ctr, "version"], capture_output=True).returncode == 0 else "not serving",
                     "containerd", process.log, process)  # fmt: skip
 
     def _cni_config(self) -> dict[str, Any]:
@@ -353,7 +353,7 @@ class RealNode:
         """Every stand-in image into the node's containerd, under the reference the manifests use."""
         ctr = [str(self.built.binary("ctr")), f"--address={self.containerd_socket}", "--namespace=k8s.io"]
         for archive in images.ensure(say=self.say).values():
-            _run(*ctr, "images", "import", str(archive))
+            _run(*self._enter(), *ctr, "images", "import", str(archive))
         self.say(f"  containerd: {len(images.STAND_INS)} stand-in images imported")
 
     def _start_kubelet(self) -> None:
