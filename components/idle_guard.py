@@ -27,6 +27,8 @@ RULES = [
     {"apiGroups": ["apps"], "resources": ["deployments/scale", "statefulsets/scale"], "verbs": ["patch"]},
     {"apiGroups": ["batch"], "resources": ["jobs"], "verbs": ["list", "delete"]},
 ]
+# With KEDA (the `autoscaling` feature): find the ScaledObject scaling a Deployment, and pause it at zero.
+KEDA_RULES = [{"apiGroups": ["keda.sh"], "resources": ["scaledobjects"], "verbs": ["list", "patch"]}]
 
 
 @dataclass(frozen=True)
@@ -36,6 +38,7 @@ class IdleGuardArgs:
     schedule: str  # cron schedule of the guard
     system_node_selector: dict[str, str]  # where the guard runs (never a GPU node)
     dry_run: bool = False  # log what would be stopped, stop nothing
+    keda: bool = False  # KEDA scales some Deployments: pause their ScaledObjects too
 
 
 def scripts_config_map(stack_id: StackId) -> dict:
@@ -66,6 +69,7 @@ def pod_spec(guard: IdleGuardArgs) -> dict:
                         {"name": "PYTHONDONTWRITEBYTECODE", "value": "1"},
                         {"name": "TTL_MINUTES", "value": str(guard.ttl_minutes)},
                         {"name": "DRY_RUN", "value": str(guard.dry_run).lower()},
+                        {"name": "KEDA", "value": str(guard.keda).lower()},
                     ],
                     "resources": {"requests": {"cpu": "10m", "memory": "32Mi"}, "limits": {"cpu": "250m", "memory": "128Mi"}},
                     "volumeMounts": [{"name": "scripts", "mountPath": APP_DIR, "readOnly": True}],
@@ -109,7 +113,7 @@ def objects(args: IdleGuardArgs) -> list[dict]:
     """Every object of the guard, in creation order."""
     return [
         namespace(args.stack_id, NAMESPACE, COMPONENT, "restricted"),
-        *rbac(args.stack_id, NAME, NAMESPACE, RULES, COMPONENT),
+        *rbac(args.stack_id, NAME, NAMESPACE, RULES + (KEDA_RULES if args.keda else []), COMPONENT),
         scripts_config_map(args.stack_id),
         cron_job(args),
     ]

@@ -158,6 +158,11 @@ VLLM_IMAGE = VLLM_IMAGES["13"]
 # (rapidsai/deployment#659: GKE's LATEST puts a driver above 580.65 on nodes, 2026-02); CUDA 12 runs on
 # R525 and newer through CUDA's minor-version compatibility.
 VLLM_CUDA_MIN_DRIVER_BRANCH = {"13": 580, "12": 525}
+# KEDA for the vLLM server's autoscaling (the `autoscaling` feature): 2.20.2 is the newest release whose chart
+# and CRDs UPSTREAM_DIR holds (2026-07-31); the module proxy serves v2.21.x too, with no chart or CRD files
+# of it in any stored snapshot. The chart installs the CRDs, the operator, its metrics API server (the
+# external metrics the HPA reads) and its admission webhooks.
+KEDA = Chart("keda", "https://kedacore.github.io/charts", "2.20.2", upstream="keda/v2.20.2", crds=("keda/v2.20.2/crds/",))
 # Newest seen: argo-workflows-2.0.4 (2026-08-11; 1.1.x added Argo Workflows v4.1 features, 2.0 is a major).
 # Our values (components.argo: artifact repository, controller and server settings) would be checked again
 # against 2.0's values.yaml and CRDs, which UPSTREAM_DIR does not hold.

@@ -11,7 +11,7 @@ from typing import Any
 
 import pulumi
 
-from components import k8s_objects, model_weights, versions
+from components import k8s_objects, keda, model_weights, versions
 from components.placement import GpuPlacement
 from components.namespaces import namespace
 from components.naming import StackId, k8s_labels
@@ -78,6 +78,9 @@ class VllmServerArgs:
     image: str = versions.VLLM_IMAGE
     weights: WeightsBucket | None = None
     after: list[pulumi.Resource] = field(default_factory=list)  # e.g. the image cache's read access
+    # Scaled by KEDA on the server's own gauge (the `autoscaling` feature); None: one fixed replica.
+    autoscaling: keda.Scaling | None = None
+    keda: pulumi.Resource | None = None  # the release serving the ScaledObject CRD and its webhook
 
 
 @dataclass(frozen=True)
@@ -186,13 +189,21 @@ def deployment(v: VllmServerArgs, with_token: bool) -> dict[str, Any]:
             "annotations": rollout_await(v),
         },
         "spec": {
-            "replicas": 1,
-            # One GPU at most in the default quota: the old pod must free it before the new one starts.
-            "strategy": {"type": "Recreate"},
+            **_scale(v),
             "selector": {"matchLabels": _selector()},
             "template": {"metadata": {"labels": labels, **_annotations(v)}, "spec": pod_spec(v, with_token)},
         },
     }
+
+
+def _scale(v: VllmServerArgs) -> dict[str, Any]:
+    """Replicas and how an update replaces them, never holding more GPUs than the replicas already do."""
+    if v.autoscaling is None:
+        # One server on one GPU (the default quota): the old pod must free it before the new one starts.
+        return {"replicas": 1, "strategy": {"type": "Recreate"}}
+    # The HPA owns the count: a `replicas` here would reset it to this value at every `pulumi up`. An update
+    # replaces one replica at a time, each freeing its GPU first: the others serve on meanwhile.
+    return {"strategy": {"type": "RollingUpdate", "rollingUpdate": {"maxSurge": 0, "maxUnavailable": 1}}}
 
 
 def hf_secret(v: VllmServerArgs, token: pulumi.Input[str]) -> dict[str, Any]:
@@ -274,6 +285,12 @@ class VllmServer(pulumi.ComponentResource):
             pulumi.ResourceOptions(parent=self, depends_on=[self.namespace, *args.after, *weights]),
         )  # fmt: skip
         self.service = k8s_objects.create(f"{name}-service", service(args), in_ns)
+        if args.autoscaling is not None:
+            body = keda.scaled_object(args.stack_id, args.namespace, NAME, NAME, args.autoscaling)
+            after = [self.deployment, *([args.keda] if args.keda is not None else [])]
+            self.scaled_object = k8s_objects.create(
+                f"{name}-scaledobject", body, pulumi.ResourceOptions(parent=self, depends_on=after)
+            )
         if args.prometheus is not None:
             self.service_monitor = k8s_objects.create(
                 f"{name}-servicemonitor",

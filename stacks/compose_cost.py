@@ -51,6 +51,7 @@ def idle_guard_args(cfg: LabConfig, system_node_selector: dict[str, str]) -> idl
         schedule=g.schedule,
         system_node_selector=system_node_selector,
         dry_run=g.dry_run,
+        keda=cfg.autoscaling.enabled,
     )
 
 

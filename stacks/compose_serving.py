@@ -3,15 +3,17 @@ Knative Serving + KServe (g5, g7), vLLM (g6), Argo Workflows (g7)."""
 
 from __future__ import annotations
 
+import dataclasses
 from typing import Any
 
 import pulumi
 
-from components import argo, cert_manager, kserve, versions, vllm
+from components import argo, cert_manager, keda, kserve, versions, vllm
 from components.helm_release import ChartSource
 from components.image_cache import DockerHubLogin, ImageCache, ImageCacheArgs, cached_image
 from components.naming import resource_name
 from components.knative import KnativeArgs, KnativeServing
+from components.observability import PROMETHEUS
 from components.placement import GpuPlacement, Placement
 from stacks.config import LabConfig
 from stacks.context import PlatformContext, stack_id
@@ -144,10 +146,11 @@ def vllm_args(
     after: list[pulumi.Resource] | None = None,
     system_node_selector: dict[str, str] | None = None,
     cluster: pulumi.Resource | None = None,
+    keda_release: pulumi.Resource | None = None,
 ) -> vllm.VllmServerArgs:
     """The server as configured; `image` is the vLLM image's reference (its Artifact Registry cache with
     image streaming; default: the pinned image of `vllm.cuda`), `after` what it waits for,
-    `system_node_selector` where the weights' copy runs."""
+    `system_node_selector` where the weights' copy runs, `keda_release` what its ScaledObject waits for."""
     v = cfg.vllm
     weights = None
     if v.weights == "gcs":
@@ -171,6 +174,26 @@ def vllm_args(
         image=image or versions.VLLM_IMAGES[v.cuda],
         weights=weights,
         after=list(after or []),
+        autoscaling=scaling(cfg),
+        keda=keda_release,
+    )
+
+
+def scaling(cfg: LabConfig) -> keda.Scaling | None:
+    """The vLLM server's autoscaling as configured, reading the in-cluster Prometheus; None: one replica."""
+    a = cfg.autoscaling
+    if not a.enabled:
+        return None
+    prometheus = f"http://{PROMETHEUS['service']}.{PROMETHEUS['namespace']}.svc:{PROMETHEUS['port']}"
+    return keda.Scaling(
+        metric=a.metric,
+        target=a.target,
+        min_replicas=a.min_replicas,
+        max_replicas=a.max_replicas,
+        polling_interval_s=a.polling_interval_s,
+        scale_up_stabilization_s=a.scale_up_stabilization_s,
+        scale_down_stabilization_s=a.scale_down_stabilization_s,
+        prometheus_url=prometheus,
     )
 
 
@@ -189,7 +212,18 @@ def vllm_benchmark(cfg: LabConfig) -> dict[str, Any]:
         "image_streaming": v.image_streaming,
         "weights": v.weights,
         "sweep": {"max_num_seqs": v.sweep_max_num_seqs, "concurrency": v.sweep_concurrency},
+        # None: one fixed replica. Else what the autoscale experiment reads: the policy and its query.
+        "autoscaling": _scaling_output(cfg),
     }
+
+
+def _scaling_output(cfg: LabConfig) -> dict[str, Any] | None:
+    s = scaling(cfg)
+    if s is None:
+        return None
+    policy = {k: v for k, v in dataclasses.asdict(s).items() if k not in ("metric", "prometheus_url")}
+    return {"scaled_object": vllm.NAME, "metric": f"vllm:{s.metric}", "query": keda.query(s, cfg.vllm.namespace, vllm.NAME),
+            **policy}  # fmt: skip
 
 
 def argo_args(
@@ -235,9 +269,16 @@ def compose(ctx: PlatformContext) -> None:
             cache_args = image_cache_args(cfg, cloud.cluster.node_service_account.email)
             cache = ImageCache("vllm-image-cache", cache_args, opts=pulumi.ResourceOptions(depends_on=[cloud.apis]))
             image, after = cached_image(cache_args, image), cache.grants
+        release = None
+        if cfg.autoscaling.enabled:
+            scaler = keda.Keda("keda", keda.KedaArgs(stack_id(cfg), target.placement.system_node_selector, target.charts),
+                               opts=ctx.k8s_opts())  # fmt: skip
+            release = scaler.release
+            out.namespaces.append(keda.NAMESPACE)
+            out.versions["keda"] = versions.KEDA.version
         server = vllm_args(cfg, target.placement.gpu, ctx.secrets.hf_token, prometheus, image=image, after=after,
                            system_node_selector=target.placement.system_node_selector,
-                           cluster=ctx.workload_identity_pool)  # fmt: skip
+                           cluster=ctx.workload_identity_pool, keda_release=release)  # fmt: skip
         vllm.VllmServer("vllm", server, opts=ctx.k8s_opts())
         out.namespaces.append(cfg.vllm.namespace)
         out.endpoints["vllm"] = vllm.endpoint(server)

@@ -93,6 +93,7 @@ class LabConfig(Frozen):
     tenancy: platform_features.Tenancy = platform_features.Tenancy()
     kserve: serving_features.KServe = serving_features.KServe()
     vllm: serving_features.Vllm = serving_features.Vllm()
+    autoscaling: serving_features.Autoscaling = serving_features.Autoscaling()
     argo: serving_features.Argo = serving_features.Argo()
     budget: cost_features.Budget = cost_features.Budget()
     idle_guard: cost_features.IdleGuard = cost_features.IdleGuard()
@@ -190,7 +191,8 @@ class LabConfig(Frozen):
             pool=pool,
         )
         problems += serving_features.check(
-            kserve=self.kserve, vllm=self.vllm, argo=self.argo, pool=pool, driver=self.node_driver
+            kserve=self.kserve, vllm=self.vllm, autoscaling=self.autoscaling, argo=self.argo,
+            observability=self.observability.enabled, pool=pool, driver=self.node_driver,
         )
         problems += cost_features.check(
             cost_exporter=self.cost_exporter,
@@ -237,8 +239,10 @@ class LabConfig(Frozen):
     @property
     def sha256(self) -> str:
         """Digest of the whole validated config (defaults included): which config a report ran against.
-        A gke target says nothing beyond the default, so a config keeps the digest it had before the key."""
-        dump = self.model_dump_json(exclude={"cluster"} if not self.cluster.existing else None)
+        Keys added after reports recorded digests are left out while they change nothing (a gke target,
+        autoscaling off), so a config keeps the digest it had before the key existed."""
+        unchanged = {"cluster": not self.cluster.existing, "autoscaling": not self.autoscaling.enabled}
+        dump = self.model_dump_json(exclude={k for k, same in unchanged.items() if same} or None)
         return hashlib.sha256(dump.encode()).hexdigest()
 
     @property

@@ -159,6 +159,37 @@ class Vllm(_Feature):
         return spec.max_position_embeddings if spec else self.max_position_embeddings
 
 
+# What KEDA's Prometheus trigger reads: the server's own queue (GKE's guidance to maximise throughput
+# within a latency target) or its running batch (for lower latency); gauges of vLLM v0.33.0's /metrics.
+AutoscalingMetric = Literal["num_requests_waiting", "num_requests_running"]
+
+
+class Autoscaling(_Feature):
+    """KEDA, and the vLLM server scaled by its own queue: a ScaledObject with a Prometheus trigger on
+    `vllm:<metric>` summed over the server's pods, `target` per replica (HPA's AverageValue). The GPU pool's
+    node autoscaler adds a node for each replica that finds no GPU.
+
+    The floor is one replica: the queue exists only inside a running server, so with none nothing could
+    ever report demand (requests to a Service without endpoints are refused, not queued). Scaling from
+    zero needs a proxy that holds requests while the first replica starts (KEDA's HTTP add-on), which this
+    platform does not deploy.
+    """
+
+    metric: AutoscalingMetric = Field(
+        "num_requests_waiting", description="the vLLM gauge scaled on: requests waiting (throughput within a "
+        "latency target, GKE's default advice) or running (lower latency)")  # fmt: skip
+    # Google's vLLM autoscaling sample (accelerated-platforms) targets num_requests_waiting at 10 per replica.
+    target: float = Field(10, gt=0, le=4096, description="the metric's value per replica the autoscaler keeps")
+    min_replicas: int = Field(1, ge=0, le=16, description="the floor (at least 1: see the feature's notes)")
+    max_replicas: int = Field(2, ge=1, le=16, description="the ceiling: at most the L4s the GPU pool can hold")
+    # KEDA's default is 30 s; 15 s is the scrape interval, so each poll can see a new sample.
+    polling_interval_s: int = Field(15, ge=5, le=300, description="how often KEDA reads the metric")
+    scale_up_stabilization_s: int = Field(0, ge=0, le=3600, description="HPA scale-up stabilisation window "
+                                          "(HPA's default 0: add replicas at once)")  # fmt: skip
+    scale_down_stabilization_s: int = Field(300, ge=0, le=3600, description="HPA scale-down stabilisation "
+                                            "window (HPA's default 300 s)")  # fmt: skip
+
+
 class Argo(_Feature):
     """Argo Workflows (controller + server) and the g7 train -> register -> deploy WorkflowTemplate."""
 
@@ -202,19 +233,20 @@ def _kserve_problems(ks: KServe) -> list[str]:
     return problems
 
 
-def gpu_demand(kserve: KServe, vllm: Vllm) -> dict[str, int]:
+def gpu_demand(kserve: KServe, vllm: Vllm, autoscaling: Autoscaling = Autoscaling()) -> dict[str, int]:
     """GPUs each enabled serving feature may hold at once (shared GPUs count one each)."""
     demand = {}
     if kserve.enabled and kserve.deploy_example and kserve.gpu:
         demand["kserve"] = LIVE_REVISIONS_IN_ROLLOUT * kserve.max_replicas
     if vllm.enabled:
-        # One replica; the Deployment uses the Recreate strategy, so an update never needs a second GPU.
-        demand["vllm"] = 1
+        # Fixed: one replica, Recreate, so an update never needs a second GPU. Autoscaled: up to the
+        # ceiling, rolled one replica at a time without surge (components.vllm), so never more.
+        demand["vllm"] = autoscaling.max_replicas if autoscaling.enabled else 1
     return demand
 
 
-def _gpu_problems(kserve: KServe, vllm: Vllm, pool: PoolCapacity) -> list[str]:
-    demand = gpu_demand(kserve, vllm)
+def _gpu_problems(kserve: KServe, vllm: Vllm, autoscaling: Autoscaling, pool: PoolCapacity) -> list[str]:
+    demand = gpu_demand(kserve, vllm, autoscaling)
     total, capacity = sum(demand.values()), pool.total
     if total <= capacity:
         return []
@@ -224,9 +256,10 @@ def _gpu_problems(kserve: KServe, vllm: Vllm, pool: PoolCapacity) -> list[str]:
         f"{pool.sharing_replicas} sharing replica(s))"
     )
     hints = "raise gke-ml-labs:gpu_max_nodes or gke-ml-labs:gpu_sharing.replicas (time-sharing counts each shared GPU)"
-    keys = f"{PREFIX}:vllm"
+    vllm_key = "autoscaling.max_replicas" if autoscaling.enabled else "vllm"
+    keys = f"{PREFIX}:{vllm_key}"
     if "kserve" in demand:
-        keys = f"{PREFIX}:kserve.max_replicas" + (" / vllm" if "vllm" in demand else "")
+        keys = f"{PREFIX}:kserve.max_replicas" + (f" / {vllm_key}" if "vllm" in demand else "")
         room = (capacity - demand.get("vllm", 0)) // LIVE_REVISIONS_IN_ROLLOUT
         fix = f"lower kserve.max_replicas to {room}, " if room >= 1 else ""
         hints = f"{fix}{hints}" + (", or set kserve.gpu: false" if kserve.runtime == "sklearn" else "")
@@ -271,6 +304,34 @@ def _vllm_problems(v: Vllm) -> list[str]:
     return []
 
 
+def _autoscaling_problems(a: Autoscaling, vllm: Vllm, observability: bool, pool: PoolCapacity) -> list[str]:
+    if not a.enabled:
+        return []
+    key = f"{PREFIX}:autoscaling"
+    needs = [f"{PREFIX}:{k}.enabled" for k, on in (("vllm", vllm.enabled), ("observability", observability)) if not on]
+    if needs:
+        return [f"{key}.enabled: scales the vLLM server on its own /metrics, read from the in-cluster Prometheus, "
+                f"so it needs {' and '.join(needs)}: turn them on or autoscaling off"]  # fmt: skip
+    problems = []
+    if a.min_replicas == 0:
+        problems.append(
+            f"{key}.min_replicas 0: vLLM's queue exists only inside a running server, so at zero replicas nothing "
+            "reports demand and requests to its Service are refused, not queued. Scaling from zero needs a proxy "
+            "that holds them (KEDA's HTTP add-on, not deployed here): allowed: 1 and up"
+        )
+    elif a.min_replicas > a.max_replicas:
+        problems.append(f"{key}.min_replicas ({a.min_replicas}) is above max_replicas ({a.max_replicas})")
+    # Each replica holds a whole L4 (gpu_memory_utilization of its memory): time-sharing cannot seat two.
+    gpus = pool.max_nodes * pool.gpus_per_node
+    if a.max_replicas > gpus:
+        problems.append(
+            f"{key}.max_replicas {a.max_replicas} is above the L4s the GPU pool can hold: {gpus} (gpu_max_nodes "
+            f"{pool.max_nodes} x {pool.gpus_per_node} per node, which your L4 quota must cover), and each vLLM "
+            f"replica takes a whole GPU: lower max_replicas to {gpus} or raise {PREFIX}:gpu_max_nodes within the quota"
+        )
+    return problems
+
+
 def _argo_problems(argo: Argo, kserve: KServe) -> list[str]:
     if argo.enabled and not kserve.enabled:
         return [
@@ -294,7 +355,12 @@ def _driver_problems(vllm: Vllm, driver: NodeDriver) -> list[str]:
     ]
 
 
-def check(*, kserve: KServe, vllm: Vllm, argo: Argo, pool: PoolCapacity, driver: NodeDriver) -> list[str]:
+def check(
+    *, kserve: KServe, vllm: Vllm, autoscaling: Autoscaling, argo: Argo, observability: bool, pool: PoolCapacity,
+    driver: NodeDriver,
+) -> list[str]:
     """Cross-field rules of these features; each problem names its keys and what is allowed."""
     problems = _kserve_problems(kserve) + _vllm_problems(vllm) + _driver_problems(vllm, driver)
-    return problems + _gpu_problems(kserve, vllm, pool) + _argo_problems(argo, kserve)
+    if scaling := _autoscaling_problems(autoscaling, vllm, observability, pool):
+        return problems + scaling  # the pool check would repeat the ceiling's problem
+    return problems + _gpu_problems(kserve, vllm, autoscaling, pool) + _argo_problems(argo, kserve)

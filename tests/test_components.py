@@ -32,6 +32,7 @@ from components.helm_release import HelmRelease, HelmReleaseArgs
 from components.idle_guard import IdleGuard, IdleGuardArgs
 from components.image_cache import ImageCache, ImageCacheArgs
 from components.knative import KnativeArgs, KnativeServing
+from components.keda import Keda, KedaArgs
 from components.kserve import InferenceServiceArgs, KServe, KServeArgs
 from components.kueue import Kueue, KueueArgs
 from components.model_weights import ModelWeights, ModelWeightsArgs
@@ -168,6 +169,7 @@ CASES: dict[type, Callable[[], pulumi.ComponentResource]] = {
                          billing_labels=LABELS, system_node_selector={POOL_LABEL: "system"}),
     ),
     UpstreamCrds: lambda: UpstreamCrds("offline", ("kueue/v0.19.2/crds/",)),
+    Keda: lambda: Keda("scaler", KedaArgs(stack_id=OWNER, system_node_selector=SYSTEM)),
 }
 
 
@@ -381,7 +383,7 @@ def _selectors(value, key=None):
 
 
 KUBERNETES_HALF = [Observability, GpuOperator, Kueue, TrainingOperator, Tenancy, KServe, VllmServer, ArgoWorkflows,
-                   IdleGuard, CostExporter]  # fmt: skip
+                   IdleGuard, CostExporter, Keda]  # fmt: skip
 
 
 @pytest.mark.parametrize("component", KUBERNETES_HALF, ids=lambda c: c.__name__)

@@ -229,6 +229,36 @@ def test_dry_run_writes_nothing_and_a_refused_patch_fails_the_run(capsys):
     assert "FAILED to stop Deployment serving/vllm: PATCH" in capsys.readouterr().out
 
 
+def test_an_autoscaled_deployment_is_held_at_zero_by_pausing_its_scaled_object(capsys):
+    # KEDA would put a Deployment scaled to 0 straight back to its ScaledObject's floor (minReplicaCount).
+    lists = cluster_lists()
+    target = {"apiVersion": "apps/v1", "kind": "Deployment", "name": "vllm"}
+    lists[idle_guard.SCALED_OBJECTS] = [
+        {"metadata": {"name": "vllm", "namespace": "serving"}, "spec": {"scaleTargetRef": target, "minReplicaCount": 1}},
+        # The same Deployment name in another namespace is another server.
+        {"metadata": {"name": "other", "namespace": "team-a"}, "spec": {"scaleTargetRef": target}},
+    ]
+    kube = FakeKube(lists)
+    try:
+        assert idle_guard.run(kube.api, TTL, dry_run=False, now=NOW, keda=True) == 0
+    finally:
+        kube.close()
+    writes = [c[:2] + (c[3],) for c in kube.calls if c[0] != "GET"]
+    assert writes == [
+        ("PATCH", "/apis/keda.sh/v1alpha1/namespaces/serving/scaledobjects/vllm",
+         {"metadata": {"annotations": {"autoscaling.keda.sh/paused-replicas": "0"}}}),
+        ("PATCH", "/apis/apps/v1/namespaces/serving/deployments/vllm/scale", {"spec": {"replicas": 0}}),
+    ]
+    assert "scaled Deployment serving/vllm to 0 replicas and paused its ScaledObject vllm at 0" in capsys.readouterr().out
+    # Without KEDA the guard never asks for ScaledObjects (it has no right to list them).
+    kube = FakeKube(lists)
+    try:
+        idle_guard.run(kube.api, TTL, dry_run=False, now=NOW)
+    finally:
+        kube.close()
+    assert all(path != idle_guard.SCALED_OBJECTS for _, path, *_ in kube.calls)
+
+
 # --- what gets deployed ---
 
 
@@ -254,7 +284,18 @@ def test_objects_validate_and_rbac_is_least_privilege():
     assert cron["spec"]["schedule"] == "*/10 * * * *"
     assert spec["nodeSelector"] == {POOL_LABEL: "system"} and "tolerations" not in spec
     env = {e["name"]: e["value"] for e in spec["containers"][0]["env"]}
-    assert env["TTL_MINUTES"] == "45" and env["DRY_RUN"] == "true"
+    assert env["TTL_MINUTES"] == "45" and env["DRY_RUN"] == "true" and env["KEDA"] == "false"
+
+
+def test_with_autoscaling_the_guard_may_list_and_pause_scaled_objects_and_does():
+    cfg = parse({"lab": "g6", "gpu_max_nodes": 2, "idle_guard": {"enabled": True}, "autoscaling": {"enabled": True}},
+                stack="g6", project="p", region=None)  # fmt: skip
+    objects = component.objects(idle_guard_args(cfg, {POOL_LABEL: "system"}))
+    role = next(o for o in objects if o["kind"] == "ClusterRole")
+    assert {"apiGroups": ["keda.sh"], "resources": ["scaledobjects"], "verbs": ["list", "patch"]} in role["rules"]
+    cron = next(o for o in objects if o["kind"] == "CronJob")
+    env = cron["spec"]["jobTemplate"]["spec"]["template"]["spec"]["containers"][0]["env"]
+    assert {"name": "KEDA", "value": "true"} in env
 
 
 def test_mounted_scripts_are_the_repository_files():

@@ -11,6 +11,8 @@ from stacks.serving_features import SKLEARN_IRIS_V1, SKLEARN_IRIS_V2, gpu_demand
 
 K = "gke-ml-labs"
 DEPLOYMENT = "kubernetes:apps/v1:Deployment"
+ON = {"enabled": True}  # a stack file's key replaces the whole object
+TWO_L4 = {f"{K}:gpu_max_nodes": 2}
 
 
 def lab(**keys) -> LabConfig:
@@ -72,6 +74,28 @@ BAD = [
         "but gke-ml-labs:gpu_sharing.nvidia_driver DEFAULT installs R535: set gpu_sharing.nvidia_driver: LATEST",
     ),
     ("g6", {f"{K}:vllm": {"cuda": "12.4"}}, "vllm.cuda: Input should be '13' or '12'"),
+    # Autoscaling (g6 with a pool of 2 L4s, as Pulumi.g6.yaml's header says).
+    ("g6", {**TWO_L4, f"{K}:autoscaling": {**ON, "target": 0}}, "autoscaling.target: Input should be greater than 0"),
+    (
+        "g6",
+        {**TWO_L4, f"{K}:autoscaling": {**ON, "max_replicas": 3}},
+        "gke-ml-labs:autoscaling.max_replicas 3 is above the L4s the GPU pool can hold: 2 (gpu_max_nodes 2 x 1 per "
+        "node, which your L4 quota must cover), and each vLLM replica takes a whole GPU: lower max_replicas to 2 or "
+        "raise gke-ml-labs:gpu_max_nodes within the quota",
+    ),
+    # Time-sharing offers more nvidia.com/gpu, but no more L4s to hold a vLLM replica each.
+    ("g6", {f"{K}:autoscaling": ON, f"{K}:gpu_sharing": {"enabled": True}}, "max_replicas 2 is above "
+     "the L4s the GPU pool can hold: 1 (gpu_max_nodes 1 x 1 per node"),
+    ("g6", {**TWO_L4, f"{K}:autoscaling": {**ON, "min_replicas": 2, "max_replicas": 1}},
+     "gke-ml-labs:autoscaling.min_replicas (2) is above max_replicas (1)"),
+    ("g6", {**TWO_L4, f"{K}:autoscaling": {**ON, "min_replicas": 0}}, "autoscaling.min_replicas 0: vLLM's queue exists "
+     "only inside a running server"),
+    ("g6", {**TWO_L4, f"{K}:autoscaling": {**ON, "metric": "gpu_cache_usage_perc"}},
+     "autoscaling.metric: Input should be 'num_requests_waiting' or 'num_requests_running'"),
+    ("g6", {f"{K}:autoscaling": {**ON, "max_replicas": 1}, f"{K}:observability": {"enabled": False}, f"{K}:cost_exporter": {"enabled": False}},
+     "gke-ml-labs:autoscaling.enabled: scales the vLLM server on its own /metrics, read from the in-cluster "
+     "Prometheus, so it needs gke-ml-labs:observability.enabled"),
+    ("g5", {f"{K}:autoscaling": {"enabled": True}}, "so it needs gke-ml-labs:vllm.enabled and"),
 ]
 
 

@@ -36,6 +36,7 @@ CRD_SOURCES = {
     "nvidia.com": ("gpu-operator",),
     "kubeflow.org": ("trainer", "training-operator"),
     "trainer.kubeflow.org": ("kubeflow-trainer",),
+    "keda.sh": ("keda",),
 }
 
 

@@ -11,12 +11,18 @@ A workload is stopped when all of these hold:
 - its oldest live pod (not Succeeded/Failed) was created more than TTL minutes ago.
 Deployments and StatefulSets are scaled to 0 (their definition stays: scale up again to resume);
 Jobs are deleted with their pods.
+
+A Deployment that a KEDA ScaledObject scales (the `autoscaling` feature, KEDA=true) would be put back to
+the ScaledObject's floor by KEDA within one polling interval, GPU node and all: its ScaledObject is
+paused at zero first (the annotation autoscaling.keda.sh/paused-replicas: "0", which KEDA v2.20.2 honours
+by holding the target at that count); removing the annotation resumes autoscaling.
 """
 
 from __future__ import annotations
 
 import os
 import sys
+from collections.abc import Sequence
 from dataclasses import dataclass
 from datetime import datetime, timezone
 from typing import Literal
@@ -32,6 +38,9 @@ LIST_PATHS: dict[str, str] = {
     "StatefulSet": "/apis/apps/v1/statefulsets",
     "Job": "/apis/batch/v1/jobs",
 }
+SCALED_OBJECTS = "/apis/keda.sh/v1alpha1/scaledobjects"
+# KEDA's apis/keda/v1alpha1/scaledobject_types.go (PausedReplicasAnnotation).
+PAUSED_REPLICAS = "autoscaling.keda.sh/paused-replicas"
 
 
 @dataclass(frozen=True)
@@ -43,12 +52,17 @@ class Action:
     gpus: int
     age_minutes: float
     ttl_minutes: int
+    scaled_object: str | None = None  # the KEDA ScaledObject (same namespace) that scales this Deployment
 
     def log_line(self, dry_run: bool) -> str:
         did = {"scale-to-zero": ("would scale", "scaled"), "delete": ("would delete", "deleted")}[self.verb][not dry_run]
         to = " to 0 replicas" if self.verb == "scale-to-zero" else ""
+        paused = ""
+        if self.scaled_object is not None:
+            paused = (f" and {'would pause' if dry_run else 'paused'} its ScaledObject {self.scaled_object} at 0 "
+                      f"({PAUSED_REPLICAS}; remove the annotation to resume autoscaling)")  # fmt: skip
         return (
-            f"idle-guard: {did} {self.kind} {self.namespace}/{self.name}{to}: it requests {self.gpus} {GPU} "
+            f"idle-guard: {did} {self.kind} {self.namespace}/{self.name}{to}{paused}: it requests {self.gpus} {GPU} "
             f"per pod and its oldest pod has run {self.age_minutes:.0f} min (TTL {self.ttl_minutes} min)"
         )
 
@@ -105,9 +119,23 @@ def oldest_pod_start(pods: list[dict]) -> dict[tuple[str, str, str], datetime]:
     return oldest
 
 
-def select(workloads: dict[str, list[dict]], pods: list[dict], now: datetime, ttl_minutes: int) -> list[Action]:
+def scalers(scaled_objects: Sequence[dict]) -> dict[tuple[str, str], str]:
+    """(namespace, Deployment) -> the name of the ScaledObject scaling it."""
+    found = {}
+    for obj in scaled_objects:
+        ref = (obj.get("spec") or {}).get("scaleTargetRef") or {}
+        if ref.get("kind", "Deployment") == "Deployment" and ref.get("apiVersion", "apps/v1") == "apps/v1":
+            found[(obj["metadata"]["namespace"], ref["name"])] = obj["metadata"]["name"]
+    return found
+
+
+def select(
+    workloads: dict[str, list[dict]], pods: list[dict], now: datetime, ttl_minutes: int,
+    scaled_objects: Sequence[dict] = (),
+) -> list[Action]:
     """What to stop now. `workloads`: kind -> objects as the API lists them; pure, for tests."""
     started = oldest_pod_start(pods)
+    scaled = scalers(scaled_objects)
     actions = []
     for kind, objects in workloads.items():
         for obj in objects:
@@ -127,7 +155,8 @@ def select(workloads: dict[str, list[dict]], pods: list[dict], now: datetime, tt
             age = (now - since).total_seconds() / 60
             if age > ttl_minutes:
                 verb = "delete" if kind == "Job" else "scale-to-zero"
-                actions.append(Action(kind, meta["namespace"], meta["name"], verb, gpus, age, ttl_minutes))
+                scaler = scaled.get((meta["namespace"], meta["name"])) if kind == "Deployment" else None
+                actions.append(Action(kind, meta["namespace"], meta["name"], verb, gpus, age, ttl_minutes, scaler))
     return sorted(actions, key=lambda a: (a.namespace, a.kind, a.name))
 
 
@@ -137,14 +166,19 @@ def apply(api: KubeApi, action: Action) -> None:
         # Background propagation: the Job's pods go too, so the GPU is released.
         api.delete(f"/apis/batch/v1/namespaces/{ns}/jobs/{name}", {"propagationPolicy": "Background"})
     else:
+        if action.scaled_object is not None:
+            # First, or KEDA would scale the Deployment straight back up to the ScaledObject's floor.
+            api.merge_patch(f"/apis/keda.sh/v1alpha1/namespaces/{ns}/scaledobjects/{action.scaled_object}",
+                            {"metadata": {"annotations": {PAUSED_REPLICAS: "0"}}})  # fmt: skip
         plural = "deployments" if action.kind == "Deployment" else "statefulsets"
         api.merge_patch(f"/apis/apps/v1/namespaces/{ns}/{plural}/{name}/scale", {"spec": {"replicas": 0}})
 
 
-def run(api: KubeApi, ttl_minutes: int, dry_run: bool, now: datetime | None = None) -> int:
+def run(api: KubeApi, ttl_minutes: int, dry_run: bool, now: datetime | None = None, keda: bool = False) -> int:
     workloads = {kind: api.list(path) for kind, path in LIST_PATHS.items()}
     pods = api.list("/api/v1/pods")
-    actions = select(workloads, pods, now or datetime.now(timezone.utc), ttl_minutes)
+    scaled_objects = api.list(SCALED_OBJECTS) if keda else []
+    actions = select(workloads, pods, now or datetime.now(timezone.utc), ttl_minutes, scaled_objects)
     failures = 0
     for action in actions:
         try:
@@ -160,4 +194,5 @@ def run(api: KubeApi, ttl_minutes: int, dry_run: bool, now: datetime | None = No
 
 
 if __name__ == "__main__":
-    sys.exit(run(KubeApi.in_cluster(), int(os.environ["TTL_MINUTES"]), os.environ.get("DRY_RUN") == "true"))
+    sys.exit(run(KubeApi.in_cluster(), int(os.environ["TTL_MINUTES"]), os.environ.get("DRY_RUN") == "true",
+                 keda=os.environ.get("KEDA") == "true"))
