@@ -1,6 +1,7 @@
 """Each g6 experiment run on the real-time simulator through the real client agrees with the virtual-clock
 oracle fed the same plans (python -m benchmarks.g6.agreement: the same command with --virtual, the same
-seeds): the search's answer within its tolerance, every figure from repeats within its rerun interval.
+seeds): the search's answer within its tolerance, each run's figure over the oracle's for its seed within
+the host's measured band.
 
 The runs are shaped so that this machine's CPUs cannot be what they measure: a few hundred tokens a second
 on the wire (the real-time simulator keeps its timeline through wake-ups up to 50 ms late, not through a
