@@ -343,3 +343,19 @@ def test_reads_what_the_g6_stack_file_really_exports(tmp_path):
     assert "GPU pool at 1 node(s)" in cost
     # One minute measured, plus the 15 min scale-up assumed and the autoscaler's 10 min idle tail.
     assert "1.0 min of measurements on the GPU" in cost and "the GPU node up about 26 min" in cost
+
+
+def test_the_answer_table_flags_a_p99_resting_on_fewer_than_100_requests():
+    # The sweep's c=1 and c=8 points send 32 and 64 requests a run: their TTFT p99 is a run's maximum or next to it.
+    from benchmarks.g6.report import THIN, render_report
+    from benchmarks.g6.result import G6Result
+    from benchmarks.harness import load_result
+
+    shipped = load_result(G6Result, Path(__file__).resolve().parents[1] / "examples" / "g6-sim")
+    answer = render_report(shipped).split("## The answer", 1)[1].split("\n## ", 1)[0]
+    rows = {tuple(c.strip() for c in line.split("|")[1:3]): line for line in answer.splitlines() if line.startswith("| 32 |")}
+    counts = {p.concurrency: p.ttft_ms.n for p in shipped.points if p.max_num_seqs == 32}
+    assert counts[1] < 100 and counts[8] < 100 and counts[32] >= 100
+    ttft_p99 = {load: line.split("|")[7] for (_, load), line in rows.items()}
+    assert THIN in ttft_p99["c=1"] and THIN in ttft_p99["c=8"] and THIN not in ttft_p99["c=32"]
+    assert f"{THIN} a run of the point has fewer than 100 samples behind its p99" in answer

@@ -69,3 +69,4 @@ def test_one_doctored_run_among_three_is_caught_though_the_mean_hides_it(shipped
     point = next(f for f in doctored(shipped, "itl_p50_ms", 1.3, slice(0, 1)).across if (f.max_num_seqs, f.concurrency) == POINT)
     oracle = next(f for f in shipped.across if (f.max_num_seqs, f.concurrency) == POINT)
     assert point.itl_p50_ms.contains(oracle.itl_p50_ms.mean)
+

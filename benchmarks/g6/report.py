@@ -5,7 +5,7 @@ from __future__ import annotations
 from benchmarks.g6.config import G6Params
 from benchmarks.g6.plots import PLOTS
 from benchmarks.g6.price import cheapest, slo_text
-from benchmarks.g6.result import G6Point, G6Result, GpuPrice
+from benchmarks.g6.result import Figures, G6Point, G6Result, GpuPrice
 from benchmarks.g6.shape import asked_text, realised_section
 from benchmarks.harness import RunMeta
 from benchmarks.harness.evidence import markdown as evidence_section
@@ -236,20 +236,31 @@ def _run_label(r: G6Result, p: G6Point) -> str:
     return load_label(p) + (f" (run {p.repeat + 1})" if r.params.repeats > 1 else "")
 
 
+def _thin(r: G6Result, f: Figures, summary: str) -> str:
+    """THIN when a run of this point has a p99 of fewer than P99_MIN_SAMPLES samples of `summary`."""
+    runs = [p for p in r.points if (p.max_num_seqs, p.concurrency, p.rate) == (f.max_num_seqs, f.concurrency, f.rate)]
+    return THIN if any((s := getattr(p, summary)) is not None and s.p99_thin for p in runs) else ""
+
+
 def _answer(r: G6Result) -> str:
     """## The answer: each point over its runs (--repeats), with the interval a rerun falls in."""
     rows = [
         [f.max_num_seqs, f"c={f.concurrency}" if f.concurrency is not None else f"{f.rate:g}/s", f.runs,
          rerun_cell(f.output_tokens_per_s, 0), rerun_cell(f.requests_per_s, 2), rerun_cell(f.ttft_p50_ms),
-         rerun_cell(f.ttft_p99_ms), rerun_cell(f.itl_p50_ms, 2), rerun_cell(f.itl_p99_ms, 2),
+         (rerun_cell(f.ttft_p99_ms) or "") + _thin(r, f, "ttft_ms"), rerun_cell(f.itl_p50_ms, 2),
+         (rerun_cell(f.itl_p99_ms, 2) or "") + _thin(r, f, "itl_ms"),
          rerun_cell(f.usd_per_million_output_tokens, 3), rerun_cell(f.prefix_cache_hit_rate, 1, percent=True)]
         for f in r.across
     ]  # fmt: skip
     runs = max((f.runs for f in r.across), default=1)
+    thin = any(THIN in str(cell) for row in rows for cell in row)
     return (
         f"## The answer: every point over its {runs} run{'s' if runs != 1 else ''}\n\n"
         + table(["max-num-seqs", "load", "runs", "output tok/s", "req/s", "TTFT p50 ms", "TTFT p99 ms", "ITL p50 ms",
                  "ITL p99 ms", "$ per M output tokens (GPU node spot)", "prefix-cache hits"], rows)  # fmt: skip
+        + (f"\n{THIN} a run of the point has fewer than {P99_MIN_SAMPLES} samples behind its p99 (requests for TTFT, "
+           "tokens for ITL): that p99 is near the run's maximum, not a tail estimate; send more requests "
+           "(`--requests`) for one.\n" if thin else "")
         + f"\n{rerun_note(runs)}\nTimes and rates are {r.params.time_scale}. Prefix-cache hits are the server's own "
         "counters over each point: every point sends prompts of its own, so a share above 1% would mean it did not "
         "(Errors lists any).\n"
