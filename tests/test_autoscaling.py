@@ -24,6 +24,12 @@ SCALED_OBJECT = "kubernetes:keda.sh/v1alpha1:ScaledObject"
 AUTOSCALED = {"gke-ml-labs:gpu_max_nodes": 2, "gke-ml-labs:autoscaling": {"enabled": True, "max_replicas": 2}}
 
 
+@pytest.fixture(scope="module")
+def fixed() -> MockRun:
+    """g6 as its stack file has it: one fixed replica."""
+    return run_stack("g6")
+
+
 @pytest.fixture(scope="module", params=[False, True], ids=["update", "preview"])
 def run(request) -> MockRun:
     return run_stack("g6", preview=request.param, overrides=AUTOSCALED)
@@ -68,24 +74,24 @@ def test_destroy_removes_the_scaled_object_while_keda_still_clears_its_finalizer
     test_teardown.test_custom_resources_wait_for_the_release_serving_their_crd(run)
 
 
-def test_the_autoscaled_deployment_leaves_its_replicas_to_the_hpa_and_never_surges(run):
+def test_the_autoscaled_deployment_leaves_its_replicas_to_the_hpa_and_never_surges(run, fixed):
     spec = run.one(DEPLOYMENT, "vllm-deployment").inputs["spec"]
     # A `replicas` would put the count back at every `pulumi up`; a surge pod would need a GPU nobody has.
     assert "replicas" not in spec
     assert spec["strategy"] == {"type": "RollingUpdate", "rollingUpdate": {"maxSurge": 0, "maxUnavailable": 1}}
-    fixed = run_stack("g6").one(DEPLOYMENT, "vllm-deployment").inputs["spec"]
-    assert fixed["replicas"] == 1 and fixed["strategy"] == {"type": "Recreate"}
-    assert not run_stack("g6").of_type(SCALED_OBJECT)
+    one = fixed.one(DEPLOYMENT, "vllm-deployment").inputs["spec"]
+    assert one["replicas"] == 1 and one["strategy"] == {"type": "Recreate"}
+    assert not fixed.of_type(SCALED_OBJECT)
 
 
-def test_the_stack_exports_the_policy_the_experiment_reads(run):
+def test_the_stack_exports_the_policy_the_experiment_reads(run, fixed):
     out = run.outputs
     assert out["versions"]["keda"] == versions.KEDA.version and keda.NAMESPACE in out["namespaces"]
     policy = out["benchmark"]["autoscaling"]
     (trigger,) = scaled(run)["spec"]["triggers"]
     assert policy["query"] == trigger["metadata"]["query"] and policy["metric"] == "vllm:num_requests_waiting"
     assert (policy["target"], policy["min_replicas"], policy["max_replicas"]) == (10, 1, 2)
-    assert run_stack("g6").outputs["benchmark"]["autoscaling"] is None
+    assert fixed.outputs["benchmark"]["autoscaling"] is None
 
 
 @pytest.mark.parametrize("metric", ["num_requests_waiting", "num_requests_running"])

@@ -12,7 +12,7 @@ from benchmarks.g6 import main
 from benchmarks.g6.analysis import analyse
 from benchmarks.g6.plots import PLOTS, render_plots
 from benchmarks.g6.price import cheapest
-from benchmarks.g6.report import render_report
+from benchmarks.g6.report import THIN, render_report
 from benchmarks.g6.result import G6Result, TokenPrices
 from benchmarks.g6.targets import Demand, ServerSettings, SimTarget, StackTarget
 from benchmarks.harness import PulumiStack, load_result, save_result
@@ -347,10 +347,6 @@ def test_reads_what_the_g6_stack_file_really_exports(tmp_path):
 
 def test_the_answer_table_flags_a_p99_resting_on_fewer_than_100_requests():
     # The sweep's c=1 and c=8 points send 32 and 64 requests a run: their TTFT p99 is a run's maximum or next to it.
-    from benchmarks.g6.report import THIN, render_report
-    from benchmarks.g6.result import G6Result
-    from benchmarks.harness import load_result
-
     shipped = load_result(G6Result, Path(__file__).resolve().parents[1] / "examples" / "g6-sim")
     answer = render_report(shipped).split("## The answer", 1)[1].split("\n## ", 1)[0]
     rows = {tuple(c.strip() for c in line.split("|")[1:3]): line for line in answer.splitlines() if line.startswith("| 32 |")}
