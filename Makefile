@@ -103,7 +103,7 @@ g6-quant-sim: venv ## g6's quantization experiment on the simulated L4's virtual
 g6-prefix-sim: venv ## g6's shared-prefix experiment, prefix caching on and off, against the simulated L4 (about 5 minutes)
 	$(BIN)/python -m benchmarks g6 --sim --experiment prefix --out $(OUT)
 
-g6-saturation-sim: venv ## the request rate the simulated L4 holds within TTFT p99 500 ms, on its virtual clock (about 5 minutes; in real time, without --virtual, 17)
+g6-saturation-sim: venv ## the request rate the simulated L4 holds within TTFT p99 500 ms, on its virtual clock (about 18 minutes; in real time, without --virtual, 75)
 	$(BIN)/python -m benchmarks g6 --sim --virtual --experiment saturation --slo-ttft-ms 500 --out $(OUT)
 
 preflight: venv ## before `pulumi up`: Pulumi, credentials, billing, APIs, GPU quotas, L4 zones: make preflight LAB=g6 [JSON=1]

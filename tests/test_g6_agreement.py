@@ -43,7 +43,7 @@ def test_a_saturation_search_agrees_with_the_oracle(tmp_path):
     140 tokens/s. The same seeds give both the same Poisson arrivals, so only the host differs."""
     shipped, oracle = _agrees(["--sim", "--experiment", "saturation", "--model", QWEN_15, "--max-num-seqs", "2",
                                "--input-len", "32", "--output-len", "16", "--start-rate", "6", "--point-seconds", "6",
-                               "--repeats", "2"], tmp_path)  # fmt: skip
+                               "--hold-seconds", "6", "--repeats", "2"], tmp_path)  # fmt: skip
     assert isinstance(shipped, SaturationResult) and isinstance(oracle, SaturationResult)
     assert shipped.saturation_rate is not None and shipped.first_failing_rate is not None
 

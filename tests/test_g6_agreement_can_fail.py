@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from benchmarks.g6.agreement import HOST_BANDS, checks
+from benchmarks.g6.agreement import HOST_BANDS, checks, slowed
 from benchmarks.g6.result import G6Result
 from benchmarks.harness import load_result
 from benchmarks.loadgen.reruns import rerun
@@ -70,3 +70,15 @@ def test_one_doctored_run_among_three_is_caught_though_the_mean_hides_it(shipped
     oracle = next(f for f in shipped.across if (f.max_num_seqs, f.concurrency) == POINT)
     assert point.itl_p50_ms.contains(oracle.itl_p50_ms.mean)
 
+
+
+def test_a_run_whose_simulator_the_host_slowed_is_named_and_no_other(shipped):
+    """The shipped points carry no step counters (made before them): none is named. One point whose server
+    counted 200 steps, 3 of them late (1.5%, over the 1% limit), is named with its load, seed and share; one
+    with 2 of 200 late (1%, at the limit) is not."""
+    assert slowed(shipped) == []
+    points = list(shipped.points)
+    late, edge = points[0], points[1]
+    points[0] = late.model_copy(update={"server": late.server.model_copy(update={"sim_steps": 200.0, "sim_steps_late": 3.0})})
+    points[1] = edge.model_copy(update={"server": edge.server.model_copy(update={"sim_steps": 200.0, "sim_steps_late": 2.0})})
+    assert slowed(shipped.model_copy(update={"points": points})) == [f"c={late.concurrency} seed {late.seed} (1.5% of steps late)"]

@@ -347,6 +347,7 @@ def test_cache_config_is_read_from_vllms_info_gauge():
         (["--sim", "--start-rate", "4"], "--start-rate applies to --experiment saturation only"),
         (["--sim", "--context-len", "1024"], "--context-len applies to --experiment kv only"),
         (["--sim", "--experiment", "kv", "--point-seconds", "5"], "--point-seconds applies to --experiment saturation only"),
+        (["--sim", "--hold-seconds", "30"], "--hold-seconds applies to --experiment saturation only"),
         (["--sim", "--experiment", "saturation", "--prefix-groups", "2"], "--prefix-groups applies to --experiment prefix only"),
         (["--sim", "--experiment", "prefix", "--variants", "fp8"], "--variants applies to --experiment quant only"),
         (["--sim", "--experiment", "prefix", "--rate", "2,4"], "offers both arms one rate: give one --rate value, not 2"),

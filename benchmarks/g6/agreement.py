@@ -25,13 +25,15 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import NamedTuple
 
+from pydantic import BaseModel
+
 from benchmarks.g6.cli import parse
 from benchmarks.g6.config import G6Params
 from benchmarks.g6.experiments.kv import KvResult
 from benchmarks.g6.experiments.prefix import PrefixResult
 from benchmarks.g6.experiments.quant import QuantResult
 from benchmarks.g6.experiments.saturation import SaturationResult
-from benchmarks.g6.result import Figures, G6Result
+from benchmarks.g6.result import Figures, G6Point, G6Result
 from benchmarks.g6.run import execute
 from benchmarks.harness import HarnessError, load_result
 from benchmarks.harness.markdown import table
@@ -126,11 +128,12 @@ def checks(shipped: object, oracle: object) -> list[Check]:
     elif isinstance(shipped, SaturationResult) and isinstance(oracle, SaturationResult):
         out += _search("saturation rate (offered req/s)", shipped.saturation_rate, oracle.saturation_rate,
                        shipped.saturation.tolerance)  # fmt: skip
-        theirs = {p.rate: p for p in oracle.points}
+        theirs = {(p.stage, p.rate): p for p in oracle.points}
         for p in shipped.points:
-            if (o := theirs.get(p.rate)) is not None:
+            if (o := theirs.get((p.stage, p.rate))) is not None:
                 for name in ("served", "output_tokens_per_s", "ttft_p50_ms", "ttft_p99_ms"):
-                    out += _figure(f"{p.rate:g} req/s {name}", getattr(p, name), getattr(o, name), HOST_BANDS.get(name))
+                    out += _figure(f"{p.stage} {p.rate:g} req/s {name}", getattr(p, name), getattr(o, name),
+                                   HOST_BANDS.get(name))  # fmt: skip
     elif isinstance(shipped, KvResult) and isinstance(oracle, KvResult):
         theirs = {x.context_len: x for x in oracle.lengths}
         for x in shipped.lengths:
@@ -145,6 +148,26 @@ def checks(shipped: object, oracle: object) -> list[Check]:
                 out += _figure(f"L={x.context_len} {b.reserves} baseline output tok/s", b.output_tokens_per_s,
                                c.output_tokens_per_s, HOST_BANDS["output_tokens_per_s"])  # fmt: skip
     return out
+
+
+def points(result: object) -> Iterator[G6Point]:
+    """Every measured point of a saved result, however its experiment nests them."""
+    if isinstance(result, G6Point):
+        yield result
+    elif isinstance(result, BaseModel):
+        for name in type(result).model_fields:
+            yield from points(getattr(result, name))
+    elif isinstance(result, list):
+        for item in result:
+            yield from points(item)
+
+
+def slowed(result: object) -> list[str]:
+    """The runs whose simulator the host slowed (benchmarks.metrics.model.HOST_SLOWED_SHARE), for the table's
+    reader: their tails are this machine's, and a disagreement there is the host's."""
+    return [f"{'c=' + str(p.concurrency) if p.concurrency is not None else f'{p.rate:g}/s'} seed {p.seed} "
+            f"({p.server.late_step_share:.1%} of steps late)"
+            for p in points(result) if p.server is not None and p.server.host_slowed]  # fmt: skip
 
 
 def replayed(folder: Path, out: Path) -> tuple[object, object]:
@@ -197,6 +220,9 @@ def main(argv: list[str] | None = None) -> int:
             print("A --virtual run: the oracle's own answer, replayed again (what it checks is that today's code gives it).\n")
         print(table(["figure", "this run (95% rerun interval)", "oracle (each run / its seed's, host band)", "agrees"],
                     [[c.figure, c.shipped, c.oracle, VERDICTS[c.agrees]] for c in found]))  # fmt: skip
+        if marked := slowed(shipped):
+            print(f"\nHost-slowed runs (the host delivered more than 1% of the simulator's steps late; their tails "
+                  f"are this machine's): {'; '.join(marked)}.")  # fmt: skip
     return 1 if disagree else 0
 
 

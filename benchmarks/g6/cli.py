@@ -155,8 +155,8 @@ def parser() -> argparse.ArgumentParser:
                      f"{', '.join(cold_start.SETTINGS)})")  # fmt: skip
     exp.add_argument("--repeats", type=whole(1),
                      help=f"runs of every point, each with its own seed, for the mean and the interval a rerun falls in "
-                     f"(default {DEFAULT_REPEATS}; sweep: the grid over again, interleaved; saturation: runs of the two "
-                     "rates that decide the answer; kv: of the deciding waves and the baselines); cold-start: cold "
+                     f"(default {DEFAULT_REPEATS}; sweep: the grid over again, interleaved; saturation: runs of each held "
+                     "rate, pooled; kv: of the deciding waves and the baselines); cold-start: cold "
                      "starts per setting, each from zero (default 3)")  # fmt: skip
     exp.add_argument("--recording", type=Path, help="cold-start: measure a saved recording.json again (no cluster)")
     exp.add_argument("--prefix-len", type=whole(16),
@@ -168,12 +168,16 @@ def parser() -> argparse.ArgumentParser:
                      help=f"saturation: the first offered rate, requests/s of the GPU (default {DEFAULT_START_RATE:g}); "
                      "then doubling until a rate fails, and a bisection")  # fmt: skip
     exp.add_argument("--max-points", type=whole(2),
-                     help=f"saturation: at most this many runs, the deciding rates' reruns included (default "
+                     help=f"saturation: at most this many runs, located and held (default "
                      f"{SaturationParams().max_points})")  # fmt: skip
     exp.add_argument("--point-seconds", type=positive,
-                     help=f"saturation: seconds of arrivals each run sends at least (default "
+                     help=f"saturation: seconds of arrivals each located run sends at least (default "
                      f"{SaturationParams().point_seconds:g}; and at least {SaturationParams().e2e_multiple:g} E2E p99 "
                      "of the rate below it)")  # fmt: skip
+    exp.add_argument("--hold-seconds", type=positive,
+                     help=f"saturation: seconds of arrivals each held run sends at least (default "
+                     f"{SaturationParams().hold_seconds:g}: --repeats of them pooled hold about 20,000 requests at 30 "
+                     "requests/s, 200 above the p99)")  # fmt: skip
     p.add_argument("--out", type=Path, default=Path("results"), help="results go to OUT/g6[-kv|-quant|-cold-start|-saturation|-prefix]-<UTC time>/")
     p.add_argument("--quiet", action="store_true", help="no progress display")
     return p

@@ -72,6 +72,7 @@ class Invocation:
     start_rate: float | None
     max_points: int | None
     point_seconds: float | None
+    hold_seconds: float | None
     # results
     out: Path
     quiet: bool
@@ -81,7 +82,7 @@ class Invocation:
 OWN_FLAGS: dict[str, Experiment] = {
     "context_len": "kv", "variants": "quant", "quality_prompts": "quant", "quality_tokens": "quant",
     "settings": "cold-start", "prefix_len": "prefix", "prefix_groups": "prefix", "start_rate": "saturation",
-    "max_points": "saturation", "point_seconds": "saturation",
+    "max_points": "saturation", "point_seconds": "saturation", "hold_seconds": "saturation",
 }  # fmt: skip
 
 

@@ -16,6 +16,7 @@ from collections.abc import Sequence
 from benchmarks.g6.config import G6Params
 from benchmarks.g6.result import G6Point, GpuPrice, TokenPrices
 from benchmarks.loadgen import PointStats
+from benchmarks.loadgen.steady import Pooled
 from facts import prices
 from stacks.cost_estimate import CostEstimate
 
@@ -86,8 +87,9 @@ def session_cost(price: GpuPrice, measured_gpu_s: float) -> str:
     )
 
 
-def slo_misses(point: G6Point, params: G6Params) -> list[str]:
-    """Each SLO the point's p99 breaks, in words (GPU time, as every figure of a point)."""
+def slo_misses(point: G6Point | Pooled, params: G6Params, confident: bool = False) -> list[str]:
+    """Each SLO the p99 of `point` (one point, or one rate's runs pooled) breaks, in words (GPU time, as every
+    figure of a point); `confident`: each p99 must be met with 95% confidence, its interval's upper end too."""
     measured = {"TTFT": point.ttft_ms, "ITL": point.itl_ms, "TPOT": point.tpot_ms, "E2E": point.e2e_ms}
     misses = []
     for name, limit in _limits(params).items():
@@ -96,6 +98,9 @@ def slo_misses(point: G6Point, params: G6Params) -> list[str]:
             misses.append(f"no {name} measured")
         elif summary.p99 > limit:
             misses.append(f"{name} p99 {summary.p99:,.1f} ms > {limit:g} ms")
+        elif confident and summary.ci95["p99"][1] > limit:
+            misses.append(f"{name} p99 {summary.p99:,.1f} ms, its 95% interval up to {summary.ci95['p99'][1]:,.1f} ms "
+                          f"> {limit:g} ms")  # fmt: skip
     if point.failed:
         misses.append(f"{point.failed} failed requests")
     return misses

@@ -12,6 +12,7 @@ from benchmarks.harness.evidence import markdown as evidence_section
 from benchmarks.harness.markdown import num, table
 from benchmarks.labs.phases_report import waited_first
 from benchmarks.loadgen import Summary
+from benchmarks.metrics.model import HOST_SLOWED_SHARE
 from benchmarks.loadgen.reruns import Rerun
 from benchmarks.loadgen.stats import P99_MIN_SAMPLES, Interval
 
@@ -21,7 +22,7 @@ HELD_SHARE = 0.9
 THIN = "†"  # marks a p99 resting on fewer than P99_MIN_SAMPLES samples
 
 
-def _with_interval(value: float, ci: Interval | None, digits: int = 1) -> str:
+def with_interval(value: float, ci: Interval | None, digits: int = 1) -> str:
     return f"{value:,.{digits}f}" + ("" if ci is None else f" ({ci[0]:,.{digits}f}–{ci[1]:,.{digits}f})")
 
 
@@ -54,12 +55,22 @@ def latency_pair(s: Summary | None) -> str | None:
     than P99_MIN_SAMPLES samples marked THIN."""
     if s is None:
         return None
-    return f"{_with_interval(s.p50, s.ci95['p50'])} / {_with_interval(s.p99, s.ci95['p99'])}" + (THIN if s.p99_thin else "")
+    return f"{with_interval(s.p50, s.ci95['p50'])} / {with_interval(s.p99, s.ci95['p99'])}" + (THIN if s.p99_thin else "")
+
+
+def host_flags(p: G6Point) -> str:
+    """" **client-bound**" and " **host-slowed** (n% of steps late)": what marks a point this machine may
+    have shaped, after its client-lag cell."""
+    flags = " **client-bound**" if p.client_bound else ""
+    share = p.server.late_step_share if p.server is not None else None
+    if p.server is not None and p.server.host_slowed and share is not None:
+        flags += f" **host-slowed** ({share:.1%} of steps late)"
+    return flags
 
 
 def throughput_cell(p: G6Point, digits: int = 1) -> str:
     """Output tokens/s and its 95% interval, for a table cell."""
-    return _with_interval(p.output_tokens_per_s, p.output_tokens_per_s_ci95, digits)
+    return with_interval(p.output_tokens_per_s, p.output_tokens_per_s_ci95, digits)
 
 
 def below_load(p: G6Point) -> bool:
@@ -274,9 +285,9 @@ def _points(r: G6Result) -> str:
         rows.append([
             p.max_num_seqs, _run_label(r, p), in_flight_cell(p), p.completed, p.failed,
             latency_pair(p.ttft_ms), latency_pair(p.itl_ms), latency_pair(p.tpot_ms), latency_pair(p.e2e_ms),
-            throughput_cell(p), _with_interval(p.requests_per_s, p.requests_per_s_ci95, 2),
+            throughput_cell(p), with_interval(p.requests_per_s, p.requests_per_s_ci95, 2),
             None if p.goodput is None else num(p.goodput.requests_per_s, 2),
-            None if lag is None else f"{lag.mean:.2f} / {lag.p99:.2f}" + (" **client-bound**" if p.client_bound else ""),
+            None if lag is None else f"{lag.mean:.2f} / {lag.p99:.2f}" + host_flags(p),
             price_cell(p),
         ])  # fmt: skip
     client = table(
@@ -358,6 +369,13 @@ def _meaning(r: G6Result) -> str:
             f"- {len(clients)} point(s) were client-bound (lag p99 over the limit above): "
             "their latencies include the load generator's own queueing; run the client on a bigger machine "
             "or in-cluster before reading them as the server's."
+        )
+    slowed = [p for p in r.points if p.server is not None and p.server.host_slowed]
+    if slowed:
+        lines.append(
+            f"- {len(slowed)} point(s) were host-slowed: more than {HOST_SLOWED_SHARE:.0%} of the simulator's "
+            "engine steps delivered their tokens late (the host, not the simulated GPU, timed them), so their "
+            "ITL and TTFT tails are this machine's; rerun on a quiet machine before reading them as the GPU's."
         )
     return "\n".join(lines) + "\n"
 

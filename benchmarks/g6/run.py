@@ -398,7 +398,8 @@ def experiment_params(inv: Invocation, params: G6Params) -> Experiments:
     quant = QuantParams(variants=inv.variants or list(DEFAULT_VARIANTS),
                         **given(quality_prompts=inv.quality_prompts, quality_tokens=inv.quality_tokens))  # fmt: skip
     saturation = SaturationParams(seeds=params.repeats, **given(start_rate=inv.start_rate, max_points=inv.max_points,
-                                                                 point_seconds=inv.point_seconds))  # fmt: skip
+                                                                 point_seconds=inv.point_seconds,
+                                                                 hold_seconds=inv.hold_seconds))  # fmt: skip
     rate = inv.rate[0] if params.experiment == "prefix" and inv.rate else None
     prefix = PrefixParams(**given(prefix_len=inv.prefix_len, groups=inv.prefix_groups, rate=rate))
     return Experiments(kv, quant, saturation, prefix)

@@ -202,10 +202,12 @@ def summarize_ms(values_s: list[float] | np.ndarray, groups: list[int] | None = 
     if groups is None:
         resampled = _figures(a[rng.integers(0, a.size, (BOOTSTRAP_RESAMPLES, a.size))])
     else:
-        ends = np.cumsum(groups)
-        parts = [a[e - g : e] for g, e in zip(groups, ends) if g]
-        draws = rng.integers(0, len(parts), (BOOTSTRAP_RESAMPLES, len(parts)))
-        resampled = np.array([_figures(np.concatenate([parts[k] for k in row])) for row in draws])
+        sizes = np.asarray([g for g in groups if g], dtype=int)
+        starts = np.cumsum(sizes) - sizes
+        draws = rng.integers(0, sizes.size, (BOOTSTRAP_RESAMPLES, sizes.size))
+        # Each resample's values: the drawn groups' index ranges laid end to end, as one index array.
+        resampled = np.array([_figures(a[np.repeat(starts[row] - np.cumsum(sizes[row]) + sizes[row], sizes[row])
+                                         + np.arange(sizes[row].sum())]) for row in draws])  # fmt: skip
     point = _figures(a)
     return Summary(
         **{name: float(v) for name, v in zip(_FIGURES, point)},

@@ -29,7 +29,14 @@ PREEMPTIONS = "vllm:num_preemptions_total"
 # tests/data/vllm/v0.33.0/metrics.txt has them).
 PREFIX_QUERIES = "vllm:prefix_cache_queries_total"
 PREFIX_HITS = "vllm:prefix_cache_hits_total"
-COUNTERS = (("preemptions", PREEMPTIONS), ("prefix_cache_queries", PREFIX_QUERIES), ("prefix_cache_hits", PREFIX_HITS))
+# The simulator's own step counters (benchmarks/sim/metrics.py): steps run, and those the host made late.
+SIM_STEPS = "sim:engine_steps_total"
+SIM_STEPS_LATE = "sim:engine_steps_late_total"
+COUNTERS = (("preemptions", PREEMPTIONS), ("prefix_cache_queries", PREFIX_QUERIES), ("prefix_cache_hits", PREFIX_HITS),
+            ("sim_steps", SIM_STEPS), ("sim_steps_late", SIM_STEPS_LATE))  # fmt: skip
+# Above this share of its steps late, a simulator's tails (ITL and TTFT p99) are the host's: a point is
+# marked host-slowed. One step in a hundred late moves a p99 over the steps.
+HOST_SLOWED_SHARE = 0.01
 # Histograms whose mean over a point is read (the deltas of their _sum over their _count), in ms: vLLM
 # v0.33.0's names (tests/data/vllm/v0.33.0/metrics.txt). The prefill time is from a request's first
 # scheduling to its first token (vLLM's PREFILL phase), the queue time its WAITING phase.
@@ -74,6 +81,8 @@ class ServerMetrics(BaseModel):
     preemptions: float | None = None
     prefix_cache_queries: float | None = None  # prompt tokens looked up in the prefix cache during the point
     prefix_cache_hits: float | None = None  # of them, tokens the cache served
+    sim_steps: float | None = None  # a simulator's engine steps during the point (None: not a simulator)
+    sim_steps_late: float | None = None  # of them, those the host delivered late
     # Means of the server's histograms over the point (MEANS); None where it has no such histogram.
     prefill_time_mean_ms: float | None = None
     server_ttft_mean_ms: float | None = None
@@ -90,6 +99,19 @@ class ServerMetrics(BaseModel):
         if not self.prefix_cache_queries or self.prefix_cache_hits is None:
             return None
         return self.prefix_cache_hits / self.prefix_cache_queries
+
+    @property
+    def late_step_share(self) -> float | None:
+        """The share of a simulator's steps this host delivered late; None when not a simulator in real time."""
+        if not self.sim_steps or self.sim_steps_late is None:
+            return None
+        return self.sim_steps_late / self.sim_steps
+
+    @property
+    def host_slowed(self) -> bool:
+        """More than HOST_SLOWED_SHARE of a simulator's steps late: its tails are this host's."""
+        share = self.late_step_share
+        return share is not None and share > HOST_SLOWED_SHARE
 
     def in_time_scale(self, k: float) -> ServerMetrics:
         """These metrics with their times multiplied by `k` (a simulator's seconds into GPU seconds);

@@ -43,6 +43,9 @@ from benchmarks.sim.costs import REQUEST_OVERHEAD_S, ScheduledWork, StepCost, st
 MAX_LAG_S = 0.05
 # How long finished steps are kept for the GPU-activity series (metrics.WINDOW_S looks back 1 s).
 STEP_HISTORY_S = 2.0
+# A step is late when its tokens land later after its timeline's end than this share of its own duration:
+# the host, not the simulated GPU, then set its inter-token times (sim:engine_steps_late, metrics.py).
+LATE_SHARE = 0.25
 
 FINISH_LENGTH = "length"
 FINISH_STOP = "stop"
@@ -414,6 +417,9 @@ class Engine:
         self.core = core
         self.steps: collections.deque[StepRecord] = collections.deque()
         self._wake = asyncio.Event()
+        # Steps run, and those the host made late (LATE_SHARE) or that restarted the timeline (MAX_LAG_S).
+        self.steps_total = 0
+        self.steps_late = 0
 
     @property
     def scheduler(self) -> Scheduler:
@@ -452,11 +458,14 @@ class Engine:
                 timeline = None
                 await self._idle(now)
                 continue
-            start = now if timeline is None or now - timeline > MAX_LAG_S else timeline
+            behind = timeline is not None and now - timeline > MAX_LAG_S
+            start = now if timeline is None or behind else timeline
             end = start + self.core.duration_s(step)
             await asyncio.sleep(max(0.0, end - time.monotonic()))
             timeline = end
             done = time.monotonic()
+            self.steps_total += 1
+            self.steps_late += behind or done - end > LATE_SHARE * (end - start)
             while self.steps and self.steps[0].end_s < done - STEP_HISTORY_S:
                 self.steps.popleft()
             self.steps.append(self.core.finish_step(step, start, end, done))

@@ -163,6 +163,10 @@ class _EngineCollector(Collector):
                        scheduler.prefix_queries, model)
         yield _counter("vllm:prefix_cache_hits", "Prefix cache hits, in terms of number of cached tokens.",
                        scheduler.prefix_hits, model)
+        # The simulator's own (not vLLM's): how often this host, not the simulated GPU, timed a step.
+        yield _counter("sim:engine_steps", "Engine steps run.", self._engine.steps_total, model)
+        yield _counter("sim:engine_steps_late", "Engine steps whose tokens the host delivered late (more than "
+                       "a quarter of the step's duration after its timeline).", self._engine.steps_late, model)
         now = time.monotonic()
         busy, compute, memory = gpu_activity(self._engine.steps, now - WINDOW_S, now)
         gpu = {

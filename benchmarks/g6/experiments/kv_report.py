@@ -11,8 +11,8 @@ import matplotlib.pyplot as plt  # noqa: E402  (the backend must be chosen first
 
 from benchmarks.g6.experiments.kv import REQUESTS_PER_SLOT, KvParams, KvResult  # noqa: E402
 from benchmarks.g6.report import (  # noqa: E402
-    context_lines, cost_sections, errors_section, latency_pair, price_cell, reading_notes, rerun_cell, rerun_note,
-    title,
+    context_lines, cost_sections, errors_section, host_flags, latency_pair, price_cell, reading_notes, rerun_cell,
+    rerun_note, title,
 )  # fmt: skip
 from benchmarks.g6.shape import SIM_EOS, realised_section  # noqa: E402
 from benchmarks.harness.evidence import markdown as evidence_section  # noqa: E402
@@ -166,7 +166,7 @@ def _probes(r: KvResult) -> str:
             num(probe.tokens_per_sequence_at_peak(kv_tokens), 0), None if s is None else num(s.preemptions, 0),
             latency_pair(st.ttft_ms if st else None), latency_pair(st.itl_ms if st else None),
             num(probe.output_tokens_per_s, 0), price_cell(pt),
-            None if lag is None else f"{lag.p99:.1f}" + (" **client-bound**" if pt.client_bound else ""),
+            None if lag is None else f"{lag.p99:.1f}" + host_flags(pt),
         ])  # fmt: skip
     return (
         "## Every probe\n\n"
