@@ -167,7 +167,7 @@ def slowed(result: object) -> list[str]:
     reader: their tails are this machine's, and a disagreement there is the host's."""
     return [f"{'c=' + str(p.concurrency) if p.concurrency is not None else f'{p.rate:g}/s'} seed {p.seed} "
             f"({p.server.late_step_share:.1%} of steps late)"
-            for p in points(result) if p.server is not None and p.server.host_slowed]  # fmt: skip
+            for p in points(result) if p.host_slowed and p.server is not None]  # fmt: skip
 
 
 def replayed(folder: Path, out: Path) -> tuple[object, object]:

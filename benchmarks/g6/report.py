@@ -12,9 +12,9 @@ from benchmarks.harness.evidence import markdown as evidence_section
 from benchmarks.harness.markdown import num, table
 from benchmarks.labs.phases_report import waited_first
 from benchmarks.loadgen import Summary
-from benchmarks.metrics.model import HOST_SLOWED_SHARE
 from benchmarks.loadgen.reruns import Rerun
 from benchmarks.loadgen.stats import P99_MIN_SAMPLES, Interval
+from benchmarks.metrics.model import HOST_SLOWED_SHARE
 
 # A closed-loop point holding fewer counted requests in flight than this share of what the server
 # could run at once (its concurrency, capped by max-num-seqs) was measured at a lower load than its label.
@@ -62,9 +62,8 @@ def host_flags(p: G6Point) -> str:
     """" **client-bound**" and " **host-slowed** (n% of steps late)": what marks a point this machine may
     have shaped, after its client-lag cell."""
     flags = " **client-bound**" if p.client_bound else ""
-    share = p.server.late_step_share if p.server is not None else None
-    if p.server is not None and p.server.host_slowed and share is not None:
-        flags += f" **host-slowed** ({share:.1%} of steps late)"
+    if p.host_slowed and p.server is not None:
+        flags += f" **host-slowed** ({p.server.late_step_share:.1%} of steps late)"
     return flags
 
 
@@ -370,7 +369,7 @@ def _meaning(r: G6Result) -> str:
             "their latencies include the load generator's own queueing; run the client on a bigger machine "
             "or in-cluster before reading them as the server's."
         )
-    slowed = [p for p in r.points if p.server is not None and p.server.host_slowed]
+    slowed = [p for p in r.points if p.host_slowed]
     if slowed:
         lines.append(
             f"- {len(slowed)} point(s) were host-slowed: more than {HOST_SLOWED_SHARE:.0%} of the simulator's "

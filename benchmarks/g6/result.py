@@ -82,6 +82,11 @@ class G6Point(PointStats):
     steady: SteadyState | None = None
     steady_server: ServerMetrics | None = None
 
+    @property
+    def host_slowed(self) -> bool:
+        """A simulator the host slowed during the point (ServerMetrics.host_slowed): its tails are the host's."""
+        return self.server is not None and self.server.host_slowed
+
 
 class Figures(BaseModel):
     """One point's headline figures over its repeats, each run with its own seed: the mean and the 95%

@@ -228,10 +228,10 @@ def held_misses(rate: float, pooled: Pooled | None, params: G6Params, capacity: 
     return misses + slo_misses(pooled, params, confident=True)
 
 
-def rate_point(stage: Stage, rate: float, runs: list[SaturationRun], windows: list[Window], params: G6Params,
-               capacity: float | None) -> SaturationPoint:  # fmt: skip
+def rate_point(stage: Stage, rate: float, runs: list[SaturationRun], windows: list[Window | None],
+               params: G6Params, capacity: float | None) -> SaturationPoint:  # fmt: skip
     """A rate's figures over its runs. Located: it passes when its run did; held: when its runs pooled do
-    (`windows`: each run's steady window, in the runs' order)."""
+    (`windows`: each run's steady window, in the runs' order, None for a run without one)."""
     steady = [r.steady for r in runs if r.steady is not None]
 
     def of(name: str, which: str | None = None) -> Rerun | None:
@@ -240,7 +240,8 @@ def rate_point(stage: Stage, rate: float, runs: list[SaturationRun], windows: li
 
     pooled = None
     if stage == "hold":
-        pooled = pool([(r.steady, w) for r, w in zip(runs, windows) if r.steady is not None])
+        pairs = zip(runs, windows, strict=True)
+        pooled = pool([(r.steady, w) for r, w in pairs if r.steady is not None and w is not None])
         misses = held_misses(rate, pooled, params, capacity)
     else:
         misses = [m for r in runs for m in r.misses]
@@ -326,8 +327,9 @@ def point_spec(params: G6Params, base_url: str, rate: float, seconds: float, run
 class SaturationOutcome(Outcome):
     points: list[SaturationPoint] = field(default_factory=list)
     max_points: int = 0
-    # Each held rate's runs' steady windows, for pooling (not saved: the pooled figures are).
-    windows: dict[float, list[Window]] = field(default_factory=dict)
+    # Each held rate's runs' steady windows in the runs' order (None: a run without one), for pooling (not
+    # saved: the pooled figures are).
+    windows: dict[float, list[Window | None]] = field(default_factory=dict)
 
     @property
     def measured(self) -> int:
@@ -396,10 +398,7 @@ def run_saturation(params: G6Params, sat: SaturationParams, target: Target, how:
             judged = judge(measured.point, run, seconds, params, how.price)
             runs = [*(earlier.runs if earlier else []), judged]
             if stage == "hold":
-                settled = window(measured.run, params.speedup)
-                outcome.windows.setdefault(rate, [])
-                if judged.steady is not None and settled is not None:
-                    outcome.windows[rate].append(settled)
+                outcome.windows.setdefault(rate, []).append(window(measured.run, params.speedup))
             point = rate_point(stage, rate, runs, outcome.windows.get(rate, []) if stage == "hold" else [], params,
                                outcome.capacity)  # fmt: skip
             outcome.points = sorted([p for p in outcome.points if (p.stage, p.rate) != (stage, rate)] + [point],
