@@ -324,7 +324,8 @@ def test_analysis_labels_what_bounds_a_point():
 def test_reads_what_the_g6_stack_file_really_exports(tmp_path):
     """The contract: the outputs of Pulumi.g6.yaml (run under mocks) drive a sweep without any flag."""
     from benchmarks.g6.cli import parse
-    from benchmarks.g6.run import cost_section, read_stack_outputs, resolve_params, stack_gpu_price
+    from benchmarks.g6.price import cost_section, stack_gpu_price
+    from benchmarks.g6.resolve import read_stack_outputs, resolve_params
     from stacks.mockrun import run_stack
 
     outputs = run_stack("g6").outputs

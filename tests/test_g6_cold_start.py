@@ -12,9 +12,9 @@ import yaml
 
 from benchmarks.cluster import ClusterError
 from benchmarks.g6 import cli
-from benchmarks.g6 import run as g6run
 from benchmarks.g6.experiments import cold_start as cs
 from benchmarks.g6.experiments.cold_start_report import render_cold_start_report
+from benchmarks.g6.experiments.table import EXPERIMENTS
 from benchmarks.g6.incluster import proxy_server
 from benchmarks.harness import Endpoint
 from benchmarks.harness.signals import Interrupted
@@ -261,7 +261,9 @@ def test_the_plan_preview_says_what_changes_and_what_is_put_back(tmp_path, g6_ou
     outputs = g6_outputs
     inv = cli.parse(["--outputs", "o.json", "--experiment", "cold-start", "--settings",
                      "as-configured,image-streaming", "--repeats", "2"])  # fmt: skip
-    path = g6run.write_cold_start_plan(tmp_path / "plan", outputs, _params(), g6run.cold_start_params(inv))
+    experiment = EXPERIMENTS["cold-start"]
+    own = experiment.parameters(inv.given, _params(), inv)
+    (path,) = experiment.write_plan(tmp_path / "plan", _params(), own, outputs, inv.client_cpus)
     plan = yaml.safe_load(path.read_text())
     assert plan["steps"][1] == {"config": {"vllm.image_streaming": "true"}, "then": "pulumi up -s STACK"}
     assert plan["steps"][0]["each"][0] == "kubectl scale deployment/vllm -n llm --replicas=0"
@@ -281,7 +283,7 @@ def test_the_plan_preview_from_the_command_line_touches_nothing(tmp_path, g6_out
 @pytest.mark.parametrize("argv, message", [
     (["--sim", "--experiment", "cold-start"], "give --stack STACK or --outputs FILE"),
     (["--outputs", "o.json", "--experiment", "cold-start", "--settings", "warm-pool"], "give --stack STACK"),
-    (["--sim", "--recording", "r.json"], "add --experiment cold-start"),
+    (["--sim", "--recording", "r.json"], "--recording applies to --experiment cold-start only"),
 ])  # fmt: skip
 def test_a_cold_start_asked_of_what_cannot_give_one_is_refused_in_one_line(argv, message, capsys):
     assert cli.run(argv) == 2

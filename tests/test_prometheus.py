@@ -173,7 +173,8 @@ def test_an_in_cluster_g6_run_reads_its_windows_through_the_api_server(sim_and_p
     """What a g6 run with its client in the cluster reads: the window's server and GPU figures from the
     stack's Prometheus through the API server, the same as a direct read of that Prometheus."""
     from benchmarks.g6.cli import parse
-    from benchmarks.g6.run import client_side, resolve_params
+    from benchmarks.g6.client import client_side
+    from benchmarks.g6.resolve import resolve_params
     from stacks.mockrun import run_stack
 
     outputs = {**run_stack("g6").outputs, "kubeconfig": kubeconfig}

@@ -33,14 +33,13 @@ from benchmarks.g6.experiments.kv import KvResult
 from benchmarks.g6.experiments.prefix import PrefixResult
 from benchmarks.g6.experiments.quant import QuantResult
 from benchmarks.g6.experiments.saturation import SaturationResult
+from benchmarks.g6.experiments.table import EXPERIMENTS
 from benchmarks.g6.result import Figures, G6Point, G6Result
 from benchmarks.g6.run import execute
 from benchmarks.harness import HarnessError, load_result
 from benchmarks.harness.markdown import table
 from benchmarks.loadgen.reruns import Rerun
 
-RESULTS = {"sweep": G6Result, "quant": QuantResult, "saturation": SaturationResult, "kv": KvResult,
-           "prefix": PrefixResult}  # fmt: skip
 FIGURES = ("output_tokens_per_s", "ttft_p50_ms", "ttft_p99_ms", "itl_p50_ms", "itl_p99_ms")
 # Real-time / oracle at x1, the closed-loop and open-loop points' bands together (docs/testing.md). TTFT p99
 # over a few dozen requests is their slowest, set by one stall of the host: no band, its interval only.
@@ -177,10 +176,10 @@ def replayed(folder: Path, out: Path) -> tuple[object, object]:
     except (OSError, ValueError) as exc:
         raise AgreementError(f"{folder}: cannot read result.json: {exc}") from None
     params = G6Params.model_validate(data["params"])
-    if params.target_kind != "sim" or params.experiment not in RESULTS:
+    if params.target_kind != "sim" or params.experiment not in EXPERIMENTS:
         raise AgreementError(f"{folder}: a {params.experiment} run against {params.target_kind}: only --sim runs "
                              "have an oracle")  # fmt: skip
-    model = RESULTS[params.experiment]
+    model = EXPERIMENTS[params.experiment].result_model
     shipped = load_result(model, folder)
     argv = list(data["meta"]["command"][4:])  # after `python -m benchmarks g6`
     if "--out" in argv:

@@ -19,47 +19,19 @@ from __future__ import annotations
 
 import argparse
 from pathlib import Path
+from typing import Any
 
-from benchmarks.g6.experiments import cold_start
-from benchmarks.g6.experiments.kv import DEFAULT_CONTEXT_LENS
-from benchmarks.g6.experiments.kv import DEFAULT_GPU_MEMORY_UTILIZATION as KV_GPU_MEMORY_UTILIZATION
 from benchmarks.g6.experiments.prefix import PrefixParams
-from benchmarks.g6.experiments.prompts import PROMPTS
-from benchmarks.g6.experiments.quant import CHECKPOINTS, DEFAULT_VARIANTS, QuantParams
-from benchmarks.g6.experiments.saturation import DEFAULT_START_RATE, SaturationParams
+from benchmarks.g6.experiments.table import EXPERIMENTS
 from benchmarks.g6.flags import Parser, fraction, lengths, positive, positives, whole, wholes
 from benchmarks.g6.incluster import DEFAULT_CPUS
-from benchmarks.g6.invocation import EXPERIMENTS, Invocation
-from benchmarks.g6.run import DEFAULT_REPEATS, SIM_SCRAPE_S, SIM_SPEEDUP, execute
+from benchmarks.g6.invocation import Invocation
+from benchmarks.g6.resolve import DEFAULT_REPEATS, SIM_SCRAPE_S, SIM_SPEEDUP
+from benchmarks.g6.run import execute
 from facts.catalogue import GPUS
 
-QUALITY = QuantParams.model_fields
 
-
-def _settings(text: str) -> list[str]:
-    names = [x.strip() for x in text.split(",") if x.strip()]
-    unknown = [n for n in names if n not in cold_start.SETTINGS]
-    if unknown or not names:
-        raise argparse.ArgumentTypeError(f"unknown setting(s) {unknown or text!r}; allowed: {', '.join(cold_start.SETTINGS)}")
-    return names
-
-
-def _variants(text: str) -> list[str]:
-    names = [x.strip() for x in text.split(",") if x.strip()]
-    unknown = [n for n in names if n not in CHECKPOINTS]
-    if unknown or not names:
-        raise argparse.ArgumentTypeError(f"unknown variant(s) {unknown or text!r}; allowed: {', '.join(CHECKPOINTS)}")
-    return names
-
-
-def _quality_prompts(text: str) -> int:
-    count = whole(1)(text)
-    if count > len(PROMPTS):
-        raise argparse.ArgumentTypeError(f"the project's prompt set has {len(PROMPTS)} prompts, got {count}")
-    return count
-
-
-def parser() -> argparse.ArgumentParser:
+def parser() -> Parser:
     p = Parser(
         prog="python -m benchmarks g6",
         description=__doc__,
@@ -131,53 +103,27 @@ def parser() -> argparse.ArgumentParser:
     p.add_argument("--timeout-first-token", type=positive, default=120.0)
     p.add_argument("--timeout-total", type=positive, default=600.0)
     p.add_argument("--health-timeout", type=positive, default=1800.0, help="seconds to wait for vLLM after a pulumi up")
+    own_memory = "; ".join(f"{name}: default {e.gpu_memory_utilization:g}" for name, e in EXPERIMENTS.items()
+                           if e.gpu_memory_utilization is not None)  # fmt: skip
     sim = p.add_argument_group("simulator and sizing")
     sim.add_argument("--gpu", help=f"GPU of the server ({', '.join(GPUS)}); default l4 for --sim, else from the outputs")
     sim.add_argument("--speedup", type=positive, help=f"--sim only: divide simulated time by this (default {SIM_SPEEDUP:g}, real "
                      "time: faster, this machine's CPUs shape the figures; below 1, the simulator runs slower than the GPU)")  # fmt: skip
     sim.add_argument("--gpu-memory-utilization", type=fraction,
-                     help=f"the server's (kv: default {KV_GPU_MEMORY_UTILIZATION:g}, applied to the server)")  # fmt: skip
+                     help=f"the server's ({own_memory}, applied to the server)")  # fmt: skip
     sim.add_argument("--max-model-len", type=whole(1))
     sim.add_argument("--quantization", choices=["fp8", "awq", "gptq"])
     exp = p.add_argument_group("experiments")
-    exp.add_argument("--experiment", choices=EXPERIMENTS, default="sweep")
-    exp.add_argument("--context-len", type=wholes(2), help="kv: tokens per sequence, half prompt and half output "
-                     f"(default {','.join(map(str, DEFAULT_CONTEXT_LENS))}, at most max-model-len)")  # fmt: skip
-    exp.add_argument("--variants", type=_variants, help=f"quant: comma-separated, the first is the baseline "
-                     f"(default {','.join(DEFAULT_VARIANTS)}; allowed: {', '.join(CHECKPOINTS)})")  # fmt: skip
-    exp.add_argument("--quality-prompts", type=_quality_prompts,
-                     help=f"quant: prompts of the quality score (default {QUALITY['quality_prompts'].default}, at most "
-                     f"{len(PROMPTS)}: the project's own set)")  # fmt: skip
-    exp.add_argument("--quality-tokens", type=whole(1),
-                     help=f"quant: most tokens sampled from the baseline per prompt (default {QUALITY['quality_tokens'].default})")
-    exp.add_argument("--settings", type=_settings, help="cold-start: comma-separated, each put in place with "
-                     f"`pulumi config set` + `pulumi up` and restored after (default as-configured; allowed: "
-                     f"{', '.join(cold_start.SETTINGS)})")  # fmt: skip
+    exp.add_argument("--experiment", choices=list(EXPERIMENTS), default="sweep")
     exp.add_argument("--repeats", type=whole(1),
                      help=f"runs of every point, each with its own seed, for the mean and the interval a rerun falls in "
                      f"(default {DEFAULT_REPEATS}; sweep: the grid over again, interleaved; saturation: runs of each held "
                      "rate, pooled; kv: of the deciding waves and the baselines); cold-start: cold "
                      "starts per setting, each from zero (default 3)")  # fmt: skip
-    exp.add_argument("--recording", type=Path, help="cold-start: measure a saved recording.json again (no cluster)")
-    exp.add_argument("--prefix-len", type=whole(16),
-                     help=f"prefix: tokens of the prefix every prompt of a group starts with, before its --input-len "
-                     f"(default {PrefixParams().prefix_len})")  # fmt: skip
-    exp.add_argument("--prefix-groups", type=whole(1),
-                     help=f"prefix: groups of requests, each with its own prefix (default {PrefixParams().groups})")
-    exp.add_argument("--start-rate", type=positive,
-                     help=f"saturation: the first offered rate, requests/s of the GPU (default {DEFAULT_START_RATE:g}); "
-                     "then doubling until a rate fails, and a bisection")  # fmt: skip
-    exp.add_argument("--max-points", type=whole(2),
-                     help=f"saturation: at most this many runs, located and held (default "
-                     f"{SaturationParams().max_points})")  # fmt: skip
-    exp.add_argument("--point-seconds", type=positive,
-                     help=f"saturation: seconds of arrivals each located run sends at least (default "
-                     f"{SaturationParams().point_seconds:g}; and at least {SaturationParams().e2e_multiple:g} E2E p99 "
-                     "of the rate below it)")  # fmt: skip
-    exp.add_argument("--hold-seconds", type=positive,
-                     help=f"saturation: seconds of arrivals each held run sends at least (default "
-                     f"{SaturationParams().hold_seconds:g}: --repeats of them pooled hold about 20,000 requests at 30 "
-                     "requests/s, 200 above the p99)")  # fmt: skip
+    for name, experiment in EXPERIMENTS.items():
+        before = len(p._actions)
+        experiment.add_flags(p.add_argument_group(f"--experiment {name}"))
+        p.owners.update({action.dest: name for action in p._actions[before:]})
     p.add_argument("--out", type=Path, default=Path("results"), help="results go to OUT/g6[-kv|-quant|-cold-start|-saturation|-prefix]-<UTC time>/")
     p.add_argument("--quiet", action="store_true", help="no progress display")
     return p
@@ -185,8 +131,15 @@ def parser() -> argparse.ArgumentParser:
 
 
 def parse(argv: list[str]) -> Invocation:
-    """The command line, typed once; a flag out of range exits 2 with argparse's one line."""
-    return Invocation(**vars(parser().parse_args(argv)))
+    """The command line, typed once; a flag out of range exits 2 with argparse's one line. Every
+    experiment's own flags are set aside: the chosen one's as `given`, the others' as `foreign`."""
+    p = parser()
+    flags: dict[str, Any] = vars(p.parse_args(argv))
+    own = {dest: (owner, flags.pop(dest)) for dest, owner in p.owners.items()}
+    chosen = flags["experiment"]
+    given = {dest: value for dest, (owner, value) in own.items() if owner == chosen and value is not None}
+    foreign = {dest: owner for dest, (owner, value) in own.items() if owner != chosen and value is not None}
+    return Invocation(**flags, given=given, foreign=foreign)
 
 
 def run(argv: list[str]) -> int:

@@ -7,13 +7,18 @@ import argparse
 import math
 import sys
 from collections.abc import Callable
-from typing import NoReturn
+from typing import Any, NoReturn
 
 from benchmarks.loadgen.lengths import lengths_argument as lengths  # noqa: F401 (the g6 flags' type)
 
 
 class Parser(argparse.ArgumentParser):
-    """argparse, with its errors on one line (g6's usage alone spans a screen)."""
+    """argparse, with its errors on one line (g6's usage alone spans a screen); `owners` names the experiment
+    each experiment's own flag (by destination) belongs to."""
+
+    def __init__(self, **kwargs: Any) -> None:
+        super().__init__(**kwargs)
+        self.owners: dict[str, str] = {}
 
     def error(self, message: str) -> NoReturn:
         print(f"g6: {message} (`{self.prog} --help` lists the options)", file=sys.stderr)

@@ -12,9 +12,12 @@ from __future__ import annotations
 
 import math
 from collections.abc import Callable
+from pathlib import Path
 from typing import Any
 
-from benchmarks.cluster import Cluster, ClusterError, RunScope, run_labels, wait_until, with_labels
+import yaml
+
+from benchmarks.cluster import RUN_LABEL, Cluster, ClusterError, RunScope, run_labels, wait_until, with_labels
 from benchmarks.g6.config import LAB
 from benchmarks.harness import Endpoint
 from benchmarks.harness.errors import HarnessError
@@ -24,6 +27,7 @@ from benchmarks.loadgen import LoadgenError, LoadRun, LoadSpec
 from benchmarks.loadgen.core import PLAN_ENV, OutputReader
 from benchmarks.loadgen.runner import CORE_FLAGS, CORE_PATH, Progress, placed, read_output
 from podspec.security import Scratch
+from stacks.output_folder import prepare
 
 CORE_FILE = "loadgen.py"
 CONTAINER = "loadgen"
@@ -268,3 +272,28 @@ def manifests(
     objs = [config_map(cm, namespace)]
     objs += [job(job_name(run_id, k), namespace, node_selector, spec, cm, cpus) for k, spec in enumerate(specs, 1)]
     return [with_labels(obj, run_labels(run_id, LAB)) for obj in objs]
+
+
+def write_manifests(folder: Path, objects: list[dict[str, Any]]) -> list[Path]:
+    """`objects` as YAML files in `folder`, in place of those an earlier --client-manifest left there (fewer
+    points now would otherwise leave its extra Jobs beside the new ones)."""
+    prepare(folder, "--client-manifest")
+    for old in folder.glob("*.yaml"):
+        if _benchmark_object(old):
+            old.unlink()
+    paths = []
+    for obj in objects:
+        path = folder / f"{obj['kind'].lower()}-{obj['metadata']['name']}.yaml"
+        path.write_text(yaml.safe_dump(obj, sort_keys=False))
+        paths.append(path)
+    return paths
+
+
+def _benchmark_object(path: Path) -> bool:
+    """A file holding one object labelled as a benchmark run's (benchmarks.cluster.RUN_LABEL)."""
+    try:
+        obj = yaml.safe_load(path.read_text())
+    except (OSError, UnicodeDecodeError, yaml.YAMLError):
+        return False
+    labels = (obj.get("metadata") or {}).get("labels") if isinstance(obj, dict) else None
+    return isinstance(labels, dict) and RUN_LABEL in labels

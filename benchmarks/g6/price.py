@@ -12,13 +12,15 @@ simulated run is priced as Pulumi.g6.yaml configures the stack; its figures are 
 from __future__ import annotations
 
 from collections.abc import Sequence
+from typing import Any
 
-from benchmarks.g6.config import G6Params
+from benchmarks.g6.config import LAB, G6Params
 from benchmarks.g6.result import G6Point, GpuPrice, TokenPrices
 from benchmarks.loadgen import PointStats
 from benchmarks.loadgen.steady import Pooled
 from facts import prices
-from stacks.cost_estimate import CostEstimate
+from stacks.cost_estimate import CostEstimate, estimate_or_none, estimate_section, markdown
+from stacks.stackfile import load_config
 
 SECONDS_PER_HOUR = 3600
 TOKENS_PER_PRICE = 1_000_000
@@ -85,6 +87,47 @@ def session_cost(price: GpuPrice, measured_gpu_s: float) -> str:
         f"(${hours * price.gpu_node:.2f} of it the GPU node, {price.configured}); the measurements alone "
         f"${measured_gpu_s / SECONDS_PER_HOUR * gpu_up:.2f}.\n"
     )
+
+
+def stack_gpu_price(outputs: dict[str, Any] | None, params: G6Params) -> GpuPrice | None:
+    """The prices the stack's cost estimate uses; for the simulator, Pulumi.g6.yaml's."""
+    if outputs is not None:
+        saved, pool = outputs.get("cost_estimate"), outputs.get("gpu_pool")
+        if not isinstance(saved, dict) or not isinstance(pool, dict) or "machine_type" not in pool:
+            return None
+        return gpu_price(CostEstimate.model_validate(saved), pool["machine_type"], bool(pool.get("spot", True)),
+                         "from the stack's outputs")  # fmt: skip
+    if params.target_kind != "sim":
+        return None
+    cfg = load_config(LAB)
+    est = estimate_or_none(cfg)
+    if est is None:
+        return None
+    return gpu_price(est, cfg.gpu_machine_type, cfg.gpu_spot, "as Pulumi.g6.yaml configures the g6 stack")
+
+
+def cost_section(outputs: dict[str, Any] | None, params: G6Params, seconds: float, price: GpuPrice | None,
+                 session: bool = True) -> str | None:  # fmt: skip
+    """What the stack costs per hour and what this session cost (Markdown); for a simulated run, what
+    the same session would cost on the g6 stack as Pulumi.g6.yaml configures it, the GPU up for the
+    run's length in GPU time. `session`: False for a run that prices its own scale-ups and idle tail."""
+    # A virtual run's wall time is its engine's, not the GPU's: no session to price.
+    assumed = price is not None and session and not params.virtual
+    priced = "\n" + session_cost(price, seconds * params.speedup) if assumed and price is not None else ""
+    if outputs is not None:
+        return (estimate_section(outputs) + priced) or None
+    if params.target_kind != "sim":
+        return None
+    est = estimate_or_none(load_config(LAB))
+    if est is None:
+        return None
+    if params.virtual:
+        return markdown(est) + "\nThis run replayed its points on the simulator's virtual clock: no GPU time to price.\n"
+    return markdown(est) + (
+        f"\nThis run took {seconds / 60:.1f} min against the simulator at x{params.speedup:g}: "
+        f"{seconds * params.speedup / 60:.1f} min of GPU time on the real L4 (server starts and the gaps between "
+        "points included, priced as measurements below).\n"
+    ) + priced
 
 
 def slo_misses(point: G6Point | Pooled, params: G6Params, confident: bool = False) -> list[str]:

@@ -31,11 +31,13 @@ def workloads(lab: str, outputs: dict[str, Any]) -> list[dict[str, Any]]:
     """The objects `python -m benchmarks <lab>` creates first, built from the stack's outputs, and the
     one-shot nvidia-smi pod every run may end with (the evidence of its report)."""
     if lab == "g6":
-        from benchmarks.g6 import cli, run
+        from benchmarks.g6 import cli, resolve
+        from benchmarks.g6.experiments.table import EXPERIMENTS
 
         inv = cli.parse(["--outputs", "outputs.json", "--concurrency", "1"])
-        params = run.resolve_params(inv, outputs)
-        own = run.client_manifest(outputs, params, run.experiment_params(inv, params), inv.client_cpus)
+        params = resolve.resolve_params(inv, outputs)
+        sweep = EXPERIMENTS[inv.experiment]
+        own = sweep.client_objects(params, sweep.parameters(inv.given, params, inv), outputs, inv.client_cpus)
     else:
         own = importlib.import_module(f"benchmarks.labs.{lab}").build_workloads(outputs, run_id=RUN_ID)
     return own + [evidence.nvidia_smi_pod(outputs, RUN_ID)]

@@ -28,6 +28,7 @@ from typing import Any, Literal
 from pydantic import BaseModel, ConfigDict, Field
 
 from benchmarks.cluster import Cluster, ClusterError, wait_until
+from benchmarks.g6.client import vllm_endpoint
 from benchmarks.g6.config import G6Params
 from benchmarks.g6.result import ExperimentResult, GpuPrice
 from benchmarks.g6.sweep import Outcome, Target, interruptible
@@ -205,6 +206,12 @@ def where(outputs: dict[str, Any], namespace: str) -> Where:
     pool = outputs.get("gpu_pool") or {}
     return Where(namespace=namespace, deployment=CONTAINER, gpu_pool=pool.get("name", "gpu"),
                  min_nodes=int(pool.get("min_nodes") or 0))  # fmt: skip
+
+
+def vllm_where(outputs: dict[str, Any] | None) -> Where:
+    """The stack's vLLM Deployment and its GPU pool (a run that reads the cluster always names a stack)."""
+    assert outputs is not None
+    return where(outputs, vllm_endpoint(outputs).namespace)
 
 
 def now() -> datetime:
