@@ -21,6 +21,7 @@ from typing import Any, Protocol, TypeVar
 
 import yaml
 
+from benchmarks.errors import BenchmarkError
 from benchmarks.harness.answers import body_text
 from benchmarks.harness.signals import shielded, sigterm_raises
 from facts.gke_auth import ADC_FLAG, ADC_LOGIN_HINT, AUTH_PLUGIN, GCLOUD_LOGIN_HINT, INSTALL_HINT
@@ -31,11 +32,11 @@ LAB_LABEL = "gke-ml-labs/lab"
 T = TypeVar("T")
 
 
-class ClusterError(Exception):
+class KubeApiError(BenchmarkError):
     """The cluster could not be reached or refused an operation; says which and why."""
 
 
-class WaitTimeout(ClusterError):
+class WaitTimeout(KubeApiError):
     """A wait ran past its deadline; the message says what was awaited and what was last seen."""
 
 
@@ -80,7 +81,7 @@ class KubeCluster:
         try:
             self._dyn = dynamic.DynamicClient(api_client)
         except Exception as e:  # discovery is the first call that reaches the API server
-            raise ClusterError(f"cannot reach the cluster's API server: {brief(e)}") from e
+            raise KubeApiError(f"cannot reach the cluster's API server: {brief(e)}") from e
 
     @classmethod
     def from_kubeconfig(cls, kubeconfig: str | dict[str, Any], request_timeout_s: float = 60.0) -> KubeCluster:
@@ -88,15 +89,15 @@ class KubeCluster:
         from kubernetes import config
 
         if kubeconfig == "[secret]":  # what `pulumi stack output --json` prints for a secret it does not show
-            raise ClusterError(
+            raise KubeApiError(
                 "stack output 'kubeconfig' is masked as [secret]: save the outputs with "
                 "`pulumi stack output --json --show-secrets -s STACK > FILE`"
             )
         parsed = yaml.safe_load(kubeconfig) if isinstance(kubeconfig, str) else kubeconfig
         if not isinstance(parsed, dict) or "clusters" not in parsed:
-            raise ClusterError("stack output 'kubeconfig' is not a kubeconfig (no 'clusters' key)")
+            raise KubeApiError("stack output 'kubeconfig' is not a kubeconfig (no 'clusters' key)")
         if AUTH_PLUGIN in yaml.safe_dump(parsed) and shutil.which(AUTH_PLUGIN) is None:
-            raise ClusterError(
+            raise KubeApiError(
                 f"the kubeconfig authenticates with {AUTH_PLUGIN}, which is not on PATH: install it with "
                 f"`{INSTALL_HINT}` and log in with "
                 "`gcloud auth application-default login` (the plugin uses Application Default Credentials)"
@@ -111,7 +112,7 @@ class KubeCluster:
         try:
             return self._dyn.resources.get(api_version=api_version, kind=kind)
         except Exception as e:
-            raise ClusterError(
+            raise KubeApiError(
                 f"the cluster does not serve {kind} ({api_version}): is the lab's component installed? ({brief(e)})"
             ) from e
 
@@ -121,7 +122,7 @@ class KubeCluster:
         try:
             return self._dyn.create(res, body=obj, namespace=ns, _request_timeout=self._timeout).to_dict()
         except Exception as e:
-            raise ClusterError(f"creating {obj['kind']} {ns}/{obj['metadata']['name']} failed: {brief(e)}") from e
+            raise KubeApiError(f"creating {obj['kind']} {ns}/{obj['metadata']['name']} failed: {brief(e)}") from e
 
     def list(
         self, api_version: str, kind: str, namespace: str | None = None, label_selector: str | None = None
@@ -133,7 +134,7 @@ class KubeCluster:
                 _request_timeout=self._timeout,
             )
         except Exception as e:  # e.g. 403: the lab's error path (and its partial recording) must see it
-            raise ClusterError(f"listing {kind} in {namespace or 'all namespaces'} failed: {brief(e)}") from e
+            raise KubeApiError(f"listing {kind} in {namespace or 'all namespaces'} failed: {brief(e)}") from e
         return out.to_dict().get("items", [])
 
     def delete_labelled(self, api_version: str, kind: str, namespace: str | None, label_selector: str) -> None:
@@ -159,7 +160,7 @@ class KubeCluster:
                 _request_timeout=self._timeout,
             ).to_dict()
         except Exception as e:
-            raise ClusterError(f"patching {kind} {ns}/{name} failed: {e}") from e
+            raise KubeApiError(f"patching {kind} {ns}/{name} failed: {e}") from e
 
     def pod_log(self, namespace: str, name: str, container: str | None = None) -> str:
         """The pod's log; a pod with several containers (KServe's queue-proxy, Argo's wait) needs
@@ -171,7 +172,7 @@ class KubeCluster:
                 name, namespace, container=container, _request_timeout=self._timeout
             )
         except Exception as e:
-            raise ClusterError(f"reading the log of pod {namespace}/{name} failed: {brief(e)}") from e
+            raise KubeApiError(f"reading the log of pod {namespace}/{name} failed: {brief(e)}") from e
 
     def follow_log(self, namespace: str, name: str, container: str | None = None) -> Iterator[str]:
         """The pod's log line by line as it is written, until the container ends (`kubectl logs -f`).
@@ -186,7 +187,7 @@ class KubeCluster:
                 _request_timeout=self._timeout,
             )  # fmt: skip
         except Exception as e:
-            raise ClusterError(f"following the log of pod {namespace}/{name} failed: {brief(e)}") from e
+            raise KubeApiError(f"following the log of pod {namespace}/{name} failed: {brief(e)}") from e
         tail = b""
         try:
             # read1: whatever has arrived, without waiting for a full buffer (a quiet log stays open).
@@ -198,7 +199,7 @@ class KubeCluster:
             if tail:
                 yield tail.decode(errors="replace")
         except Exception as e:  # urllib3's read timeout or a dropped connection, mid-stream
-            raise ClusterError(f"the log stream of pod {namespace}/{name} broke: {brief(e)}") from e
+            raise KubeApiError(f"the log stream of pod {namespace}/{name} broke: {brief(e)}") from e
         finally:
             resp.release_conn()
 
@@ -232,12 +233,12 @@ class KubeCluster:
             response = self._api_client.call_api(*request, _request_timeout=timeout_s or self._timeout)
             response.read()
         except Exception as e:
-            raise ClusterError(f"{method} {path} on {where} failed: {brief(e)}") from e
+            raise KubeApiError(f"{method} {path} on {where} failed: {brief(e)}") from e
         text = response.data.decode(errors="replace")
         # call_api does not raise on an error status: the proxy's 503 (no ready endpoints) or 404 (no
         # such service or pod) would otherwise reach the caller as if the service had answered.
         if not 200 <= response.status <= 299:
-            raise ClusterError(f"{method} {path} on {where} answered HTTP {response.status}: {body_text(text)}")
+            raise KubeApiError(f"{method} {path} on {where} answered HTTP {response.status}: {body_text(text)}")
         return text
 
     def server_version(self) -> dict[str, Any]:
@@ -286,12 +287,12 @@ def check_exec_plugin(plugin: dict[str, Any], timeout_s: float = 60.0) -> None:
         done = subprocess.run(command, env=env, stdin=subprocess.DEVNULL, capture_output=True, text=True,
                               timeout=timeout_s)
     except (OSError, subprocess.TimeoutExpired) as e:
-        raise ClusterError(f"the kubeconfig's credential plugin {command[0]} could not run: {e}") from None
+        raise KubeApiError(f"the kubeconfig's credential plugin {command[0]} could not run: {e}") from None
     if done.returncode != 0:
         lines = [line.strip() for line in done.stderr.splitlines() if line.strip()]
         # gcloud's own diagnosis is the line with "ERROR: (gcloud...."; the plugin wraps it in its log line.
         reason = next((line[line.index("ERROR:"):] for line in lines if "ERROR:" in line), lines[0] if lines else "")
-        raise ClusterError(
+        raise KubeApiError(
             f"{os.path.basename(command[0])} could not get a token (exit {done.returncode}): {reason[:300]} "
             f"{ADC_LOGIN_HINT if ADC_FLAG in command else GCLOUD_LOGIN_HINT}, then run again."
         )
@@ -300,7 +301,7 @@ def check_exec_plugin(plugin: dict[str, Any], timeout_s: float = 60.0) -> None:
 @contextmanager
 def _quiet_client_logging() -> Iterator[None]:
     """The kubernetes client logs credential problems with logging.error on the root logger, which
-    prints them when nothing else handles logging; a failure surfaces as one ClusterError instead."""
+    prints them when nothing else handles logging; a failure surfaces as one KubeApiError instead."""
     root = logging.getLogger()
     handler = logging.NullHandler()
     added = not root.handlers

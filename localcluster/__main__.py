@@ -23,7 +23,7 @@ from pathlib import Path
 from localcluster import bench
 from localcluster.build import REPO, BuildError, ensure
 from localcluster.controllers import ControllerError, beside, needed
-from localcluster.controlplane import ClusterError, ControlPlane
+from localcluster.controlplane import ControlPlaneError, ControlPlane
 from localcluster.images import ImageError
 from localcluster import realnode
 from localcluster.realnode import NodeError
@@ -75,7 +75,7 @@ def serve(lab: str, folder: Path, status_fd: int | None, real_node: bool = False
             if out is not sys.stdout:
                 out.close()
             signal.pause() if hasattr(signal, "pause") else time.sleep(10**9)
-    except (BuildError, ClusterError, ControllerError, ConfigError, NodeError, ImageError, FileNotFoundError) as e:
+    except (BuildError, ControlPlaneError, ControllerError, ConfigError, NodeError, ImageError, FileNotFoundError) as e:
         say(f"error: {e}")
         return 1
     except KeyboardInterrupt:

@@ -30,7 +30,7 @@ from pulumi.automation.errors import CommandError
 
 from localcluster.build import REPO, BuildError, ensure
 from localcluster.controllers import ControllerError, LabControllers, beside, needed
-from localcluster.controlplane import CONTEXT, ClusterError, ControlPlane
+from localcluster.controlplane import CONTEXT, ControlPlaneError, ControlPlane
 from localcluster.engine import stack
 from localcluster.images import ImageError
 from localcluster import realnode
@@ -108,6 +108,6 @@ def main(lab: str, out: Path, job_seconds: float, benchmark_args: list[str], rea
     except CommandError as e:  # the lab's pulumi up: the provider quotes the API server's message
         lines = [ln.strip() for ln in str(e).splitlines() if "error" in ln.lower()]
         print(f"error: pulumi up -s {lab} on the local cluster failed:\n" + "\n".join(lines[-20:]), file=sys.stderr)
-    except (BenchError, BuildError, ClusterError, ControllerError, NodeError, ImageError) as e:
+    except (BenchError, BuildError, ControlPlaneError, ControllerError, NodeError, ImageError) as e:
         print(f"error: {e}", file=sys.stderr)
     return 2

@@ -37,7 +37,7 @@ from components.kueue import manager_config
 from facts.simulation import REAL
 from localcluster import certs, nodes
 from localcluster.build import GOMOD, MODULES, Built
-from localcluster.controlplane import LOOPBACK, ClusterError, Component, ControlPlane, declare, free_ports, log_tail
+from localcluster.controlplane import LOOPBACK, ControlPlaneError, Component, ControlPlane, declare, free_ports, log_tail
 from stacks.compose_platform import kueue_args
 from stacks.config import LabConfig
 
@@ -409,7 +409,7 @@ class LabControllers:
         self.ready.discard(name)
         try:
             declare(self.client, {f"{REAL}{name}": None})
-        except (httpx.HTTPError, ClusterError) as e:  # the API server may be gone already: the process must still stop
+        except (httpx.HTTPError, ControlPlaneError) as e:  # the API server may be gone already: the process must still stop
             self.say(f"{name}: not removed from the cluster's statement: {e}")
         for doc in running.webhooks:
             try:

@@ -47,7 +47,7 @@ DIE_WITH_PARENT = ("setpriv", "--pdeathsig", "KILL")
 Say = Callable[[str], None]
 
 
-class ClusterError(Exception):
+class ControlPlaneError(Exception):
     """The control plane did not come up: which component, why, and the tail of its log."""
 
 
@@ -106,7 +106,7 @@ def declare(client: httpx.Client, lines: dict[str, str | None]) -> None:
         kept = {k: v for k, v in lines.items() if v is not None}
         answer = client.post(path, json={"metadata": {"name": STATEMENT_NAME}, "data": kept})
     if answer.status_code not in (200, 201):
-        raise ClusterError(f"the cluster's statement {STATEMENT_NAMESPACE}/{STATEMENT_NAME} refused: "
+        raise ControlPlaneError(f"the cluster's statement {STATEMENT_NAMESPACE}/{STATEMENT_NAME} refused: "
                            f"{answer.status_code} {answer.text}")  # fmt: skip
 
 
@@ -115,7 +115,7 @@ def realnode_labels(lab: LabConfig) -> dict[str, str]:
     the kubelet sets itself."""
     node = next((n for n in nodes.lab_nodes(lab, 0) if n["metadata"]["name"] == nodes.REAL_NODE_NAME), None)
     if node is None:
-        raise ClusterError(f"lab {lab.stack} has no GPU pool node ({nodes.REAL_NODE_NAME}) for the real node to be")
+        raise ControlPlaneError(f"lab {lab.stack} has no GPU pool node ({nodes.REAL_NODE_NAME}) for the real node to be")
     own = ("kubernetes.io/hostname", "kubernetes.io/os", "kubernetes.io/arch")
     return {k: v for k, v in node["metadata"]["labels"].items() if k not in own}
 
@@ -215,7 +215,7 @@ class ControlPlane:
         while time.monotonic() < deadline:
             code = component.exited()
             if code is not None:
-                raise ClusterError(
+                raise ControlPlaneError(
                     f"{component.name} exited with code {code} before {what}; last lines of {component.log}:\n"
                     + log_tail(component.log)
                 )
@@ -228,7 +228,7 @@ class ControlPlane:
                 return
             reason = answer
             time.sleep(0.5)
-        raise ClusterError(
+        raise ControlPlaneError(
             f"{component.name} not {what} after {START_TIMEOUT_S:.0f} s: {reason}; last lines of {component.log}:\n"
             + log_tail(component.log)
         )
@@ -368,7 +368,7 @@ class ControlPlane:
             for name, node in wanted.items():
                 answer = client.post("/api/v1/nodes", json=node)
                 if answer.status_code != 201:
-                    raise ClusterError(f"node {name} refused: {answer.status_code} {answer.text}")
+                    raise ControlPlaneError(f"node {name} refused: {answer.status_code} {answer.text}")
 
             declared = list(wanted.values()) + ([real] if real else [])
 

@@ -22,7 +22,8 @@ from typing import Literal
 
 from pydantic import BaseModel, ConfigDict
 
-from ops.gcp import GcpClient, GcpError
+from ops.errors import OpsError
+from ops.gcp import GcpClient
 
 Dialect = Literal["bigquery", "duckdb"]
 # Google's naming rules for the three parts of PROJECT_ID.DATASET.TABLE.
@@ -49,7 +50,7 @@ ORDER BY cost DESC, service, sku
 """
 
 
-class BillingError(Exception):
+class BillingError(OpsError):
     """Bad arguments or an unusable answer from BigQuery."""
 
 
@@ -195,7 +196,7 @@ def main(argv: list[str] | None = None, client: GcpClient | None = None) -> int:
         check_table(args.table)  # before any call
         with client or GcpClient.from_environment() as gcp:
             rows = query_bigquery(gcp, args.project or args.table.split(".")[0], args.table, args.lab, since, until)
-    except (BillingError, GcpError) as e:
+    except OpsError as e:
         print(f"error: {e}", file=sys.stderr)
         return 2
     print(report(rows, args.lab, since, until))

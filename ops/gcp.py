@@ -31,6 +31,8 @@ from typing import Any, TypeVar
 import httpx
 from pydantic import TypeAdapter, ValidationError
 
+from ops.errors import OpsError
+
 SCOPES = ["https://www.googleapis.com/auth/cloud-platform"]
 LOGIN_HINT = "run `gcloud auth application-default login`"
 TOKEN_HINT = "set a fresh GOOGLE_OAUTH_ACCESS_TOKEN (`gcloud auth print-access-token`) or unset it"
@@ -58,7 +60,7 @@ MAX_BACKOFF_S = 8.0  # the most a Retry-After is honoured
 MAX_PAGES = 1000  # a list longer than this (500 000 items at Google's usual page size) is not believed
 
 
-class GcpError(Exception):
+class GcpError(OpsError):
     """Base of every error the Google API client raises."""
 
 

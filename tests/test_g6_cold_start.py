@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 import yaml
 
-from benchmarks.cluster import ClusterError
+from benchmarks.cluster import KubeApiError
 from benchmarks.g6 import cli
 from benchmarks.g6.experiments import cold_start as cs
 from benchmarks.g6.experiments.cold_start_report import render_cold_start_report
@@ -67,7 +67,7 @@ class ScriptedColdStart:
 
     def post(self, namespace, service, port, path, body):
         if len(self.cluster.posts) <= self.answer_after:
-            raise ClusterError(f"POST {path} on service {namespace}/{service}:{port} answered HTTP 503: no endpoints")
+            raise KubeApiError(f"POST {path} on service {namespace}/{service}:{port} answered HTTP 503: no endpoints")
         return json.dumps({"id": "cmpl-1", "object": "text_completion", "model": fx.MODEL,
                            "choices": [{"index": 0, "text": " there", "finish_reason": "length"}]})
 
@@ -160,7 +160,7 @@ def test_a_failed_restore_says_the_command_that_finishes_it():
     def patch(api_version, kind, namespace, name, patch):
         calls["n"] += 1
         if calls["n"] == 3:
-            raise ClusterError("patching Deployment llm/vllm failed: HTTP 403 Forbidden")
+            raise KubeApiError("patching Deployment llm/vllm failed: HTTP 403 Forbidden")
         script.replicas = patch["spec"]["replicas"]
 
     script.cluster.on_patch = patch

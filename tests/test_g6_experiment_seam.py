@@ -128,3 +128,16 @@ def test_the_run_never_asks_which_experiment_it_holds(module):
     names = {node.value for node in ast.walk(tree) if isinstance(node, ast.Constant) and isinstance(node.value, str)}
     named = names & set(EXPERIMENTS)
     assert named <= ({"sweep"} if module.endswith("cli.py") else set()), f"{module} names {named}"
+
+
+def test_the_agreement_check_refuses_an_experiment_it_holds_no_figure_of(toy, tmp_path, capsys):
+    """A new experiment's run is not "in agreement" with the oracle because nothing was compared."""
+    from benchmarks.g6.agreement import main as agreement
+
+    argv = ["--sim", "--virtual", "--model", QWEN_05, "--experiment", "toy", "--requests", "8", "--out", str(tmp_path),
+            "--quiet"]  # fmt: skip
+    assert cli.run(argv) == 0
+    (folder,) = tmp_path.iterdir()
+    capsys.readouterr()
+    assert agreement([str(folder)]) == 2
+    assert "no figure of its toy run is held against the oracle" in capsys.readouterr().err

@@ -19,7 +19,7 @@ import pytest
 import schemas
 import yaml
 
-from benchmarks.cluster import RUN_LABEL, ClusterError, WaitTimeout
+from benchmarks.cluster import RUN_LABEL, KubeApiError, WaitTimeout
 from benchmarks.g6 import main
 from benchmarks.g6.incluster import CONTAINER, CORE_FILE, ClusterRunner, proxy_server
 from benchmarks.g6.targets import ServerSettings, SimTarget
@@ -236,7 +236,7 @@ class Kubelet:
                 pending += log.readline()
                 if pending.endswith("\n") or (ended and pending):
                     if n == self.follow_breaks_after:
-                        raise ClusterError(f"the log stream of pod {namespace}/{name} broke: connection reset")
+                        raise KubeApiError(f"the log stream of pod {namespace}/{name} broke: connection reset")
                     yield pending.rstrip("\n")
                     n, pending = n + 1, ""
                 elif ended:
@@ -263,20 +263,20 @@ class Kubelet:
     def _vllm(self, method: str, namespace: str, service: str, port: int, path: str) -> Server:
         self.proxied.append((method, service, path))
         if self.vllm is None or service != "vllm":
-            raise ClusterError(f"{method} {path} on service {namespace}/{service}:{port} answered HTTP 503: no endpoints")
+            raise KubeApiError(f"{method} {path} on service {namespace}/{service}:{port} answered HTTP 503: no endpoints")
         return http_server(self.vllm)
 
     def service_get(self, namespace, service, port, path, params):
         try:
             return self._vllm("GET", namespace, service, port, path).get(path)
         except HarnessError as exc:
-            raise ClusterError(str(exc)) from exc
+            raise KubeApiError(str(exc)) from exc
 
     def service_post(self, namespace, service, port, path, body, timeout_s):
         try:
             return self._vllm("POST", namespace, service, port, path).post(path, body, timeout_s)
         except HarnessError as exc:
-            raise ClusterError(str(exc)) from exc
+            raise KubeApiError(str(exc)) from exc
 
     def server_version(self):
         return {"gitVersion": "v1.35.7-gke.1219000"}

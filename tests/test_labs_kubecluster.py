@@ -15,7 +15,7 @@ from urllib.parse import parse_qs, urlsplit
 
 import pytest
 
-from benchmarks.cluster import ClusterError, KubeCluster
+from benchmarks.cluster import KubeApiError, KubeCluster
 from stacks.stackfile import REPO
 
 CORE = {"kind": "APIResourceList", "groupVersion": "v1", "resources": [
@@ -200,22 +200,22 @@ def test_a_merge_patch_and_a_kind_without_collection_delete_on_the_wire(cluster)
 
 
 def test_errors_name_the_object_and_the_kind(cluster):
-    with pytest.raises(ClusterError, match="creating ConfigMap ns/exists failed"):
+    with pytest.raises(KubeApiError, match="creating ConfigMap ns/exists failed"):
         cluster.create({"apiVersion": "v1", "kind": "ConfigMap", "metadata": {"name": "exists", "namespace": "ns"}})
-    with pytest.raises(ClusterError, match="does not serve Workload"):
+    with pytest.raises(KubeApiError, match="does not serve Workload"):
         cluster.list("kueue.x-k8s.io/v1beta2", "Workload", "ns")
 
 
 def test_a_kubeconfig_that_is_not_one_is_refused():
-    with pytest.raises(ClusterError, match="not a kubeconfig"):
+    with pytest.raises(KubeApiError, match="not a kubeconfig"):
         KubeCluster.from_kubeconfig("")
     # Outputs saved without --show-secrets carry the placeholder, not the kubeconfig.
-    with pytest.raises(ClusterError, match="--show-secrets"):
+    with pytest.raises(KubeApiError, match="--show-secrets"):
         KubeCluster.from_kubeconfig("[secret]")
 
 
 def test_an_error_status_from_the_service_proxy_is_an_error_not_an_answer(cluster):
-    with pytest.raises(ClusterError, match=r"answered HTTP 503: .*no endpoints available"):
+    with pytest.raises(KubeApiError, match=r"answered HTTP 503: .*no endpoints available"):
         cluster.service_get("monitoring", "down", 9090, "api/v1/query", {"query": "up"})
 
 
@@ -228,18 +228,18 @@ def test_a_post_through_the_service_proxy_carries_its_json_body(cluster):
     assert json.loads(answer)["status"] == "success"
     assert _Api.calls[-1] == ("POST", "/api/v1/namespaces/llm/services/vllm:8000/proxy/v1/completions", {}, body)
     assert _Api.content_types[-1] == "application/json" and _Api.auth[-1] == "Bearer t0ken"
-    with pytest.raises(ClusterError, match=r"POST /v1/completions on service llm/down:8000 answered HTTP 503"):
+    with pytest.raises(KubeApiError, match=r"POST /v1/completions on service llm/down:8000 answered HTTP 503"):
         cluster.service_post("llm", "down", 8000, "/v1/completions", body, timeout_s=5)
 
 
 def test_logs_of_a_pod_with_several_containers_name_the_container(cluster):
-    with pytest.raises(ClusterError, match="a container name must be specified"):
+    with pytest.raises(KubeApiError, match="a container name must be specified"):
         cluster.pod_log("ns", "two")
     assert cluster.pod_log("ns", "two", container="kserve-container") == "step 1 t=1.0 kserve-container\n"
 
 
 def test_a_refused_list_is_a_cluster_error(cluster):
-    with pytest.raises(ClusterError, match="listing Pod in ns failed"):
+    with pytest.raises(KubeApiError, match="listing Pod in ns failed"):
         cluster.list("v1", "Pod", "ns", "refuse=me")
 
 
@@ -247,7 +247,7 @@ def test_a_stalled_call_ends_at_the_request_timeout(server):
     """wait_until's deadlines and the cleanup after them hold only if no single call can hang."""
     quick = KubeCluster.from_kubeconfig(_kubeconfig(server.server_port), request_timeout_s=0.5)
     began = time.monotonic()
-    with pytest.raises(ClusterError, match="listing Pod in ns failed"):
+    with pytest.raises(KubeApiError, match="listing Pod in ns failed"):
         quick.list("v1", "Pod", "ns", "hang=1")
     assert time.monotonic() - began < 2.5
 
@@ -282,7 +282,7 @@ def test_the_pod_proxy_reaches_one_pod_and_reports_a_missing_one(cluster):
     assert ("GET", "/api/v1/namespaces/models/pods/cifar10-predictor-00001-deployment-abc:8002/proxy/metrics", {}) in [
         (m, p, q) for m, p, q, _ in _Api.calls
     ]
-    with pytest.raises(ClusterError, match=r"GET /metrics on pod models/gone:8002 answered HTTP 404: .*not found"):
+    with pytest.raises(KubeApiError, match=r"GET /metrics on pod models/gone:8002 answered HTTP 404: .*not found"):
         cluster.pod_get("models", "gone", 8002, "/metrics")
 
 
@@ -318,7 +318,7 @@ def test_an_auth_plugin_without_an_account_is_one_line_and_nothing_else(plugin_w
     from components.cluster import kubeconfig
 
     text = kubeconfig("proj", "us-central1-a", "gml-g1", f"127.0.0.1:{server.server_port}", "TU9DSy1DQQ==")
-    with pytest.raises(ClusterError) as e:
+    with pytest.raises(KubeApiError) as e:
         KubeCluster.from_kubeconfig(text.replace("https://", "http://"))
     message = str(e.value)
     assert "\n" not in message

@@ -15,7 +15,7 @@ from urllib.parse import urlsplit
 import httpx
 import pytest
 
-from benchmarks.cluster import ClusterError, KubeCluster
+from benchmarks.cluster import KubeApiError, KubeCluster
 from benchmarks.g6.targets import ServerSettings, SimTarget
 from benchmarks.harness import PrometheusRef
 from benchmarks.loadgen import LoadSpec, run_load, summarize
@@ -195,11 +195,11 @@ def test_a_rejected_query_through_the_proxy_names_the_service_and_the_query(api_
     target = PrometheusRef(namespace="monitoring", service="kps-prometheus", port=9090)
     proxied = PrometheusClient.through_service_proxy(api_server, target)
     # The API server passes Prometheus' 400 on: the cluster layer says which service answered what.
-    with pytest.raises(ClusterError, match=r"kps-prometheus:9090 answered HTTP 400: .*parse error"):
+    with pytest.raises(KubeApiError, match=r"kps-prometheus:9090 answered HTTP 400: .*parse error"):
         proxied.query("sum((", time.time())
     missing = PrometheusRef(namespace="monitoring", service="other", port=9090)
     elsewhere = PrometheusClient.through_service_proxy(api_server, missing)
-    with pytest.raises(ClusterError, match="monitoring/other:9090 answered HTTP 404"):
+    with pytest.raises(KubeApiError, match="monitoring/other:9090 answered HTTP 404"):
         elsewhere.answer("up")
 
 

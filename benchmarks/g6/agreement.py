@@ -27,6 +27,7 @@ from typing import NamedTuple
 
 from pydantic import BaseModel
 
+from benchmarks.errors import BenchmarkError
 from benchmarks.g6.cli import parse
 from benchmarks.g6.config import G6Params
 from benchmarks.g6.experiments.kv import KvResult
@@ -36,7 +37,7 @@ from benchmarks.g6.experiments.saturation import SaturationResult
 from benchmarks.g6.experiments.table import EXPERIMENTS
 from benchmarks.g6.result import Figures, G6Point, G6Result
 from benchmarks.g6.run import execute
-from benchmarks.harness import HarnessError, load_result
+from benchmarks.harness import load_result
 from benchmarks.harness.markdown import table
 from benchmarks.loadgen.reruns import Rerun
 
@@ -63,7 +64,7 @@ class Check(NamedTuple):
 VERDICTS = {True: "yes", False: "**no**", None: "not held (no measured band)"}
 
 
-class AgreementError(Exception):
+class AgreementError(BenchmarkError):
     """A folder the check cannot replay; the message says why."""
 
 
@@ -206,11 +207,15 @@ def main(argv: list[str] | None = None) -> int:
         with tempfile.TemporaryDirectory() as tmp:
             try:
                 shipped, oracle = replayed(folder, Path(tmp))
-            except (AgreementError, HarnessError) as exc:
+            except BenchmarkError as exc:
                 print(f"g6 agreement: {exc}", file=sys.stderr)
                 return 2
         found = checks(shipped, oracle)
         held = [c for c in found if c.agrees is not None]
+        if not held:  # nothing held is nothing agreeing: an experiment this check does not know yet
+            print(f"g6 agreement: {folder}: no figure of its {shipped.params.experiment} run is held against the "  # type: ignore[attr-defined]
+                  "oracle", file=sys.stderr)  # fmt: skip
+            return 2
         bad = [c for c in held if not c.agrees]
         disagree += len(bad)
         print(f"## {folder}: {len(held) - len(bad)} of {len(held)} held figures agree with the oracle "

@@ -17,7 +17,7 @@ from typing import Any
 
 import yaml
 
-from benchmarks.cluster import RUN_LABEL, Cluster, ClusterError, RunScope, run_labels, wait_until, with_labels
+from benchmarks.cluster import RUN_LABEL, Cluster, KubeApiError, RunScope, run_labels, wait_until, with_labels
 from benchmarks.g6.config import LAB
 from benchmarks.harness import Endpoint
 from benchmarks.harness.errors import HarnessError
@@ -99,19 +99,19 @@ def proxy_server(cluster: Cluster, endpoint: Endpoint) -> Server:
     def get(path: str) -> str:
         try:
             return cluster.service_get(ns, service, port, path, {})
-        except ClusterError as exc:
+        except KubeApiError as exc:
             raise HarnessError(str(exc)) from exc
 
     def post(path: str, body: dict[str, Any], timeout_s: float) -> str:
         try:
             return cluster.service_post(ns, service, port, path, body, timeout_s)
-        except ClusterError as exc:
+        except KubeApiError as exc:
             raise HarnessError(str(exc)) from exc
 
     def log() -> str:
         try:
             return server_log(cluster, endpoint)
-        except ClusterError as exc:
+        except KubeApiError as exc:
             raise HarnessError(str(exc)) from exc
 
     where = f"service {ns}/{service}:{port} through the API server"
@@ -125,13 +125,13 @@ def server_log(cluster: Cluster, endpoint: Endpoint) -> str:
     service = next((s for s in cluster.list("v1", "Service", ns) if s["metadata"]["name"] == name), None)
     selector = ((service or {}).get("spec") or {}).get("selector")
     if not selector:
-        raise ClusterError(f"Service {ns}/{name} " + ("has no pod selector" if service else "not found"))
+        raise KubeApiError(f"Service {ns}/{name} " + ("has no pod selector" if service else "not found"))
     pods = [
         p for p in cluster.list("v1", "Pod", ns, ",".join(f"{k}={v}" for k, v in sorted(selector.items())))
         if (p.get("status") or {}).get("phase") == "Running" and not p["metadata"].get("deletionTimestamp")
     ]  # fmt: skip
     if not pods:
-        raise ClusterError(f"no running pod behind Service {ns}/{name}")
+        raise KubeApiError(f"no running pod behind Service {ns}/{name}")
     newest = max(pods, key=lambda p: p["metadata"].get("creationTimestamp") or "")
     return cluster.pod_log(ns, newest["metadata"]["name"])
 
@@ -212,7 +212,7 @@ class ClusterRunner:
         reader = OutputReader(on_progress)
         try:
             reader.feed_all(self.cluster.follow_log(self.namespace, pod_name, CONTAINER))
-        except ClusterError as exc:
+        except KubeApiError as exc:
             self.log(f"{name}: {exc}; reading the whole log once it ends")
         if reader.end is None:
             # The stream broke, or ended early: the finished pod's whole log still holds every line.

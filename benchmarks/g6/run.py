@@ -12,10 +12,9 @@ from typing import Any, NamedTuple
 
 from pydantic import ValidationError
 
-from benchmarks.cluster import ClusterError
+from benchmarks.errors import BenchmarkError
 from benchmarks.g6.client import ClientSide, client_side
 from benchmarks.g6.config import LAB, G6Params
-from benchmarks.g6.errors import G6Error
 from benchmarks.g6.experiment import Drive, Ending, Experiment
 from benchmarks.g6.experiments.cold_start import FirstServing, vllm_where
 from benchmarks.g6.experiments.table import EXPERIMENTS
@@ -27,25 +26,21 @@ from benchmarks.g6.result import GpuPrice
 from benchmarks.g6.sweep import Measurement, Outcome
 from benchmarks.g6.targets import SimTarget
 from benchmarks.g6.virtual import VirtualRunner, VirtualTarget
-from benchmarks.harness import HarnessError, RunMeta, RunProgress, new_run_folder, save_result, tool_version
+from benchmarks.harness import RunMeta, RunProgress, new_run_folder, save_result, tool_version
 from benchmarks.harness.evidence import SIMULATOR, Evidence
 from benchmarks.harness.outputs import problems
 from benchmarks.harness.results import client_cpus
 from benchmarks.harness.signals import Interrupted, shielded, sigterm_raises
-from benchmarks.labs.errors import LabError
 from benchmarks.labs.evidence import collect as collect_evidence
 from benchmarks.labs.phases import ColdStartPhases
-from benchmarks.loadgen import LoadgenError
-from benchmarks.metrics import MetricsError
 from facts.catalogue import ServingError
 from stacks.loader import ConfigError
 from stacks.output_folder import OutputFolderError, prepare
 
 EXIT_CODES = {"Ctrl-C": 130, "SIGTERM": 143}  # 128 + the signal's number, as shells report them
-ERRORS = (
-    G6Error, HarnessError, LoadgenError, MetricsError, ServingError, ClusterError, LabError, OutputFolderError,
-    ConfigError,  # Pulumi.g6.yaml, which --sim reads
-)
+# The kit's own root, and the roots of the layers below: the serving catalogue, the output folders, and
+# Pulumi.g6.yaml (which --sim reads).
+ERRORS = (BenchmarkError, ServingError, OutputFolderError, ConfigError)
 
 
 class Chosen(NamedTuple):

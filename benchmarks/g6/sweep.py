@@ -12,7 +12,7 @@ from contextlib import AbstractContextManager, contextmanager
 from dataclasses import dataclass, field
 from typing import Any, NamedTuple, Protocol
 
-from benchmarks.cluster import ClusterError
+from benchmarks.cluster import KubeApiError
 from benchmarks.g6.analysis import analyse
 from benchmarks.g6.config import G6Params
 from benchmarks.g6.price import prices_per_million
@@ -181,7 +181,7 @@ def measure_point(
                 how.prom.window_metrics(window.start.timestamp(), window.end.timestamp(), params.scrape_interval_s,
                                         counted_from).in_time_scale(params.speedup),  # fmt: skip
             )
-        except (MetricsError, ClusterError) as exc:  # ClusterError: the API server's proxy to the stack's Prometheus
+        except (MetricsError, KubeApiError) as exc:  # KubeApiError: the API server's proxy to the stack's Prometheus
             error = str(exc)
     if error:
         errors.append(f"{label}: server metrics: {error}")

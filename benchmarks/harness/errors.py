@@ -1,5 +1,7 @@
 """The harness's exception class."""
 
+from benchmarks.errors import BenchmarkError
 
-class HarnessError(Exception):
+
+class HarnessError(BenchmarkError):
     """Stack outputs, results folders or pulumi calls the harness cannot work with."""

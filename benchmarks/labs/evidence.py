@@ -14,7 +14,7 @@ import time
 from datetime import datetime
 from typing import Any, Callable
 
-from benchmarks.cluster import Cluster, ClusterError, RunScope, WaitTimeout, wait_until
+from benchmarks.cluster import Cluster, KubeApiError, RunScope, WaitTimeout, wait_until
 from benchmarks.harness import evidence
 from benchmarks.labs import images, objects
 from benchmarks.labs.stack import gpu_placement
@@ -81,7 +81,7 @@ def run_nvidia_smi(
         wait_until(f"nvidia-smi pod {name}", poll, lambda p: p in ("Succeeded", "Failed"), timeout_s, 3.0, log,
                    sleep=sleep)  # fmt: skip
         return cluster.pod_log(NAMESPACE, name)
-    except (WaitTimeout, ClusterError) as e:
+    except (WaitTimeout, KubeApiError) as e:
         log(f"evidence: nvidia-smi did not run ({e}); the driver and CUDA versions stay 'not known'")
         return None
 

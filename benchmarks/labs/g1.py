@@ -15,7 +15,7 @@ from datetime import datetime
 from pathlib import Path
 from typing import Any
 
-from benchmarks.cluster import ClusterError, wait_until
+from benchmarks.cluster import KubeApiError, wait_until
 from benchmarks.harness import PrometheusRef
 from benchmarks.labs import evidence, images, live, objects
 from benchmarks.labs.errors import LabError
@@ -168,7 +168,7 @@ def record(session: LabSession, args: argparse.Namespace) -> Recording:
     poll()  # the untolerated pod's final state, after the GPU node has long been there
     try:  # read after the DCGM wait: by now the probe's nvidia-smi has long finished writing
         session.nvidia_smi = cluster.pod_log(params.namespace, probe_name(run_id))
-    except ClusterError as e:
+    except KubeApiError as e:
         session.notes.append(f"nvidia-smi output of the probe not read: {e}")
     return session.recording(objects={"gpu_nodes_before": nodes_before})
 

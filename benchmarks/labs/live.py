@@ -10,15 +10,15 @@ from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any, Protocol
 
-from benchmarks.cluster import Cluster, ClusterError, KubeCluster, RunScope
-from benchmarks.harness import HarnessError, new_run_folder, read_outputs, tool_version
+from benchmarks.cluster import Cluster, KubeApiError, KubeCluster, RunScope
+from benchmarks.errors import BenchmarkError
+from benchmarks.harness import new_run_folder, read_outputs, tool_version
 from benchmarks.harness.results import client_cpus
 from benchmarks.labs.errors import LabError
 from benchmarks.labs.evidence import final_pods, node_events, run_nvidia_smi
 from benchmarks.labs.record import Recording, Snapshot, helm_chart_versions, public_outputs, save_recording
 from benchmarks.labs.report import write_results
 from benchmarks.labs.result import LabResult
-from benchmarks.metrics import MetricsError
 from facts.simulation import STATEMENT_NAME, STATEMENT_NAMESPACE
 from stacks.output_folder import OutputFolderError, prepare
 
@@ -164,12 +164,12 @@ def run(lab: LiveLab, args: argparse.Namespace, cluster: Cluster | None = None, 
         try:
             with session.scope:
                 rec = session.with_evidence(lab.record(session, args))
-        except (LabError, ClusterError) as e:
+        except (LabError, KubeApiError) as e:
             _save_partial(lab, session, args, e)
             raise
         result = lab.measure(rec, source="live")
         folder = write_results(new_run_folder(args.out, lab.LAB, session.started_at), rec, result, lab)
-    except (LabError, ClusterError, HarnessError, MetricsError, OutputFolderError) as e:
+    except (BenchmarkError, OutputFolderError) as e:
         print(f"{lab.LAB}: {e}", file=sys.stderr)
         return 2
     print(f"{lab.LAB}: {'PASS' if result.passed else 'FAIL'}; results in {folder}")

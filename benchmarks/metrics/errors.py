@@ -1,5 +1,7 @@
 """The metrics package's exception class."""
 
+from benchmarks.errors import BenchmarkError
 
-class MetricsError(Exception):
+
+class MetricsError(BenchmarkError):
     """A Prometheus or /metrics endpoint that cannot be read or answers something unusable."""

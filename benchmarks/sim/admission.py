@@ -24,13 +24,14 @@ import hashlib
 from typing import Any
 
 from facts.catalogue import get_model
+from benchmarks.errors import BenchmarkError
 from benchmarks.sim.config import SimConfig
 from benchmarks.sim.engine import Admission
 
 DEFAULT_MAX_TOKENS = 16  # vLLM's CompletionRequest default; chat's default is the rest of the context
 
 
-class BadRequest(Exception):
+class BadRequest(BenchmarkError):
     """A request vLLM would reject; carries the HTTP status and vLLM's error type."""
 
     def __init__(self, message: str, *, status: int = 400, kind: str = "BadRequestError", param: str | None = None):

@@ -11,13 +11,14 @@ from collections.abc import Iterator
 import httpx
 import uvicorn
 
+from benchmarks.errors import BenchmarkError
 from benchmarks.sim.app import build_app
 from benchmarks.sim.config import SimConfig
 
 STARTUP_TIMEOUT_S = 10.0
 
 
-class SimServerError(Exception):
+class SimServerError(BenchmarkError):
     """The simulated backend did not come up."""
 
 

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import sys
 
+from benchmarks.errors import BenchmarkError
 from benchmarks.sim import cli
 
 # vLLM flag -> handed on to the simulator under the same name.
@@ -22,7 +23,7 @@ DTYPES = ("auto", "bfloat16", "float16")
 HOST = "0.0.0.0"  # vLLM's default: every address of the pod
 
 
-class StandInError(Exception):
+class StandInError(BenchmarkError):
     """A command line the stand-in does not model: one line naming the argument."""
 
 

@@ -27,7 +27,7 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field
 
-from benchmarks.cluster import Cluster, ClusterError, wait_until
+from benchmarks.cluster import Cluster, KubeApiError, wait_until
 from benchmarks.g6.client import vllm_endpoint
 from benchmarks.g6.config import G6Params
 from benchmarks.g6.result import ExperimentResult, GpuPrice
@@ -224,7 +224,7 @@ Clock = Callable[[], datetime]
 def _replicas(cluster: Cluster, w: Where) -> int:
     found = [d for d in cluster.list(*DEPLOYMENT, w.namespace) if d["metadata"]["name"] == w.deployment]
     if not found:
-        raise ClusterError(f"no Deployment {w.namespace}/{w.deployment}: is vllm.enabled in the stack?")
+        raise KubeApiError(f"no Deployment {w.namespace}/{w.deployment}: is vllm.enabled in the stack?")
     return int((found[0].get("spec") or {}).get("replicas") or 0)
 
 
@@ -244,7 +244,7 @@ def replicas_kept(cluster: Cluster, w: Where, log: Callable[[str], None]) -> Ite
             try:
                 _scale(cluster, w, original)
                 log(f"g6: {w.namespace}/{w.deployment} back at {original} replica(s)")
-            except ClusterError as exc:
+            except KubeApiError as exc:
                 log(f"g6: FAILED to put {w.namespace}/{w.deployment} back at {original} replica(s) ({exc}); "
                     f"finish it with: kubectl scale deployment/{w.deployment} -n {w.namespace} --replicas={original}")  # fmt: skip
 
@@ -361,7 +361,7 @@ class FirstServing:
             if self._seen is None:
                 try:
                     self._seen = _seen(self.cluster, self.w, None)
-                except ClusterError as exc:  # the section is a bonus: the run goes on without it
+                except KubeApiError as exc:  # the section is a bonus: the run goes on without it
                     self.log(f"g6: the vLLM pod and its node could not be read ({exc}): no cold-start section")
                     self._seen = (None, None, [], "")
             yield server

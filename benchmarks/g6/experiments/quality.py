@@ -32,6 +32,7 @@ from typing import Any, TypeVar
 
 from pydantic import BaseModel, ConfigDict
 
+from benchmarks.errors import BenchmarkError
 from benchmarks.g6.experiments.divergence import Position, QualityScore, prompt_score, score
 from benchmarks.harness.errors import HarnessError
 from benchmarks.harness.server import Server
@@ -53,7 +54,7 @@ T = TypeVar("T")
 R = TypeVar("R")
 
 
-class QualityError(Exception):
+class QualityError(BenchmarkError):
     """A server answer the scorer cannot use, with what was wrong and where."""
 
 

@@ -20,7 +20,7 @@ from collections.abc import Callable
 from datetime import datetime
 from typing import Any
 
-from benchmarks.cluster import ClusterError, WaitTimeout, run_selector, wait_until
+from benchmarks.cluster import KubeApiError, WaitTimeout, run_selector, wait_until
 from benchmarks.labs.g3.admission import owner_jobset
 from benchmarks.labs.g3.placement import jobset_end, pod_job
 from benchmarks.labs.g3.workloads import (
@@ -218,7 +218,7 @@ def read_logs(session: LabSession, namespace: str, pods: list[dict[str, Any]]) -
         name = pod["metadata"]["name"]
         try:
             session.logs[f"{namespace}/{name}"] = session.cluster.pod_log(namespace, name)
-        except ClusterError:  # deleted meanwhile: keep what was read before
+        except KubeApiError:  # deleted meanwhile: keep what was read before
             pass
 
 
