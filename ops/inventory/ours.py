@@ -1,36 +1,18 @@
-"""Everything of gke-ml-labs left in a project, read from the Google APIs (never from Pulumi state, which a
-failed destroy can leave wrong), in every zone and region, each priced at list price from facts/prices.py
-or said to have no price there. Read-only calls only.
-
-What is ours, by one rule (`Ownership`):
-- it carries the label app=gke-ml-labs (every stack sets it: stacks.config.LabConfig.billing_labels);
-- its name is one of ours: `gml-<stack>...` (components.naming) or `gke-gml-<stack>-...` (GKE's names for the
-  node VMs, boot disks and firewall rules of our clusters);
-- GKE tied it to one of our clusters without our label: a PVC disk's `goog-k8s-cluster-name`, or a load
-  balancer GKE made for a LoadBalancer Service (kubernetes/cloud-provider-gcp's gce_loadbalancer_naming.go):
-  the forwarding rule, target pool, address and health check named after the Service's load balancer
-  (`a<uid>`), whose firewall rule `k8s-fw-<that name>` is on our network or whose pool holds our nodes; the
-  health check `k8s-<cluster id>-node` whose firewall rule `k8s-<cluster id>-node-http-hc` is on our network.
-  Their description is JSON naming the Service (`kubernetes.io/service-name`), which the line quotes.
-
-The kinds listed are those any lab's plan can create (tests/test_ops_inventory.py derives them from every
-stack's plan and fails on a Google resource type without a lister here) and those GKE makes for them.
-"""
+"""What of a project's things is ours, and which stack's (`Ownership`, by the rule ops.inventory states), and
+each of ours as a line priced at list price from facts/prices.py (`leftovers`), or said to have no price there."""
 
 from __future__ import annotations
 
 import json
 from collections import Counter
 from collections.abc import Callable, Iterable
-from dataclasses import dataclass
 from datetime import datetime, timezone
-from typing import Any, Literal, TypeVar
+from typing import Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, field_validator
-from pydantic.alias_generators import to_camel
+from pydantic import BaseModel, ConfigDict
 
 from facts import prices
-from ops.gcp import GcpClient, GcpError, host, validated
+from ops.inventory.google import ComputeItem, Disk, Firewall, Subnetwork, tail
 
 APP_LABEL = ("app", "gke-ml-labs")
 OUR_PREFIX = "gml-"  # components.naming.resource_name
@@ -54,6 +36,7 @@ _PLURAL = {"address": "addresses"}
 
 def plural(kind: str, count: int) -> str:
     return f"{count} {kind if count == 1 else _PLURAL.get(kind, kind + 's')}"
+
 
 
 class Billable(BaseModel):
@@ -85,241 +68,8 @@ class Billable(BaseModel):
         return f"{self.kind} {self.name} ({self.where}, lab {self.lab}): {self.detail}; {since}; {self.price}, {so_far}"
 
 
-class Incomplete(GcpError):
-    """A list call answered only in part (Container's `missingZones`, Compute's `unreachables`, Filestore's
-    `unreachable`): what it found, and what not."""
-
-    def __init__(self, message: str, found: list):
-        super().__init__(message)
-        self.found = found
-
-
-# --- Google's answers: the fields read, as the APIs' REST references name them -----------------------
-
-
-class _Google(BaseModel):
-    model_config = ConfigDict(frozen=True, extra="ignore", alias_generator=to_camel, populate_by_name=True)
-
-
-def _int64(value: Any) -> Any:
-    """Google writes int64 fields as JSON strings ("sizeGb": "100")."""
-    return int(value) if isinstance(value, str) and value.isdigit() else value
-
-
-class _Compute(_Google):
-    name: str
-    creation_timestamp: str
-    description: str = ""
-    labels: dict[str, str] = {}
-    zone: str = ""
-    region: str = ""
-
-    @property
-    def where(self) -> str:
-        return _tail(self.zone or self.region) or "global"
-
-
-class Accelerator(_Google):
-    accelerator_count: int = 0
-
-
-class Scheduling(_Google):
-    provisioning_model: str = ""
-    preemptible: bool = False
-
-
-class Instance(_Compute):
-    machine_type: str
-    status: str
-    guest_accelerators: list[Accelerator] = []
-    scheduling: Scheduling = Scheduling()
-
-
-class Disk(_Compute):
-    type: str
-    size_gb: int
-    users: list[str] = []
-
-    _sizes = field_validator("size_gb", mode="before")(_int64)
-
-
-class Address(_Compute):
-    address: str = ""
-    address_type: str = "EXTERNAL"  # Google's default, omitted from the answer
-    status: str
-    users: list[str] = []
-
-
-class ForwardingRule(_Compute):
-    ip_address: str = Field("", alias="IPAddress")
-    ip_protocol: str = Field("", alias="IPProtocol")
-    load_balancing_scheme: str = ""
-    target: str = ""
-    network: str = ""
-
-
-class TargetPool(_Compute):
-    instances: list[str] = []
-    health_checks: list[str] = []
-
-
-class Firewall(_Compute):
-    network: str
-    target_tags: list[str] = []
-
-
-class HealthCheck(_Compute):
-    """compute#httpHealthCheck (what the service controller makes for a target pool) or compute#healthCheck."""
-
-
-class Network(_Compute):
-    pass
-
-
-class Subnetwork(_Compute):
-    network: str
-    ip_cidr_range: str = ""
-
-
-class NodePoolScaling(_Google):
-    enabled: bool = False
-    min_node_count: int | None = None
-    max_node_count: int | None = None
-    total_min_node_count: int | None = None
-    total_max_node_count: int | None = None
-
-
-class NodeConfig(_Google):
-    machine_type: str = "?"
-    spot: bool = False
-    preemptible: bool = False
-
-
-class NodePool(_Google):
-    name: str
-    config: NodeConfig = NodeConfig()
-    autoscaling: NodePoolScaling = NodePoolScaling()
-
-
-class Cluster(_Google):
-    name: str
-    location: str
-    status: str = "?"
-    create_time: str
-    resource_labels: dict[str, str] = {}
-    node_pools: list[NodePool] = []
-
-
-class Bucket(_Google):
-    name: str
-    location: str
-    storage_class: str = "?"
-    time_created: str
-    labels: dict[str, str] = {}
-    size: int | None = None  # summed from its objects (not Google's field)
-    size_error: str | None = None  # why the objects could not be summed
-
-
-class StorageObject(_Google):
-    size: int = 0
-
-    _sizes = field_validator("size", mode="before")(_int64)
-
-
-class HmacKey(_Google):
-    access_id: str
-    service_account_email: str
-    state: str
-    time_created: str
-
-
-class ServiceAccount(_Google):
-    email: str
-    display_name: str = ""
-    disabled: bool = False
-
-
-class Location(_Google):
-    location_id: str
-
-
-class Repository(_Google):
-    name: str  # projects/P/locations/L/repositories/R
-    format: str = "?"
-    mode: str = ""
-    size_bytes: int = 0
-    create_time: str
-    labels: dict[str, str] = {}
-
-    _sizes = field_validator("size_bytes", mode="before")(_int64)
-
-
-class FileShare(_Google):
-    name: str = ""
-    capacity_gb: int = 0
-
-    _sizes = field_validator("capacity_gb", mode="before")(_int64)
-
-
-class FilestoreInstance(_Google):
-    name: str  # projects/P/locations/L/instances/I
-    tier: str = "?"
-    state: str = "?"
-    create_time: str
-    labels: dict[str, str] = {}
-    file_shares: list[FileShare] = []
-
-
-# --- listing -----------------------------------------------------------------------------------------
-
-Item = TypeVar("Item", bound=_Google)
-
-
-def _tail(url: str) -> str:
-    return url.rsplit("/", 1)[-1]
-
-
-def _since(stamp: str) -> datetime:
-    """In UTC: Compute writes Pacific time, the other APIs UTC (RFC 3339)."""
-    return datetime.fromisoformat(stamp.replace("Z", "+00:00")).astimezone(timezone.utc)
-
-
-def _region(location: str) -> str:
-    """us-central1-a -> us-central1; a region stays itself."""
-    return location.rsplit("-", 1)[0] if location.count("-") == 2 else location
-
-
-def listed(client: GcpClient, api: str, path: str, key: str, item: type[Item], kind: str | None = None,
-           **params: Any) -> list[Item]:  # fmt: skip
-    """Every item of a list call, each page's `key` read as a list of `item`."""
-    out: list[Item] = []
-    for n, page in enumerate(client.pages(api, path, kind=kind, **params), start=1):
-        out += validated(list[item], page.get(key, []), f"{host(api)}: GET {path} (page {n}) {key}")
-    return out
-
-
-def aggregated(client: GcpClient, project: str, collection: str, item: type[Item], kind: str) -> list[Item]:
-    """Compute's aggregatedList of `collection` (every zone or region, every page); scopes Compute could
-    not reach make it Incomplete."""
-    out: list[Item] = []
-    unreachable: list[str] = []
-    path = f"projects/{project}/aggregated/{collection}"
-    for n, page in enumerate(client.pages("compute", path, kind=kind), start=1):
-        what = f"{host('compute')}: GET {path} (page {n})"
-        for scope, scoped in validated(dict[str, dict[str, Any]], page.get("items", {}), f"{what} items").items():
-            out += validated(list[item], scoped.get(collection, []), f"{what} items.{scope}.{collection}")
-        unreachable += validated(list[str], page.get("unreachables", []), f"{what} unreachables")
-    if unreachable:
-        raise Incomplete(f"these scopes did not answer, their {collection} are unknown: {', '.join(unreachable)}", out)
-    return out
-
-
-def global_list(client: GcpClient, project: str, collection: str, item: type[Item], kind: str) -> list[Item]:
-    return listed(client, "compute", f"projects/{project}/global/{collection}", "items", item, kind)
-
-
 class Ownership:
-    """Whether a thing is ours, and which stack's: by our label, our names, or GKE's own ties (module doc)."""
+    """Whether a thing is ours, and which stack's: by our label, our names, or GKE's own ties (ops.inventory's doc)."""
 
     def __init__(self, stacks: Iterable[str]):
         self.stacks = sorted(stacks, key=len, reverse=True)  # gml-g6-x is g6's before it is g's
@@ -340,138 +90,14 @@ class Ownership:
         return self.stack_of_name(cluster) if cluster else self.stack_of_name(name)
 
 
-# What each kind is read from: (name as lines say it, API key, fetch). A fetch returns Google's items, ours
-# and not (ownership needs the whole graph of a load balancer), except where it must read more of ours.
-Fetch = Callable[[GcpClient, str, Ownership], list]
+def _since(stamp: str) -> datetime:
+    """In UTC: Compute writes Pacific time, the other APIs UTC (RFC 3339)."""
+    return datetime.fromisoformat(stamp.replace("Z", "+00:00")).astimezone(timezone.utc)
 
 
-def _buckets(client: GcpClient, project: str, own: Ownership) -> list[Bucket]:
-    """Our buckets (Cloud Storage lists cannot filter by label: it is checked here) and what they hold,
-    summed over their objects; a bucket whose objects cannot be listed is kept, its size unknown."""
-    found = []
-    for bucket in listed(client, "storage", "b", "items", Bucket, "storage#buckets", project=project):
-        if own.lab(bucket.labels, bucket.name) is None:
-            continue
-        try:
-            objects = listed(client, "storage", f"b/{bucket.name}/o", "items", StorageObject, "storage#objects",
-                             fields="kind,items(size),nextPageToken")  # fmt: skip
-            found.append(bucket.model_copy(update={"size": sum(o.size for o in objects)}))
-        except GcpError as e:
-            found.append(bucket.model_copy(update={"size_error": str(e)}))
-    return found
-
-
-def _repositories(client: GcpClient, project: str, own: Ownership) -> list[Repository]:
-    """Artifact Registry lists repositories one location at a time (no `-` wildcard): every location."""
-    locations = listed(client, "artifactregistry", f"projects/{project}/locations", "locations", Location)
-    return [
-        repo
-        for location in locations
-        for repo in listed(client, "artifactregistry", f"projects/{project}/locations/{location.location_id}/repositories",
-                           "repositories", Repository)  # fmt: skip
-    ]
-
-
-def _filestore(client: GcpClient, project: str, own: Ownership) -> list[FilestoreInstance]:
-    path = f"projects/{project}/locations/-/instances"
-    found, unreachable = [], []
-    for n, page in enumerate(client.pages("file", path), start=1):
-        what = f"{host('file')}: GET {path} (page {n})"
-        found += validated(list[FilestoreInstance], page.get("instances", []), f"{what} instances")
-        unreachable += validated(list[str], page.get("unreachable", []), f"{what} unreachable")
-    if unreachable:
-        raise Incomplete(f"these locations did not answer, their instances are unknown: {', '.join(unreachable)}", found)
-    return found
-
-
-def _clusters(client: GcpClient, project: str, own: Ownership) -> list[Cluster]:
-    answer = client.get("container", f"projects/{project}/locations/-/clusters")
-    what = f"{host('container')}: GET projects/{project}/locations/-/clusters"
-    found = validated(list[Cluster], answer.get("clusters", []), f"{what} clusters")
-    missing = validated(list[str], answer.get("missingZones", []), f"{what} missingZones")
-    if missing:
-        raise Incomplete(f"these zones did not answer, their clusters are unknown: {', '.join(missing)}", found)
-    return found
-
-
-def _health_checks(client: GcpClient, project: str, own: Ownership) -> list[HealthCheck]:
-    """The legacy HTTP health checks the service controller gives a target pool, and the newer kind."""
-    return (global_list(client, project, "httpHealthChecks", HealthCheck, "compute#httpHealthCheckList")
-            + aggregated(client, project, "healthChecks", HealthCheck, "compute#healthChecksAggregatedList"))  # fmt: skip
-
-
-def _compute_with_global(collection: str, item: type[Item], singular: str) -> Fetch:
-    """Addresses and forwarding rules: regional (aggregated) and global (a global load balancer's)."""
-
-    def fetch(client: GcpClient, project: str, own: Ownership) -> list[Item]:
-        return (aggregated(client, project, collection, item, f"compute#{singular}AggregatedList")
-                + global_list(client, project, collection, item, f"compute#{singular}List"))  # fmt: skip
-
-    return fetch
-
-
-@dataclass(frozen=True)
-class Lister:
-    api: str
-    fetch: Fetch
-
-
-# Every kind status lists, in report order (clusters after VMs: a cluster's line counts its nodes).
-LISTERS: dict[str, Lister] = {
-    "VMs": Lister("compute", lambda c, p, o: aggregated(c, p, "instances", Instance, "compute#instanceAggregatedList")),
-    "clusters": Lister("container", _clusters),
-    "disks": Lister("compute", lambda c, p, o: aggregated(c, p, "disks", Disk, "compute#diskAggregatedList")),
-    "addresses": Lister("compute", _compute_with_global("addresses", Address, "address")),
-    "forwarding rules": Lister("compute", _compute_with_global("forwardingRules", ForwardingRule, "forwardingRule")),
-    "target pools": Lister("compute", lambda c, p, o: aggregated(c, p, "targetPools", TargetPool,
-                                                                   "compute#targetPoolAggregatedList")),
-    "firewall rules": Lister("compute", lambda c, p, o: global_list(c, p, "firewalls", Firewall, "compute#firewallList")),
-    "health checks": Lister("compute", _health_checks),
-    "networks": Lister("compute", lambda c, p, o: global_list(c, p, "networks", Network, "compute#networkList")),
-    "subnetworks": Lister("compute", lambda c, p, o: aggregated(c, p, "subnetworks", Subnetwork,
-                                                                  "compute#subnetworkAggregatedList")),
-    "buckets": Lister("storage", _buckets),
-    "HMAC keys": Lister("storage", lambda c, p, o: listed(c, "storage", f"projects/{p}/hmacKeys", "items", HmacKey,
-                                                          "storage#hmacKeysMetadata")),
-    "service accounts": Lister("iam", lambda c, p, o: listed(c, "iam", f"projects/{p}/serviceAccounts", "accounts",
-                                                             ServiceAccount)),
-    "repositories": Lister("artifactregistry", _repositories),
-    "Filestore instances": Lister("file", _filestore),
-}  # fmt: skip
-
-# The Google resource types the labs' plans create (pulumi-gcp type tokens): the kind whose lister finds
-# them, or why none is needed; tests/test_ops_inventory.py fails on a planned type missing here.
-PLANNED: dict[str, str] = {
-    "gcp:container/cluster:Cluster": "clusters",
-    "gcp:container/nodePool:NodePool": "clusters",  # its VMs and boot disks are listed as VMs and disks too
-    "gcp:compute/network:Network": "networks",
-    "gcp:compute/subnetwork:Subnetwork": "subnetworks",
-    "gcp:storage/bucket:Bucket": "buckets",
-    "gcp:storage/bucketIAMMember:BucketIAMMember": "buckets",  # a line of the bucket's policy: goes with it
-    "gcp:serviceaccount/account:Account": "service accounts",
-    "gcp:serviceaccount/iAMMember:IAMMember": "service accounts",  # a line of the account's policy
-    "gcp:artifactregistry/repository:Repository": "repositories",
-    "gcp:artifactregistry/repositoryIamMember:RepositoryIamMember": "repositories",  # a line of its policy
-    "gcp:projects/service:Service": "enabled APIs",
-    "gcp:projects/iAMMember:IAMMember": "project IAM bindings",
-    "gcp:billing/budget:Budget": "billing budgets",
-    "gcp:projects/serviceIdentity:ServiceIdentity": "service agents",
-    "gcp:secretmanager/secretIamMember:SecretIamMember": "Secret Manager IAM bindings",
-}
-# What status does not list, named in its verdict (the planned kinds above without a lister, and what GKE
-# makes for an internal load balancer beside its forwarding rule), each with why.
-NOT_LISTED: dict[str, str] = {
-    "enabled APIs": "left enabled on destroy by design (components/apis.py), no charge",
-    "project IAM bindings": "lines of the project's policy, no charge",
-    "billing budgets": "kept on the billing account, not in the project",
-    "service agents": "Google's own identities of its APIs, which no destroy removes, no charge",
-    "Secret Manager IAM bindings": "lines of the policy of one's own Docker Hub token secret, no charge",
-    "backend services and instance groups of GKE internal load balancers": "no list price of their own; "
-    "their forwarding rule is listed",
-}
-
-
-# --- what is ours, priced ----------------------------------------------------------------------------
+def _region(location: str) -> str:
+    """us-central1-a -> us-central1; a region stays itself."""
+    return location.rsplit("-", 1)[0] if location.count("-") == 2 else location
 
 
 def _hourly(per_hour: float | None, unit: str = "/h") -> str:
@@ -511,7 +137,7 @@ class _Leftovers:
         self.found.append(Billable(**fields))
 
     def _network_stack(self, network_url: str) -> str | None:
-        return self.own.stack_of_name(_tail(network_url)) if network_url else None
+        return self.own.stack_of_name(tail(network_url)) if network_url else None
 
     def _firewall_stack(self, fw: Firewall) -> str | None:
         return (self._network_stack(fw.network) or self.own.stack_of_name(fw.name)
@@ -533,17 +159,17 @@ class _Leftovers:
                     names[base] = names[base.removeprefix("k8s-")] = stack
                     break
         for pool in self.raw.get("target pools", []):
-            stack = next(filter(None, (self.own.stack_of_name(_tail(i)) for i in pool.instances)), None)
+            stack = next(filter(None, (self.own.stack_of_name(tail(i)) for i in pool.instances)), None)
             if stack:
                 names[pool.name] = stack
         return names
 
-    def _lab(self, item: _Compute, *also: str) -> str | None:
+    def _lab(self, item: ComputeItem, *also: str) -> str | None:
         """Ours by label or name, or by one of GKE's ties in `also` (names of ours)."""
         lab = self.own.lab(item.labels, item.name)
         return lab or next((self.lb_names[n] for n in (item.name, *also) if n in self.lb_names), None)
 
-    def _gke(self, item: _Compute) -> str:
+    def _gke(self, item: ComputeItem) -> str:
         service = _service(item.description)
         return f"; made by GKE for Service {service}" if service else ""
 
@@ -552,7 +178,7 @@ class _Leftovers:
             lab = self.own.lab(vm.labels, vm.name)
             if lab is None or vm.status in NOT_BILLING:
                 continue
-            machine = _tail(vm.machine_type)
+            machine = tail(vm.machine_type)
             gpus = sum(a.accelerator_count for a in vm.guest_accelerators)
             if not gpus and machine.startswith(GPU_MACHINE_PREFIXES):
                 gpus = 1  # accelerator-optimized machine types carry their GPUs without listing guestAccelerators
@@ -600,7 +226,7 @@ class _Leftovers:
             lab = self.own.lab(disk.labels, disk.name)
             if lab is None:
                 continue
-            disk_type = _tail(disk.type)
+            disk_type = tail(disk.type)
 
             def price(disk: Disk = disk, disk_type: str = disk_type) -> tuple[float, str]:
                 if disk.region and not disk.zone:
@@ -611,7 +237,7 @@ class _Leftovers:
                 return hourly, f"{disk.size_gb} GiB x ${per_gib:.2f}/GiB-month = ${monthly:.2f}/month ({_hourly(hourly)})"
 
             hourly, priced = _priced(price)
-            users = [_tail(u) for u in disk.users]
+            users = [tail(u) for u in disk.users]
             claim = _claim(disk.description)
             self.add(kind="disk", name=disk.name, where=disk.where, lab=lab,
                      detail=f"{disk.size_gb} GiB {disk_type}, "
@@ -632,9 +258,9 @@ class _Leftovers:
     def forwarding_rules(self) -> None:
         mine = []
         for rule in self.raw.get("forwarding rules", []):
-            lab = self._lab(rule, _tail(rule.target)) or (self._network_stack(rule.network) if rule.network else None)
-            if lab is None and _tail(rule.target) in self.ours_pools:
-                lab = self.lb_names.get(_tail(rule.target), "?")
+            lab = self._lab(rule, tail(rule.target)) or (self._network_stack(rule.network) if rule.network else None)
+            if lab is None and tail(rule.target) in self.ours_pools:
+                lab = self.lb_names.get(tail(rule.target), "?")
             if lab is not None:
                 mine.append((rule, lab))
         for nth, (rule, lab) in enumerate(sorted(mine, key=lambda r: r[0].creation_timestamp), start=1):
@@ -649,7 +275,7 @@ class _Leftovers:
 
     def addresses(self) -> None:
         for address in self.raw.get("addresses", []):
-            users = [_tail(u) for u in address.users]
+            users = [tail(u) for u in address.users]
             lab = self._lab(address) or next((self.lb_names.get(u, "?") for u in users if u in self.ours_rules), None)
             if lab is None:
                 continue
@@ -671,11 +297,11 @@ class _Leftovers:
             lab = self._firewall_stack(fw)
             if lab is not None:
                 self.add(kind="firewall rule", name=fw.name, where="global", lab=lab,
-                         detail=f"on network {_tail(fw.network)}{self._gke(fw)}", since=_since(fw.creation_timestamp),
+                         detail=f"on network {tail(fw.network)}{self._gke(fw)}", since=_since(fw.creation_timestamp),
                          hourly_usd=None, price=UNPRICED)  # fmt: skip
 
     def health_checks(self) -> None:
-        pooled = {_tail(h) for pool in self.raw.get("target pools", []) if pool.name in self.ours_pools
+        pooled = {tail(h) for pool in self.raw.get("target pools", []) if pool.name in self.ours_pools
                   for h in pool.health_checks}  # fmt: skip
         for check in self.raw.get("health checks", []):
             lab = self._lab(check) or (self.lb_names.get(check.name, "?") if check.name in pooled else None)
@@ -689,7 +315,7 @@ class _Leftovers:
             for net in self.raw.get(key, []):
                 lab = self.own.stack_of_name(net.name)
                 if lab is not None:
-                    extra = f"{net.ip_cidr_range} of {_tail(net.network)}" if isinstance(net, Subnetwork) else "VPC network"
+                    extra = f"{net.ip_cidr_range} of {tail(net.network)}" if isinstance(net, Subnetwork) else "VPC network"
                     self.add(kind=kind, name=net.name, where=net.where, lab=lab, detail=extra,
                              since=_since(net.creation_timestamp), hourly_usd=None, price=UNPRICED)  # fmt: skip
 
@@ -729,7 +355,7 @@ class _Leftovers:
 
     def repositories(self) -> None:
         for repo in self.raw.get("repositories", []):
-            name = _tail(repo.name)
+            name = tail(repo.name)
             lab = self.own.lab(repo.labels, name)
             if lab is None:
                 continue
@@ -744,7 +370,7 @@ class _Leftovers:
 
     def filestore(self) -> None:
         for instance in self.raw.get("Filestore instances", []):
-            name, location = _tail(instance.name), instance.name.split("/")[3]
+            name, location = tail(instance.name), instance.name.split("/")[3]
             lab = self.own.lab(instance.labels, name)
             if lab is None:
                 continue
@@ -791,3 +417,4 @@ def leftovers(raw: dict[str, list], stacks: Iterable[str], nodes_known: bool = T
 def count_by_kind(found: list[Billable]) -> str:
     counts = Counter(b.kind for b in found)
     return ", ".join(plural(k, counts[k]) for k in KINDS if counts[k])
+
