@@ -8,7 +8,8 @@ from pathlib import Path
 
 import pytest
 
-from benchmarks.g6.agreement import HOST_BANDS, checks, slowed
+from benchmarks.g6.agreement import checks, slowed
+from benchmarks.g6.oracle import HOST_BANDS
 from benchmarks.g6.result import G6Result
 from benchmarks.harness import load_result
 from benchmarks.loadgen.reruns import rerun

@@ -18,6 +18,7 @@ from benchmarks.g6.config import G6Outputs, G6Params
 from benchmarks.g6.errors import G6Error
 from benchmarks.g6.invocation import Invocation
 from benchmarks.g6.incluster import manifests, write_manifests
+from benchmarks.g6.oracle import Check
 from benchmarks.g6.result import GpuPrice
 from benchmarks.g6.sweep import Measurement, Outcome, Target
 from benchmarks.g6.targets import Demand
@@ -136,6 +137,12 @@ class Experiment(Generic[P, O]):
     def write(self, ending: Ending, own: P, outcome: O, folder: Path) -> Written:
         """Its result and report; its plots (and any file of its own) into `folder`."""
         raise NotImplementedError
+
+    def held(self, shipped: Any, oracle: Any) -> list[Check]:
+        """The figures of a saved --sim run (`result_model`) held against the virtual-clock oracle's rerun of
+        its command (benchmarks.g6.agreement, through benchmarks.g6.oracle). None held: the check refuses
+        the folder rather than call it in agreement."""
+        return []
 
 
 def one_server(name: str, inv: Invocation) -> None:

@@ -23,6 +23,7 @@ from benchmarks.g6.experiments.kv import (
 from benchmarks.g6.experiments.kv_report import render_kv_plots, render_kv_report
 from benchmarks.g6.flags import wholes
 from benchmarks.g6.invocation import Invocation
+from benchmarks.g6.oracle import HOST_BANDS, Check, figure, search
 from benchmarks.g6.targets import Demand
 from benchmarks.loadgen import LoadSpec
 
@@ -62,3 +63,19 @@ class Kv(Experiment[KvParams, KvOutcome]):
         result = result.model_copy(update={"waited": ending.waited})
         render_kv_plots(result, folder)
         return Written(result, render_kv_report(result), all(p.point.completed for p in result.probes))
+
+    def held(self, shipped: KvResult, oracle: KvResult) -> list[Check]:
+        out: list[Check] = []
+        theirs = {x.context_len: x for x in oracle.lengths}
+        for x in shipped.lengths:
+            if (o := theirs.get(x.context_len)) is None:
+                continue
+            tolerance = max(1, round(shipped.kv.tolerance * x.predicted_max_batch)) / max(1, x.measured_max_batch or 1)
+            out += search(f"L={x.context_len} largest batch", x.measured_max_batch, o.measured_max_batch, tolerance)
+            if x.measured_max_batch == o.measured_max_batch:
+                out += figure(f"L={x.context_len} output tok/s", x.output_tokens_per_s, o.output_tokens_per_s,
+                              HOST_BANDS["output_tokens_per_s"])  # fmt: skip
+            for b, c in zip(x.baselines, o.baselines):
+                out += figure(f"L={x.context_len} {b.reserves} baseline output tok/s", b.output_tokens_per_s,
+                              c.output_tokens_per_s, HOST_BANDS["output_tokens_per_s"])  # fmt: skip
+        return out

@@ -21,6 +21,7 @@ from benchmarks.g6.experiments.prefix import (
 from benchmarks.g6.experiments.prefix_report import render_prefix_plots, render_prefix_report
 from benchmarks.g6.flags import whole
 from benchmarks.g6.invocation import Invocation
+from benchmarks.g6.oracle import HOST_BANDS, Check, figure, figures
 from benchmarks.g6.targets import Demand
 from benchmarks.loadgen import LoadSpec
 
@@ -71,3 +72,15 @@ class Prefix(Experiment[PrefixParams, PrefixOutcome]):
         render_prefix_plots(result, folder)
         complete = all(run.point.completed for arm in result.arms for run in arm.runs)
         return Written(result, render_prefix_report(result), complete)
+
+    def held(self, shipped: PrefixResult, oracle: PrefixResult) -> list[Check]:
+        out: list[Check] = []
+        for a in shipped.arms:
+            b = None if a.prefix_caching is None else oracle.arm(a.prefix_caching)
+            if b is not None:
+                name = f"caching {'on' if a.prefix_caching else 'off'}"
+                out += figures(name, a.figures, b.figures)
+                out += figure(f"{name} hit rate", a.prefix_cache_hit_rate, b.prefix_cache_hit_rate)
+        out += figure("TTFT p50 saved ms", shipped.ttft_p50_saved_ms, oracle.ttft_p50_saved_ms,
+                      HOST_BANDS["ttft_p50_saved_ms"])  # fmt: skip
+        return out

@@ -25,6 +25,7 @@ from benchmarks.g6.experiments.quant import (
 from benchmarks.g6.experiments.quant_report import render_quant_plots, render_quant_report
 from benchmarks.g6.flags import whole
 from benchmarks.g6.invocation import Invocation
+from benchmarks.g6.oracle import Check, figures
 from benchmarks.loadgen import LoadSpec
 
 QUALITY = QuantParams.model_fields
@@ -84,3 +85,12 @@ class Quant(Experiment[QuantParams, QuantOutcome]):
         result = result.model_copy(update={"waited": ending.waited})
         render_quant_plots(result, folder)
         return Written(result, render_quant_report(result), all(v.error is None for v in result.variants))
+
+    def held(self, shipped: QuantResult, oracle: QuantResult) -> list[Check]:
+        out: list[Check] = []
+        for v, w in zip(shipped.variants, oracle.variants):
+            theirs = {f.concurrency: f for f in w.across}
+            for f in v.across:
+                if (o := theirs.get(f.concurrency)) is not None:
+                    out += figures(f"{v.variant} c={f.concurrency}", f, o)
+        return out

@@ -22,6 +22,7 @@ from benchmarks.g6.experiments.saturation import (
 from benchmarks.g6.experiments.saturation_report import render_saturation_plots, render_saturation_report
 from benchmarks.g6.flags import positive, whole
 from benchmarks.g6.invocation import Invocation
+from benchmarks.g6.oracle import HOST_BANDS, Check, figure, search
 from benchmarks.loadgen import LoadSpec
 
 DEFAULTS = SaturationParams()
@@ -71,3 +72,14 @@ class Saturation(Experiment[SaturationParams, SaturationOutcome]):
         render_saturation_plots(result, folder)
         complete = all(run.point.completed for x in result.points for run in x.runs)
         return Written(result, render_saturation_report(result), complete)
+
+    def held(self, shipped: SaturationResult, oracle: SaturationResult) -> list[Check]:
+        out = list(search("saturation rate (offered req/s)", shipped.saturation_rate, oracle.saturation_rate,
+                          shipped.saturation.tolerance))  # fmt: skip
+        theirs = {(p.stage, p.rate): p for p in oracle.points}
+        for p in shipped.points:
+            if (o := theirs.get((p.stage, p.rate))) is not None:
+                for name in ("served", "output_tokens_per_s", "ttft_p50_ms", "ttft_p99_ms"):
+                    out += figure(f"{p.stage} {p.rate:g} req/s {name}", getattr(p, name), getattr(o, name),
+                                  HOST_BANDS.get(name))  # fmt: skip
+        return out

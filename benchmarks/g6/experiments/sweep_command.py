@@ -11,6 +11,7 @@ from benchmarks.g6.analysis import predict, sizing_gap
 from benchmarks.g6.config import LAB, G6Outputs, G6Params
 from benchmarks.g6.experiment import Drive, Ending, Experiment, Written
 from benchmarks.g6.invocation import Invocation
+from benchmarks.g6.oracle import Check, figures
 from benchmarks.g6.plots import render_plots
 from benchmarks.g6.report import render_report
 from benchmarks.g6.result import G6Result, sweep_figures
@@ -60,3 +61,12 @@ class Sweep(Experiment[None, SweepOutcome]):
         )
         render_plots(result, folder)
         return Written(result, render_report(result), all(p.completed for p in outcome.points))
+
+    def held(self, shipped: G6Result, oracle: G6Result) -> list[Check]:
+        theirs = {(f.max_num_seqs, f.concurrency, f.rate): f for f in oracle.across}
+        out: list[Check] = []
+        for f in shipped.across:
+            if (o := theirs.get((f.max_num_seqs, f.concurrency, f.rate))) is not None:
+                load = f"c={f.concurrency}" if f.concurrency is not None else f"{f.rate:g}/s"
+                out += figures(f"max-num-seqs {f.max_num_seqs} {load}", f, o)
+        return out
