@@ -12,11 +12,13 @@ from __future__ import annotations
 import json
 import logging
 import os
+import secrets
 import shutil
 import subprocess
 import time
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
+from datetime import UTC, datetime
 from typing import Any, Protocol, TypeVar
 
 import yaml
@@ -338,6 +340,11 @@ def with_labels(obj: dict[str, Any], labels: dict[str, str]) -> dict[str, Any]:
 
 def run_selector(run_id: str) -> str:
     return f"{RUN_LABEL}={run_id}"
+
+
+def new_run_id(lab: str) -> str:
+    """Short, label-safe and unique enough: lab, UTC time, 4 random hex digits."""
+    return f"{lab}-{datetime.now(UTC):%m%d%H%M}-{secrets.token_hex(2)}"
 
 
 def run_labels(run_id: str, lab: str) -> dict[str, str]:

@@ -78,7 +78,7 @@ class TrainingOperator(pulumi.ComponentResource):
                 ),
                 opts=pulumi.ResourceOptions(parent=self, depends_on=[args.jobset] if args.jobset else []),
             )
-            # The TrainJob's pods are restricted (benchmarks.labs.objects); the controller adds nothing to them.
+            # The TrainJob's pods are restricted (benchmarks.kube.objects); the controller adds nothing to them.
             lab_security = "restricted"
         else:
             # The v1.9.4 overlay as released (namespace kubeflow, CRDs, webhook, operator). Its Deployment

@@ -34,7 +34,7 @@ class Chart:
 # (as found in upstream repositories and trackers on that date) and what moving would change; moving
 # one takes its files in UPSTREAM_DIR first.
 
-# Images are pinned by tag, not by digest (checkov CKV_K8S_43), here and in benchmarks/labs/images.py:
+# Images are pinned by tag, not by digest (checkov CKV_K8S_43), here and in benchmarks/kube/images.py:
 # no registry can be reached from where this program is built and tested, so a digest written here
 # could not be verified, and a wrong one would fail every pull. Pods pull IfNotPresent
 # (podspec.security.IMAGE_PULL_POLICY), so a node keeps running the image it pulled first.

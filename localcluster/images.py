@@ -37,7 +37,7 @@ SOURCES = Path(os.environ.get("STANDIN_DEBIAN_SOURCES", "/etc/apt/sources.list.d
 RECIPE = "1"  # bump when the way an archive is made changes, so every cached one is rebuilt
 STAND_IN_LABEL = "io.gke-ml-labs.stand-in-for"
 PAUSE = "registry.k8s.io/pause:3.10.2"
-# benchmarks.labs.images.BUSYBOX, which localcluster may not import (tests/import_rules.py): a test holds
+# benchmarks.kube.images.BUSYBOX, which localcluster may not import (tests/import_rules.py): a test holds
 # every image the labs' pods name to a stand-in here or to a reason there is none (NO_STAND_IN).
 BUSYBOX = "docker.io/library/busybox:1.37.0"
 PROJECT_IN_IMAGE = "/opt/gke-ml-labs"  # where the vLLM stand-in carries the project's simulator
@@ -104,7 +104,7 @@ STAND_INS: dict[str, StandIn] = {
     s.name: s
     for s in (
         StandIn(
-            SCRIPTS_PYTHON_IMAGE,  # the benchmarks' pods name the same tag (benchmarks.labs.images.PYTHON)
+            SCRIPTS_PYTHON_IMAGE,  # the benchmarks' pods name the same tag (benchmarks.kube.images.PYTHON)
             "the official Python image: here Debian 12's python3 (3.11), not 3.12; the scripts it runs use the "
             "standard library only",
             debs=("python3", "python-is-python3", "ca-certificates"),

@@ -33,8 +33,8 @@ from datetime import datetime, timedelta
 from typing import Any
 
 from benchmarks.cluster import LAB_LABEL, RUN_LABEL, with_labels
+from benchmarks.kube.record import public_outputs
 from benchmarks.labs.g3 import workloads as g3w
-from benchmarks.labs.record import public_outputs
 from tests import kube_fixtures as kf
 
 PATH = kf.DATA / "g3" / "recording.json"

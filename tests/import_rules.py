@@ -30,6 +30,11 @@ class Rule:
     why: str
 
 
+# The kit's packages under the cluster readers, and everything of the kit but the labs.
+KIT_BELOW_KUBE = ("benchmarks.harness", "benchmarks.errors", "benchmarks.cluster", "benchmarks.loadgen", "benchmarks.metrics",
+                  "benchmarks.serving", "benchmarks.sim")  # fmt: skip
+KIT_BELOW_LABS = (*KIT_BELOW_KUBE, "benchmarks.kube", "benchmarks.g6", "benchmarks.sizing")
+
 # Most specific first: a file follows the first rule whose `where` holds it.
 RULES = (
     Rule("components/scripts/", ("components.scripts",), "in-cluster scripts get only components/scripts/ mounted"),
@@ -42,6 +47,12 @@ RULES = (
     Rule("components/", ("components", "podspec", "facts"), "a component takes its own args, never the lab catalogue or tools"),
     Rule("stacks/", ("stacks", "components", "podspec", "facts"), "the program never depends on the operator tools or the kit"),
     Rule("ops/", ("ops", "stacks", "podspec", "facts"), "the operator tools read stacks, never the components themselves"),
+    # The kit's floors: the load generator and the harness under the cluster readers (kube/), under g6 and
+    # the labs; nothing below a floor imports the floor above it.
+    Rule("benchmarks/loadgen/", ("benchmarks.loadgen", "benchmarks.errors"), "the load generator ships to a pod on its own"),
+    Rule("benchmarks/harness/", (*KIT_BELOW_KUBE, "stacks", "ops", "podspec", "facts"), "results, outputs and servers, for every reader"),
+    Rule("benchmarks/kube/", (*KIT_BELOW_KUBE, "benchmarks.kube", "stacks", "ops", "podspec", "facts"), "reads any lab's cluster, for the labs and g6"),
+    Rule("benchmarks/g6/", (*KIT_BELOW_LABS, "stacks", "ops", "podspec", "facts"), "g6 stands beside the labs, never on them"),
     Rule("benchmarks/", ("benchmarks", "stacks", "ops", "podspec", "facts"), "the kit learns the platform from stack outputs"),
     Rule("localcluster/", ("localcluster", "stacks", "components", "facts"), "a test harness: it shapes nodes like the lab's pools"),
     Rule("__main__.py", ("stacks",), "the Pulumi entry point only loads the config and runs the program"),

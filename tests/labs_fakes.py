@@ -87,7 +87,7 @@ def live_args(tmp_path: Path, **extra: Any) -> argparse.Namespace:
 def run_client_script(handler: type[BaseHTTPRequestHandler], script: str, env: dict[str, str], timeout_s: float = 60) -> str:
     """Run one of benchmarks/labs/scripts/ as the cluster runs it, against a real local HTTP server
     answering with `handler` (TARGET points at it); its stdout."""
-    from benchmarks.labs.objects import SCRIPTS
+    from benchmarks.labs.workloads import SCRIPTS
 
     server = ThreadingHTTPServer(("127.0.0.1", 0), handler)
     threading.Thread(target=server.serve_forever, daemon=True).start()

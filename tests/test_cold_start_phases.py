@@ -8,7 +8,7 @@ from datetime import datetime, timezone
 
 import pytest
 
-from benchmarks.labs.phases import TRITON_LOG, VLLM_LOG, extract, glog_time, phase_names, vllm_time
+from benchmarks.kube.phases import TRITON_LOG, VLLM_LOG, extract, glog_time, phase_names, vllm_time
 from tests import cold_start_fixtures as fx
 
 

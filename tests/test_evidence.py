@@ -15,10 +15,11 @@ from pod_security import findings
 from benchmarks.cluster import RunScope
 from benchmarks.g6 import cli, run
 from benchmarks.harness import RunMeta
-from benchmarks.harness.evidence import SIMULATOR, UNKNOWN, Evidence, first_time_problems, from_cluster
+from benchmarks.harness.results import SIMULATOR, UNKNOWN, Evidence
+from benchmarks.kube.evidence import first_time_problems, from_cluster
+from benchmarks.kube.evidence import NVIDIA_SMI, collect, run_nvidia_smi
+from benchmarks.kube.record import load_recording
 from benchmarks.labs import g1
-from benchmarks.labs.evidence import NVIDIA_SMI, collect, run_nvidia_smi
-from benchmarks.labs.record import load_recording
 from benchmarks.labs.report import render_report
 from stacks.mockrun import run_stack
 

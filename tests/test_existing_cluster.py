@@ -16,10 +16,10 @@ import existing_cluster as ec
 from fake_pulumi import pulumi_answering
 from benchmarks.g6 import cli as g6_cli
 from benchmarks.g6.resolve import read_stack_outputs, resolve_params
-from benchmarks.harness.evidence import from_cluster
 from benchmarks.harness.outputs import read_outputs
+from benchmarks.kube.evidence import from_cluster
+from benchmarks.kube.stack import gpu_placement, system_selector
 from benchmarks.labs import g1, g2, g3, g4, g5, g7, g8
-from benchmarks.labs.stack import gpu_placement, system_selector
 from ops import estimate, preflight, session, status
 from ops.gcp import GcpClient
 from stacks.loader import ConfigError

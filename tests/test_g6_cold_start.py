@@ -18,8 +18,8 @@ from benchmarks.g6.experiments.table import EXPERIMENTS
 from benchmarks.g6.incluster import proxy_server
 from benchmarks.harness import Endpoint
 from benchmarks.harness.signals import Interrupted
-from benchmarks.labs.phases import VLLM_LOG, phase_names
-from benchmarks.labs.phases_report import WAITED_TITLE, waited_first
+from benchmarks.kube.phases import VLLM_LOG, phase_names
+from benchmarks.kube.phases_report import WAITED_TITLE, waited_first
 from tests import cold_start_fixtures as fx
 from tests.labs_fakes import FakeCluster
 
@@ -230,7 +230,7 @@ def test_every_g6_report_of_a_run_that_brought_a_node_up_opens_with_its_phases()
     from benchmarks.g6.report import render_report
     from benchmarks.g6.result import G6Result
     from benchmarks.harness import load_result
-    from benchmarks.labs.phases import extract
+    from benchmarks.kube.phases import extract
 
     case = fx.from_zero()
     waited = extract(case["pod"], case["node"], case["events"], case["log"], VLLM_LOG, container="vllm")
@@ -330,13 +330,13 @@ CACHED = "us-central1-docker.pkg.dev/ml-labs-demo/gml-g6-dockerhub/vllm/vllm-ope
     ("0s", 0.0), ("12µs", 0.000012), ("1.5", None), ("about 3s", None), ("", None),
 ])  # fmt: skip
 def test_the_kubelets_go_durations_read_as_seconds(text, seconds):
-    from benchmarks.labs.phases import go_seconds
+    from benchmarks.kube.phases import go_seconds
 
     assert go_seconds(text) == (None if seconds is None else pytest.approx(seconds))
 
 
 def test_the_pull_time_is_the_kubelets_own_not_the_wait_for_a_pull_slot():
-    from benchmarks.labs.phases import extract
+    from benchmarks.kube.phases import extract
 
     case = fx.from_zero()
     pulled = next(e for e in case["events"] if e["reason"] == "Pulled")

@@ -25,7 +25,7 @@ from benchmarks.g6.incluster import CONTAINER, CORE_FILE, ClusterRunner, proxy_s
 from benchmarks.g6.targets import ServerSettings, SimTarget
 from benchmarks.harness import Endpoint, HarnessError
 from benchmarks.harness.server import Server, http_server
-from benchmarks.labs import images, objects
+from benchmarks.kube import images, objects
 from benchmarks.loadgen import LoadgenError, LoadSpec, summarize
 from benchmarks.loadgen.core import PLAN_ENV, OutputReader, Plan
 from podspec.security import waived

@@ -14,7 +14,7 @@ from labs_fakes import FakeCluster
 
 from benchmarks.cluster import RUN_LABEL, RunScope, WaitTimeout, wait_until, with_labels
 from benchmarks.harness.signals import Interrupted
-from benchmarks.labs.record import helm_chart_versions, warning_summary
+from benchmarks.kube.record import helm_chart_versions, warning_summary
 
 
 def test_labels_reach_nested_pod_templates():

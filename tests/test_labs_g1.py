@@ -11,10 +11,10 @@ import schemas
 from labs_fakes import FakeCluster, fixture_outputs, live_args, recording_path
 
 from benchmarks.cluster import RUN_LABEL
+from benchmarks.kube.errors import LabError
+from benchmarks.kube.record import Recording, load_recording
+from benchmarks.kube.timeline import parse_time
 from benchmarks.labs import g1, live
-from benchmarks.labs.errors import LabError
-from benchmarks.labs.record import Recording, load_recording
-from benchmarks.labs.timeline import parse_time
 
 
 @pytest.fixture(scope="module")

@@ -8,9 +8,9 @@ import pytest
 import schemas
 from labs_fakes import fixture_outputs, recording_path
 
+from benchmarks.kube.errors import LabError
+from benchmarks.kube.record import Recording, load_recording
 from benchmarks.labs import g2
-from benchmarks.labs.errors import LabError
-from benchmarks.labs.record import Recording, load_recording
 
 
 @pytest.fixture(scope="module")

@@ -17,11 +17,11 @@ from components import upstream
 from labs_fakes import FakeCluster, fixture_outputs, live_args, recording_path
 from pod_security import findings
 
+from benchmarks.kube.errors import LabError
+from benchmarks.kube.record import Recording, Snapshot, load_recording
 from benchmarks.labs import g3
-from benchmarks.labs.errors import LabError
 from benchmarks.labs.g3 import admission, workloads
 from benchmarks.labs.g3.workloads import Timing
-from benchmarks.labs.record import Recording, Snapshot, load_recording
 
 JOBSET_CRD = "jobset/v0.12.0/crds/jobset.x-k8s.io_jobsets.yaml"
 

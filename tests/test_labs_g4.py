@@ -10,8 +10,8 @@ import pytest
 import schemas
 from labs_fakes import FakeCluster, fixture_outputs, live_args, recording_path
 
+from benchmarks.kube.record import Recording, load_recording
 from benchmarks.labs import g4, live
-from benchmarks.labs.record import Recording, load_recording
 
 
 @pytest.fixture(scope="module")

@@ -13,11 +13,11 @@ import pytest
 import schemas
 from labs_fakes import fixture_outputs, recording_path, run_client_script
 
+from benchmarks.kube.errors import LabError
+from benchmarks.kube.record import Recording, load_recording
 from benchmarks.labs import g5
-from benchmarks.labs.errors import LabError
-from benchmarks.labs.objects import SCRIPTS
-from benchmarks.labs.record import Recording, load_recording
 from benchmarks.labs.serving import parse_client_log, predict_count, wilson
+from benchmarks.labs.workloads import SCRIPTS
 
 
 @pytest.fixture(scope="module")

@@ -13,6 +13,7 @@ import pytest
 import schemas
 from labs_fakes import DATA, FakeCluster, live_args, run_client_script
 
+from benchmarks.kube.record import Recording, load_recording
 from benchmarks.labs import g5, g5_load, live
 from benchmarks.labs.autoscaling import (
     RampPlan,
@@ -22,7 +23,6 @@ from benchmarks.labs.autoscaling import (
     scale_steps,
 )
 from benchmarks.labs.live import LabSession
-from benchmarks.labs.record import Recording, load_recording
 from benchmarks.labs.serving import triton_instances, triton_success_count
 
 TRITON = DATA / "g5-triton" / "recording.json"

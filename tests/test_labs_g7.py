@@ -11,8 +11,8 @@ import schemas
 from fake_google import FakeGoogle, GoogleState
 from labs_fakes import fixture_outputs, recording_path
 
+from benchmarks.kube.record import Recording, load_recording
 from benchmarks.labs import g7
-from benchmarks.labs.record import Recording, load_recording
 
 
 @pytest.fixture(scope="module")

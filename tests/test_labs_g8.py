@@ -8,10 +8,10 @@ import pytest
 import schemas
 from labs_fakes import FakeCluster, fixture_outputs, live_args, recording_path
 
+from benchmarks.kube.errors import LabError
+from benchmarks.kube.record import Recording, load_recording
 from benchmarks.labs import g8, live
 from benchmarks.labs import plotting as g8_plotting
-from benchmarks.labs.errors import LabError
-from benchmarks.labs.record import Recording, load_recording
 
 
 @pytest.fixture(scope="module")

@@ -13,8 +13,8 @@ from pathlib import Path
 import pytest
 
 from benchmarks.harness import load_result
+from benchmarks.kube.record import load_recording
 from benchmarks.labs import examples
-from benchmarks.labs.record import load_recording
 from benchmarks.labs.report import render_report, write_results
 from benchmarks.labs.result import SCHEMA_VERSION
 from stacks.stackfile import REPO
@@ -101,7 +101,7 @@ def test_the_labs_stack_file_gives_the_outputs_its_benchmark_needs(lab, tmp_path
 
 def test_every_in_cluster_script_compiles():
     """The scripts mounted from ConfigMaps run only in the cluster (torch); here they must at least parse."""
-    from benchmarks.labs.objects import SCRIPTS
+    from benchmarks.labs.workloads import SCRIPTS
 
     scripts = sorted(SCRIPTS.glob("*.py"))
     assert {p.name for p in scripts} == {
@@ -112,7 +112,7 @@ def test_every_in_cluster_script_compiles():
 
 
 def test_images_are_pinned_to_a_tag():
-    from benchmarks.labs import images
+    from benchmarks.kube import images
 
     for image in images.ALL:
         name, _, tag = image.rpartition(":")

@@ -201,7 +201,7 @@ def test_a_lab_on_the_local_cluster_is_its_own_stack_file_turned_to_existing(tmp
 
 
 def test_every_image_the_labs_pods_name_has_a_stand_in_or_a_reason_it_has_none():
-    from benchmarks.labs import images as lab_images
+    from benchmarks.kube import images as lab_images
     from components import versions
 
     named = {*lab_images.ALL, versions.PYTORCH_IMAGE, versions.TRITON_IMAGE, *versions.VLLM_IMAGES.values(),

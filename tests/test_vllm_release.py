@@ -16,7 +16,7 @@ from prometheus_client.parser import text_string_to_metric_families
 
 from benchmarks.g6.experiments import quality
 from benchmarks.g6.targets import ServerSettings
-from benchmarks.labs.phases import VLLM_LOG, vllm_time
+from benchmarks.kube.phases import VLLM_LOG, vllm_time
 from benchmarks.metrics import model
 from benchmarks.metrics.scrape import Scrape, cache_config, metrics_from_scrapes
 from benchmarks.sim.app import SimServer

@@ -7,14 +7,13 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import Any, NamedTuple
 
-from benchmarks.cluster import KubeCluster
+from benchmarks.cluster import KubeCluster, new_run_id
 from benchmarks.g6.config import LAB, G6Outputs, G6Params
 from benchmarks.g6.incluster import ClusterRunner, proxy_server
 from benchmarks.g6.virtual import VirtualRunner
 from benchmarks.harness import Endpoint, PrometheusRef, endpoint, section
 from benchmarks.harness.server import Server
-from benchmarks.labs.live import new_run_id
-from benchmarks.labs.stack import system_selector
+from benchmarks.kube.stack import system_selector
 from benchmarks.loadgen import LocalRunner
 from benchmarks.metrics import PrometheusClient
 

@@ -16,15 +16,15 @@ from pydantic import BaseModel
 from benchmarks.g6.client import ClientSide, vllm_endpoint
 from benchmarks.g6.config import G6Outputs, G6Params
 from benchmarks.g6.errors import G6Error
-from benchmarks.g6.invocation import Invocation
 from benchmarks.g6.incluster import manifests, write_manifests
+from benchmarks.g6.invocation import Invocation
 from benchmarks.g6.oracle import Check
 from benchmarks.g6.result import GpuPrice
 from benchmarks.g6.sweep import Measurement, Outcome, Target
 from benchmarks.g6.targets import Demand
 from benchmarks.harness import RunMeta
-from benchmarks.labs.phases import ColdStartPhases
-from benchmarks.labs.stack import system_selector
+from benchmarks.kube.phases import ColdStartPhases
+from benchmarks.kube.stack import system_selector
 from benchmarks.loadgen import LoadSpec
 
 P = TypeVar("P")  # the experiment's own parameters, typed from its own flags

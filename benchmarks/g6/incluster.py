@@ -22,7 +22,7 @@ from benchmarks.g6.config import LAB
 from benchmarks.harness import Endpoint
 from benchmarks.harness.errors import HarnessError
 from benchmarks.harness.server import Server
-from benchmarks.labs import images, objects
+from benchmarks.kube import images, objects
 from benchmarks.loadgen import LoadgenError, LoadRun, LoadSpec
 from benchmarks.loadgen.core import PLAN_ENV, OutputReader
 from benchmarks.loadgen.runner import CORE_FLAGS, CORE_PATH, Progress, placed, read_output

@@ -8,9 +8,9 @@ from benchmarks.g6.price import cheapest, slo_text
 from benchmarks.g6.result import Figures, G6Point, G6Result, GpuPrice
 from benchmarks.g6.shape import asked_text, realised_section
 from benchmarks.harness import RunMeta
-from benchmarks.harness.evidence import markdown as evidence_section
 from benchmarks.harness.markdown import num, table
-from benchmarks.labs.phases_report import waited_first
+from benchmarks.kube.evidence import markdown as evidence_section
+from benchmarks.kube.phases_report import waited_first
 from benchmarks.loadgen import Summary
 from benchmarks.loadgen.reruns import Rerun
 from benchmarks.loadgen.stats import P99_MIN_SAMPLES, Interval

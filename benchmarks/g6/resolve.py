@@ -14,7 +14,7 @@ from benchmarks.g6.sweep import Target
 from benchmarks.g6.targets import Demand, ServerSettings, SimTarget, StackTarget, UrlTarget
 from benchmarks.harness import PrometheusRef, PulumiStack, endpoint, read_outputs, section
 from benchmarks.harness.server import Server, http_server, only_model
-from benchmarks.labs.stack import require_lab
+from benchmarks.kube.stack import require_lab
 from benchmarks.loadgen import Slo, Timeouts
 from stacks.stackfile import load_config
 

@@ -8,7 +8,7 @@ from pydantic import BaseModel, ConfigDict
 
 from benchmarks.g6.config import G6Params
 from benchmarks.harness import RunMeta
-from benchmarks.labs.phases import ColdStartPhases
+from benchmarks.kube.phases import ColdStartPhases
 from benchmarks.loadgen import PointStats
 from benchmarks.loadgen.reruns import Rerun, rerun
 from benchmarks.loadgen.steady import SteadyState

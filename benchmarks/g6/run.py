@@ -27,12 +27,11 @@ from benchmarks.g6.sweep import Measurement, Outcome
 from benchmarks.g6.targets import SimTarget
 from benchmarks.g6.virtual import VirtualRunner, VirtualTarget
 from benchmarks.harness import RunMeta, RunProgress, new_run_folder, save_result, tool_version
-from benchmarks.harness.evidence import SIMULATOR, Evidence
 from benchmarks.harness.outputs import problems
-from benchmarks.harness.results import client_cpus
+from benchmarks.harness.results import SIMULATOR, Evidence, client_cpus
 from benchmarks.harness.signals import Interrupted, shielded, sigterm_raises
-from benchmarks.labs.evidence import collect as collect_evidence
-from benchmarks.labs.phases import ColdStartPhases
+from benchmarks.kube.evidence import collect as collect_evidence
+from benchmarks.kube.phases import ColdStartPhases
 from facts.catalogue import ServingError
 from stacks.loader import ConfigError
 from stacks.output_folder import OutputFolderError, prepare

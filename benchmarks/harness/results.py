@@ -1,4 +1,5 @@
-"""Results on disk: one folder per run, result.json with a schema version, save/load round trip."""
+"""Results on disk: one folder per run, result.json with a schema version, save/load round trip; the meta
+every result carries, with what really ran (its evidence, read by benchmarks.kube.evidence)."""
 
 from __future__ import annotations
 
@@ -11,12 +12,48 @@ from typing import TypeVar
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
 from benchmarks.harness.errors import HarnessError
-from benchmarks.harness.evidence import Evidence, Simulation
 
 RESULT_FILE = "result.json"
 _VERSION = "0.1.0"
 
 R = TypeVar("R", bound=BaseModel)
+# What meta.evidence says where no cluster was read, and for a run against the simulator.
+UNKNOWN = "not known"
+SIMULATOR = "simulator"
+
+
+class Evidence(BaseModel):
+    """The keys of `meta.evidence`. `image_digests`: each image as asked (its tag) -> the imageID the
+    node pulled (`status.containerStatuses[].imageID`). `spot`: "spot" or "on-demand"."""
+
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+    gke_version: str
+    node_image: str
+    driver_version: str
+    cuda_version: str
+    image_digests: dict[str, str] | str
+    machine_type: str
+    zone: str
+    spot: str
+    config_sha256: str
+    make_cost: str
+    first_time_problems: list[str] | str
+
+    @classmethod
+    def offline(cls, why: str = UNKNOWN) -> Evidence:
+        """Every field `why`: "simulator" for a simulated run, "not known" where no cluster was read."""
+        return cls(**{name: why for name in cls.model_fields})
+
+
+class Simulation(BaseModel):
+    """`meta.simulation`, only for a cluster that simulates some of itself (kwok's nodes, the local control
+    plane): what of the run was real and what simulated, in the cluster's own words and its nodes'."""
+
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+    real: list[str]
+    simulated: list[str]
 
 
 class RunMeta(BaseModel):

@@ -22,7 +22,7 @@ import json
 import math
 from typing import Any
 
-from benchmarks.labs.record import Snapshot
+from benchmarks.kube.record import Snapshot
 from benchmarks.labs.result import Frozen
 from benchmarks.loadgen.stats import Summary, summarize_ms
 

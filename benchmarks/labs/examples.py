@@ -17,7 +17,7 @@ import argparse
 import importlib
 from pathlib import Path
 
-from benchmarks.labs.record import load_recording
+from benchmarks.kube.record import load_recording
 from benchmarks.labs.report import write_results
 
 REPO = Path(__file__).resolve().parents[2]

@@ -17,20 +17,21 @@ from typing import Any
 
 from benchmarks.cluster import KubeApiError, wait_until
 from benchmarks.harness import PrometheusRef
-from benchmarks.labs import evidence, images, live, objects
-from benchmarks.labs.errors import LabError
+from benchmarks.kube import evidence, images, objects
+from benchmarks.kube.errors import LabError
+from benchmarks.kube.objects import GPU, allocatable_gpus
+from benchmarks.kube.record import Recording, Snapshot
+from benchmarks.kube.stack import LabParams, gpu_placement, lab_params, require_output
+from benchmarks.kube.timeline import condition_time, event_time, parse_time, seconds_between
+from benchmarks.labs import live
 from benchmarks.labs.live import LabSession, now
 from benchmarks.labs.plotting import timeline_plot
-from benchmarks.labs.record import Recording, Snapshot
 from benchmarks.labs.result import Check, Frozen, LabResult, common_fields
-from benchmarks.labs.stack import LabParams, gpu_placement, lab_params, require_output
-from benchmarks.labs.timeline import condition_time, event_time, parse_time, seconds_between
 from benchmarks.metrics import MetricsError, PrometheusClient, vector
 
 LAB = "g1"
 TITLE = "GPU scheduling and DCGM"
 DEFAULT_TIMEOUT_S = 1200.0  # a GPU node from zero can take ~15 min before the GPU is allocatable
-GPU = "nvidia.com/gpu"
 SECTION = "observability"
 DCGM_QUERY = "count by (Hostname, hostname, DCGM_FI_DRIVER_VERSION, modelName) (DCGM_FI_DEV_GPU_UTIL)"
 
@@ -180,7 +181,7 @@ def _pod(pods: list[dict[str, Any]], name: str) -> dict[str, Any] | None:
 def _describe(snap: Snapshot, run_id: str) -> str:
     pod = _pod(snap.objects["pods"], probe_name(run_id)) or {}
     nodes = snap.objects["nodes"]
-    alloc = [int((n.get("status") or {}).get("allocatable", {}).get(GPU, "0")) for n in nodes]
+    alloc = [allocatable_gpus(n) or 0 for n in nodes]
     return f"probe {(pod.get('status') or {}).get('phase', '?')}; GPU nodes {len(nodes)}; allocatable GPUs {sum(alloc)}"
 
 
@@ -210,7 +211,7 @@ def measure(rec: Recording, source: str = "live") -> G1Result:
             s.at
             for s in rec.snapshots
             for n in s.objects.get("nodes", [])
-            if n["metadata"]["name"] == node_name and int(n.get("status", {}).get("allocatable", {}).get(GPU, "0")) > 0
+            if n["metadata"]["name"] == node_name and (allocatable_gpus(n) or 0) > 0
         ),
         None,
     )
@@ -228,7 +229,7 @@ def measure(rec: Recording, source: str = "live") -> G1Result:
         ("probe running", condition_time(final_probe, "Ready")),
     ]
     stages = [Stage(name=n, at=t, after_s=seconds_between(created, t)) for n, t in marks]
-    allocatable = int(node.get("status", {}).get("allocatable", {}).get(GPU, "0"))
+    allocatable = allocatable_gpus(node) or 0
     from_zero = not rec.objects.get("gpu_nodes_before")
 
     untol_pods = [p for p in pods_seen if p["metadata"]["name"] == untol]

@@ -18,21 +18,22 @@ from typing import Any
 
 from benchmarks.cluster import RUN_LABEL, wait_until
 from benchmarks.harness import PrometheusRef
-from benchmarks.labs import images, live, objects
-from benchmarks.labs.errors import LabError
+from benchmarks.kube import images, objects
+from benchmarks.kube.errors import LabError
+from benchmarks.kube.objects import GPU, allocatable_gpus
+from benchmarks.kube.record import Recording, Snapshot
+from benchmarks.kube.stack import LabParams, gpu_placement, lab_params, require_output
+from benchmarks.kube.timeline import phase
+from benchmarks.labs import live, workloads
 from benchmarks.labs.live import LabSession, now
 from benchmarks.labs.plotting import xy_plot
-from benchmarks.labs.record import Recording, Snapshot
 from benchmarks.labs.result import Check, Frozen, LabResult, common_fields
-from benchmarks.labs.stack import LabParams, gpu_placement, lab_params, require_output
-from benchmarks.labs.timeline import phase
 from benchmarks.metrics import PrometheusClient, gpu_util_query, scalar
 
 LAB = "g2"
 TITLE = "GPU time-slicing: replicas and contention"
 DEFAULT_TIMEOUT_S = 1500.0
 SECTION = "gpu_sharing"
-GPU = "nvidia.com/gpu"
 ROUND_LABEL = "gke-ml-labs/round"
 
 _ITER = re.compile(r"^iter (\d+) t=([\d.]+) ms=([\d.]+)$")
@@ -74,13 +75,13 @@ def build_workloads(outputs: dict[str, Any], run_id: str = "manual", pods: int =
     lab_params(outputs, LAB, Params, SECTION)  # the wrong stack fails here, before anything is built
     selector, tolerations = gpu_placement(outputs)
     cm_name = f"g2-scripts-{run_id[-4:]}"
-    out = [objects.scripts_config_map(cm_name, _namespace(outputs), ["gpu_matmul.py"])] if round_no == 1 else []
+    out = [workloads.scripts_config_map(cm_name, _namespace(outputs), ["gpu_matmul.py"])] if round_no == 1 else []
     for j in range(pods):
         # No CPU limit: the pod's kernel-launch loop is part of the latency measured (podspec.security.WAIVERS).
         spec = objects.pod_spec(
             [objects.container("matmul", images.PYTORCH_CUDA, ["python", f"{objects.SCRIPT_MOUNT}/gpu_matmul.py"],
-                               env={"DURATION_S": str(duration_s)}, requests=objects.PYTORCH_REQUESTS,
-                               limits={GPU: "1", "memory": objects.PYTORCH_MEMORY_LIMIT}, with_scripts=True)],
+                               env={"DURATION_S": str(duration_s)}, requests=workloads.PYTORCH_REQUESTS,
+                               limits={GPU: "1", "memory": workloads.PYTORCH_MEMORY_LIMIT}, with_scripts=True)],
             node_selector=selector,
             tolerations=tolerations,
             scripts_config_map=cm_name,
@@ -163,8 +164,7 @@ def measure(rec: Recording, source: str = "live") -> G2Result:
             k = int(x["metadata"]["labels"][ROUND_LABEL])
             pods_by_round.setdefault(k, {})[x["metadata"]["name"]] = x
     rounds = [_round(r, pods_by_round.get(r["round"], {}), rec.logs) for r in rec.client["rounds"]]
-    allocs = [int(n["status"]["allocatable"].get(GPU, "0")) for s in rec.snapshots for n in s.objects.get("nodes", [])
-              if "allocatable" in n.get("status", {})]
+    allocs = [gpus for s in rec.snapshots for n in s.objects.get("nodes", []) if (gpus := allocatable_gpus(n)) is not None]
     allocatable = max(allocs) if allocs else None
     last = rounds[-1]
     failed = [e.get("message", "") for e in rec.events

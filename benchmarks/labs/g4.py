@@ -20,13 +20,14 @@ from pathlib import Path
 from typing import Any, Literal
 
 from benchmarks.cluster import WaitTimeout, run_selector, wait_until
-from benchmarks.labs import images, live, objects
-from benchmarks.labs.errors import LabError
+from benchmarks.kube import images, objects
+from benchmarks.kube.errors import LabError
+from benchmarks.kube.record import Recording, Snapshot
+from benchmarks.kube.stack import LabParams, gpu_placement, lab_params
+from benchmarks.kube.timeline import condition_time, parse_time, phase, seconds_between
+from benchmarks.labs import live, workloads
 from benchmarks.labs.live import LabSession, now
-from benchmarks.labs.record import Recording, Snapshot
 from benchmarks.labs.result import Check, Frozen, LabResult, common_fields
-from benchmarks.labs.stack import LabParams, gpu_placement, lab_params
-from benchmarks.labs.timeline import condition_time, parse_time, phase, seconds_between
 
 LAB = "g4"
 TITLE = "Kubeflow training job rendezvous (Trainer v2 TrainJob, or Training Operator v1 PyTorchJob)"
@@ -99,8 +100,8 @@ def _rank_container(p: Params, name: str, command: list[str]) -> dict[str, Any]:
         p.image or images.PYTORCH_CUDA,
         command,
         env={"LINGER_S": str(LINGER_S)},
-        requests=objects.PYTORCH_REQUESTS,
-        limits={**gpus, "cpu": "1", "memory": objects.PYTORCH_MEMORY_LIMIT},
+        requests=workloads.PYTORCH_REQUESTS,
+        limits={**gpus, "cpu": "1", "memory": workloads.PYTORCH_MEMORY_LIMIT},
         with_scripts=True,
     )
 
@@ -172,7 +173,7 @@ def build_workloads(outputs: dict[str, Any], run_id: str = "manual") -> list[dic
     p = lab_params(outputs, LAB, Params, SECTION)
     selector, tolerations = gpu_placement(outputs)
     name = job_name(run_id)
-    cm = objects.scripts_config_map(f"{name}-scripts", p.namespace, ["rendezvous.py"])
+    cm = workloads.scripts_config_map(f"{name}-scripts", p.namespace, ["rendezvous.py"])
     if p.api == "v1":
         return [cm, _pytorchjob(p, name, cm["metadata"]["name"], selector, tolerations)]
     # A patch cannot turn the pods' token mount off (no automountServiceAccountToken in v2.3.0's

@@ -22,12 +22,14 @@ from statistics import mean
 from typing import Any
 
 from benchmarks.cluster import RUN_LABEL, wait_until
+from benchmarks.kube.errors import LabError
+from benchmarks.kube.phases_report import WAITED_TITLE, waited_section
+from benchmarks.kube.record import Recording, Snapshot
+from benchmarks.kube.stack import LabParams, lab_params, system_selector
+from benchmarks.kube.timeline import condition_time
 from benchmarks.labs import g5_load, live
-from benchmarks.labs.errors import LabError
 from benchmarks.labs.live import LabSession, now
-from benchmarks.labs.phases_report import WAITED_TITLE, waited_section
 from benchmarks.labs.plotting import timeline_plot
-from benchmarks.labs.record import Recording, Snapshot
 from benchmarks.labs.result import Check, Frozen, LabResult, common_fields
 from benchmarks.labs.serving import (
     ISVC,
@@ -49,8 +51,6 @@ from benchmarks.labs.serving import (
     triton_success_count,
     wilson,
 )
-from benchmarks.labs.stack import LabParams, lab_params, system_selector
-from benchmarks.labs.timeline import condition_time
 
 LAB = "g5"
 TITLE = "KServe in Knative mode: load ramp, cold start and canary"

@@ -17,6 +17,10 @@ from pathlib import Path
 from typing import Any, Literal
 
 from benchmarks.cluster import RUN_LABEL, WaitTimeout, wait_until
+from benchmarks.kube.errors import LabError
+from benchmarks.kube.record import Recording, Snapshot
+from benchmarks.kube.stack import LabParams, gpu_placement, lab_params
+from benchmarks.kube.timeline import condition
 from benchmarks.labs.autoscaling import (
     COLD_STEP,
     DEPLOYMENT,
@@ -35,10 +39,8 @@ from benchmarks.labs.autoscaling import (
     scale_steps,
     step_stats,
 )
-from benchmarks.labs.errors import LabError
 from benchmarks.labs.live import LabSession, now
 from benchmarks.labs.plotting import ramp_plot
-from benchmarks.labs.record import Recording, Snapshot
 from benchmarks.labs.result import Check, Frozen
 from benchmarks.labs.serving import (
     ISVC_LABEL,
@@ -49,8 +51,6 @@ from benchmarks.labs.serving import (
     ramp_job,
     triton_instances,
 )
-from benchmarks.labs.stack import LabParams, gpu_placement, lab_params
-from benchmarks.labs.timeline import condition
 
 LAB = "g5"
 # Up to 12 requests/s: enough to walk the example through 1..3 replicas at the shipped target of

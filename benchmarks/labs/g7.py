@@ -21,15 +21,16 @@ from typing import Any
 from urllib.parse import quote, urlsplit
 
 from benchmarks.cluster import RUN_LABEL, wait_until
-from benchmarks.labs import live, objects
-from benchmarks.labs.errors import LabError
+from benchmarks.kube import objects
+from benchmarks.kube.errors import LabError
+from benchmarks.kube.record import Recording, Snapshot
+from benchmarks.kube.stack import LabParams, lab_params, require_output, system_selector
+from benchmarks.kube.timeline import phase
+from benchmarks.labs import live
 from benchmarks.labs.live import LabSession, now
-from benchmarks.labs.record import Recording, Snapshot
 from benchmarks.labs.result import Check, Frozen, LabResult, common_fields
 from benchmarks.labs.serving import ISVC, ClientTarget, client_job, is_ready, parse_client_log
-from benchmarks.labs.stack import LabParams, lab_params, require_output, system_selector
 from ops.gcp import CredentialsError, GcpClient, GcpError
-from benchmarks.labs.timeline import phase
 
 LAB = "g7"
 TITLE = "Argo Workflows: train, register, deploy, and a failed step"

@@ -22,14 +22,15 @@ from typing import Any
 
 from benchmarks.cluster import RUN_LABEL, wait_until
 from benchmarks.harness import PrometheusRef
-from benchmarks.labs import images, live, objects
-from benchmarks.labs.errors import LabError
+from benchmarks.kube import images, objects
+from benchmarks.kube.errors import LabError
+from benchmarks.kube.record import Recording, Snapshot
+from benchmarks.kube.stack import LabParams, gpu_placement, lab_params
+from benchmarks.kube.timeline import condition_time, parse_time, seconds_between
+from benchmarks.labs import live, workloads
 from benchmarks.labs.live import LabSession, now
 from benchmarks.labs.plotting import Panel, panels_plot
-from benchmarks.labs.record import Recording, Snapshot
 from benchmarks.labs.result import Check, Frozen, LabResult, common_fields
-from benchmarks.labs.stack import LabParams, gpu_placement, lab_params
-from benchmarks.labs.timeline import condition_time, parse_time, seconds_between
 from benchmarks.metrics import PrometheusClient, gpu_util_query, scalar
 
 LAB = "g8"
@@ -116,7 +117,7 @@ def build_workloads(
     selector, tolerations = gpu_placement(outputs)
     name = job_name(run_id, variant)
     every = max(1, round(p.interval_s / step_seconds))
-    cm = objects.scripts_config_map(f"{name}-scripts", p.namespace, ["trainer.py"])
+    cm = workloads.scripts_config_map(f"{name}-scripts", p.namespace, ["trainer.py"])
     env = {
         "BUCKET": p.bucket,
         "PREFIX": f"benchmarks/{run_id}/{variant}/",
@@ -127,8 +128,8 @@ def build_workloads(
     }
     spec = objects.pod_spec(
         [objects.container("trainer", p.image or images.PYTORCH_CUDA, ["python", f"{objects.SCRIPT_MOUNT}/trainer.py"],
-                           env=env, requests=objects.PYTORCH_REQUESTS,
-                           limits={"nvidia.com/gpu": "1", "cpu": "2", "memory": objects.PYTORCH_MEMORY_LIMIT},
+                           env=env, requests=workloads.PYTORCH_REQUESTS,
+                           limits={"nvidia.com/gpu": "1", "cpu": "2", "memory": workloads.PYTORCH_MEMORY_LIMIT},
                            with_scripts=True)],
         node_selector=selector,
         tolerations=tolerations,

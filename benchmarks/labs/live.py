@@ -4,19 +4,18 @@ inside a RunScope (cleanup always), save the recording, measure it and write the
 from __future__ import annotations
 
 import argparse
-import secrets
 import sys
 from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any, Protocol
 
-from benchmarks.cluster import Cluster, KubeApiError, KubeCluster, RunScope
+from benchmarks.cluster import Cluster, KubeApiError, KubeCluster, RunScope, new_run_id
 from benchmarks.errors import BenchmarkError
 from benchmarks.harness import new_run_folder, read_outputs, tool_version
 from benchmarks.harness.results import client_cpus
-from benchmarks.labs.errors import LabError
-from benchmarks.labs.evidence import final_pods, node_events, run_nvidia_smi
-from benchmarks.labs.record import Recording, Snapshot, helm_chart_versions, public_outputs, save_recording
+from benchmarks.kube.errors import LabError
+from benchmarks.kube.evidence import final_pods, node_events, run_nvidia_smi
+from benchmarks.kube.record import Recording, Snapshot, helm_chart_versions, public_outputs, save_recording
 from benchmarks.labs.report import write_results
 from benchmarks.labs.result import LabResult
 from facts.simulation import STATEMENT_NAME, STATEMENT_NAMESPACE
@@ -45,11 +44,6 @@ class LiveLab(Protocol):
 
 def now() -> datetime:
     return datetime.now(timezone.utc)
-
-
-def new_run_id(lab: str) -> str:
-    """Short, label-safe and unique enough: lab, UTC time, 4 random hex digits."""
-    return f"{lab}-{now():%m%d%H%M}-{secrets.token_hex(2)}"
 
 
 class LabSession:

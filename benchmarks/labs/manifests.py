@@ -17,7 +17,7 @@ from typing import Any
 import yaml
 
 from benchmarks.__main__ import LABS as BENCHMARKS
-from benchmarks.labs import evidence
+from benchmarks.kube import evidence
 from stacks.loader import ConfigError
 from stacks.mockrun import run_stack
 from stacks.output_folder import OutputFolderError, prepare

@@ -10,10 +10,10 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Protocol
 
-from benchmarks.labs.record import Recording, save_recording
 from benchmarks.harness import save_result
-from benchmarks.harness.evidence import markdown as evidence_section
-from benchmarks.harness.evidence import simulation_markdown
+from benchmarks.kube.evidence import markdown as evidence_section
+from benchmarks.kube.evidence import simulation_markdown
+from benchmarks.kube.record import Recording, save_recording
 from benchmarks.labs.result import LabResult
 
 

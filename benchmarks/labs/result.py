@@ -13,8 +13,8 @@ from typing import Any
 from pydantic import BaseModel, ConfigDict
 
 from benchmarks.harness import RunMeta
-from benchmarks.harness import evidence
-from benchmarks.labs.record import GPU_DRIVER_LABEL, Recording, warning_summary
+from benchmarks.kube import evidence
+from benchmarks.kube.record import GPU_DRIVER_LABEL, Recording, warning_summary
 
 SCHEMA_VERSION = 1
 

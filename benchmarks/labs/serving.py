@@ -10,11 +10,12 @@ import re
 from datetime import datetime, timezone
 from typing import Any
 
-from benchmarks.labs import images, objects
-from benchmarks.labs.errors import LabError
-from benchmarks.labs.phases import NO_LOG, TRITON_LOG, ColdStartPhases, extract
+from benchmarks.kube import images, objects
+from benchmarks.kube.errors import LabError
+from benchmarks.kube.phases import NO_LOG, TRITON_LOG, ColdStartPhases, extract
+from benchmarks.kube.timeline import condition_time, parse_time
+from benchmarks.labs import workloads
 from benchmarks.labs.result import Frozen
-from benchmarks.labs.timeline import condition_time, parse_time
 
 ISVC = ("serving.kserve.io/v1beta1", "InferenceService")
 ISVC_LABEL = "serving.kserve.io/inferenceservice"
@@ -55,7 +56,7 @@ class Response(Frozen):
 
 class ClientTarget(Frozen):
     """Where an in-cluster client Job runs (namespace, nodes: the system pool's selector from
-    benchmarks.labs.stack.system_selector) and what it calls: the Kourier gateway with a route's Host
+    benchmarks.kube.stack.system_selector) and what it calls: the Kourier gateway with a route's Host
     header and path."""
 
     namespace: str
@@ -79,7 +80,7 @@ def ramp_job(name: str, target: ClientTarget, body: str, rates: list[float], ste
 def _gateway_client(
     name: str, target: ClientTarget, script: str, env: dict[str, str], requests: dict[str, str] | None = None
 ) -> list[dict[str, Any]]:
-    cm = objects.scripts_config_map(f"{name}-scripts", target.namespace, [script])
+    cm = workloads.scripts_config_map(f"{name}-scripts", target.namespace, [script])
     gw = target.gateway
     env = {"TARGET": f"http://{gw['service']}.{gw['namespace']}.svc.cluster.local:{gw['port']}", "HOST": target.host,
            "PATH_": target.path, **env}

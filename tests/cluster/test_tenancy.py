@@ -14,7 +14,7 @@ from collections.abc import Iterator
 
 import pytest
 
-from benchmarks.labs import images, objects
+from benchmarks.kube import images, objects
 from components.cluster import POOL_LABEL, SYSTEM_POOL_NAME
 from components.namespaces import namespace
 from components.tenancy import TENANT_LABEL, Tenant, tenant_objects

@@ -6,7 +6,7 @@ Each repeat: the vLLM Deployment is scaled to zero and the experiment waits unti
 that instant, sends one request (max_tokens 1) through the API server's service proxy, again every
 `poll_s` until vLLM answers. What it saw (the pod, its node, the Events about the pod, vLLM's log,
 the send and answer times) is kept as a record (recording.json); the phases come from those records
-alone (benchmarks.labs.phases), so a saved recording can be measured again without a cluster.
+alone (benchmarks.kube.phases), so a saved recording can be measured again without a cluster.
 
 Settings (`--settings`), each put in place with `pulumi config set` + `pulumi up` as the other
 experiments change the server, and restored when the run ends: the stack as configured, image
@@ -36,8 +36,8 @@ from benchmarks.g6.targets import ServerSettings
 from benchmarks.harness import HarnessError, RunMeta
 from benchmarks.harness.server import Server
 from benchmarks.harness.signals import shielded
-from benchmarks.labs.phases import VLLM_LOG, ColdStartPhases, Phase, extract, failure, pod_events
-from benchmarks.labs.timeline import parse_time
+from benchmarks.kube.phases import VLLM_LOG, ColdStartPhases, Phase, extract, failure, pod_events
+from benchmarks.kube.timeline import parse_time
 
 Setting = Literal["as-configured", "image-streaming", "gcs-weights", "warm-pool"]
 # What each setting changes in the stack's config (`pulumi config set --path KEY VALUE`).

@@ -13,9 +13,9 @@ import matplotlib.pyplot as plt  # noqa: E402  (the backend must be chosen first
 
 from benchmarks.g6.experiments.cold_start import ColdStartResult, ColdStartRun, pull_verdict  # noqa: E402
 from benchmarks.g6.report import errors_section, target_text  # noqa: E402
-from benchmarks.harness.evidence import markdown as evidence_section  # noqa: E402
 from benchmarks.harness.markdown import num, table  # noqa: E402
-from benchmarks.labs.phases_report import waited_section  # noqa: E402
+from benchmarks.kube.evidence import markdown as evidence_section  # noqa: E402
+from benchmarks.kube.phases_report import waited_section  # noqa: E402
 
 PLOT = "cold-start-phases.png"
 # The cluster autoscaler's defaults (scale-down-unneeded-time 10m): how long an unneeded node stays

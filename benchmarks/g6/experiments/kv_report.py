@@ -15,9 +15,9 @@ from benchmarks.g6.report import (  # noqa: E402
     rerun_note, title,
 )  # fmt: skip
 from benchmarks.g6.shape import SIM_EOS, realised_section  # noqa: E402
-from benchmarks.harness.evidence import markdown as evidence_section  # noqa: E402
 from benchmarks.harness.markdown import num, table  # noqa: E402
-from benchmarks.labs.phases_report import waited_first  # noqa: E402
+from benchmarks.kube.evidence import markdown as evidence_section  # noqa: E402
+from benchmarks.kube.phases_report import waited_first  # noqa: E402
 from benchmarks.loadgen.steady import RAMP_E2E  # noqa: E402
 
 PLOTS = ("kv-max-batch.png", "kv-probes.png")

@@ -15,9 +15,9 @@ from benchmarks.g6.report import (  # noqa: E402
     context_lines, cost_sections, errors_section, latency_pair, price_cell, rerun_cell, rerun_note, title,
 )  # fmt: skip
 from benchmarks.g6.shape import asked_text, realised_section  # noqa: E402
-from benchmarks.harness.evidence import markdown as evidence_section  # noqa: E402
 from benchmarks.harness.markdown import num, table  # noqa: E402
-from benchmarks.labs.phases_report import waited_first  # noqa: E402
+from benchmarks.kube.evidence import markdown as evidence_section  # noqa: E402
+from benchmarks.kube.phases_report import waited_first  # noqa: E402
 from benchmarks.loadgen.reruns import Rerun  # noqa: E402
 
 PLOTS = ("prefix-ttft-kv.png",)

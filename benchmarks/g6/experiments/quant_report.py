@@ -17,9 +17,9 @@ from benchmarks.g6.report import (  # noqa: E402
     rerun_note, throughput_cell, title,
 )  # fmt: skip
 from benchmarks.g6.shape import asked_text  # noqa: E402
-from benchmarks.harness.evidence import markdown as evidence_section  # noqa: E402
 from benchmarks.harness.markdown import table  # noqa: E402
-from benchmarks.labs.phases_report import waited_first  # noqa: E402
+from benchmarks.kube.evidence import markdown as evidence_section  # noqa: E402
+from benchmarks.kube.phases_report import waited_first  # noqa: E402
 
 PLOTS = ("quant-tradeoffs.png",)
 GIB = 1024**3

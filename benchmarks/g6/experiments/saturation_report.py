@@ -18,9 +18,9 @@ from benchmarks.g6.report import (  # noqa: E402
 )  # fmt: skip
 from benchmarks.g6.result import G6Point  # noqa: E402
 from benchmarks.g6.shape import asked_text, realised_section  # noqa: E402
-from benchmarks.harness.evidence import markdown as evidence_section  # noqa: E402
 from benchmarks.harness.markdown import table  # noqa: E402
-from benchmarks.labs.phases_report import waited_first  # noqa: E402
+from benchmarks.kube.evidence import markdown as evidence_section  # noqa: E402
+from benchmarks.kube.phases_report import waited_first  # noqa: E402
 from benchmarks.loadgen.reruns import Rerun  # noqa: E402
 from benchmarks.loadgen.stats import Summary  # noqa: E402
 from benchmarks.loadgen.steady import BLOCKS, RAMP_E2E, RAMP_SHARE  # noqa: E402

@@ -13,12 +13,12 @@ import argparse
 import sys
 from typing import Any
 
+from benchmarks.kube.stack import gpu_placement
 from benchmarks.labs import live
 from benchmarks.labs.g3.report import plots, report_body
 from benchmarks.labs.g3.result import G3Result, measure
 from benchmarks.labs.g3.runs import record
 from benchmarks.labs.g3.workloads import LAB, build_workloads, check_sizes, params, pool_gpus
-from benchmarks.labs.stack import gpu_placement
 
 TITLE = "Gang scheduling: Kueue against the default scheduler"
 # Run A waits for a GPU node from zero, then the third job runs after the first two.

@@ -19,10 +19,10 @@ from __future__ import annotations
 from datetime import datetime
 from typing import Any, Literal
 
+from benchmarks.kube.record import Snapshot
+from benchmarks.kube.timeline import condition, condition_time, parse_time, seconds_between
 from benchmarks.labs.g3.placement import pod_job
-from benchmarks.labs.record import Snapshot
 from benchmarks.labs.result import Frozen
-from benchmarks.labs.timeline import condition, condition_time, parse_time, seconds_between
 
 Cause = Literal["quota", "blockAdmission", "queue order", "other"]
 BLOCK_MESSAGE = "waiting for all admitted workloads to be in PodsReady condition"

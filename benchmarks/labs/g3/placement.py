@@ -14,10 +14,10 @@ import json
 from datetime import datetime, timezone
 from typing import Any
 
+from benchmarks.kube.record import Snapshot
+from benchmarks.kube.timeline import condition, condition_time, parse_time
 from benchmarks.labs.g3.workloads import INDEX_LABEL, JOBSET_NAME_LABEL
-from benchmarks.labs.record import Snapshot
 from benchmarks.labs.result import Frozen
-from benchmarks.labs.timeline import condition, condition_time, parse_time
 
 END_EVENTS = ("finished", "gave_up", "terminated")
 

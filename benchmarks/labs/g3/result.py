@@ -5,7 +5,10 @@ from __future__ import annotations
 from datetime import datetime
 from typing import Any
 
-from benchmarks.labs.errors import LabError
+from benchmarks.kube.errors import LabError
+from benchmarks.kube.objects import allocatable_gpus
+from benchmarks.kube.record import Recording, Snapshot
+from benchmarks.kube.timeline import parse_time, seconds_between
 from benchmarks.labs.g3.admission import Admission, admissions, full_queue_moment, max_overlap, pods_without_admission
 from benchmarks.labs.g3.placement import (
     Deadlock,
@@ -18,10 +21,8 @@ from benchmarks.labs.g3.placement import (
     whole_at,
     workers,
 )
-from benchmarks.labs.g3.workloads import GPU, RUNS, Run, params, pool_gpus
-from benchmarks.labs.record import Recording, Snapshot
+from benchmarks.labs.g3.workloads import RUNS, Run, params, pool_gpus
 from benchmarks.labs.result import Check, Frozen, LabResult, common_fields
-from benchmarks.labs.timeline import parse_time, seconds_between
 
 # The scheduler binds one pod in milliseconds and the API's times have 1 s resolution: workers of one
 # admitted job placed further apart than this waited for a GPU.
@@ -93,7 +94,7 @@ def _in_namespace(snap: Snapshot, namespace: str) -> bool:
 
 def _gpu_slots(rec: Recording) -> int:
     """Shared GPUs the GPU nodes offered (allocatable nvidia.com/gpu), else what the pool can offer."""
-    on_nodes = sum(int(((n.get("status") or {}).get("allocatable") or {}).get(GPU) or 0) for n in rec.nodes)
+    on_nodes = sum(allocatable_gpus(n) or 0 for n in rec.nodes)
     return on_nodes or pool_gpus(rec.outputs)
 
 

@@ -21,6 +21,8 @@ from datetime import datetime
 from typing import Any
 
 from benchmarks.cluster import KubeApiError, WaitTimeout, run_selector, wait_until
+from benchmarks.kube.record import Recording, Snapshot
+from benchmarks.kube.timeline import condition
 from benchmarks.labs.g3.admission import owner_jobset
 from benchmarks.labs.g3.placement import jobset_end, pod_job
 from benchmarks.labs.g3.workloads import (
@@ -36,8 +38,6 @@ from benchmarks.labs.g3.workloads import (
     scheduler_namespace,
 )
 from benchmarks.labs.live import LabSession, now
-from benchmarks.labs.record import Recording, Snapshot
-from benchmarks.labs.timeline import condition
 
 RELEASE_POLL_S = 0.5  # how often a released pod is checked for the scheduler's decision
 # Polls after the rendezvous timeout and the work time before run B is cut: time for the Job and

@@ -18,9 +18,11 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any, Literal
 
-from benchmarks.labs import images, objects
-from benchmarks.labs.errors import LabError
-from benchmarks.labs.stack import LabParams, gpu_placement, lab_params
+from benchmarks.kube import images, objects
+from benchmarks.kube.errors import LabError
+from benchmarks.kube.objects import GPU
+from benchmarks.kube.stack import LabParams, gpu_placement, lab_params
+from benchmarks.labs import workloads
 from podspec.security import pod_security_labels
 
 LAB = "g3"
@@ -35,7 +37,6 @@ INDEX_LABEL = "batch.kubernetes.io/job-completion-index"
 RELEASE_GATE = "gke-ml-labs/g3-release"
 BARRIER_PORT = 29500
 SCRIPT = "barrier.py"
-GPU = "nvidia.com/gpu"
 # Run B's namespace admits only pods that meet the restricted Pod Security Standard.
 PSA_RESTRICTED = pod_security_labels("restricted")
 
@@ -178,7 +179,7 @@ def run_objects(outputs: dict[str, Any], run_id: str, timing: Timing, run: Run) 
     kueue = run == "kueue"
     namespace = p.namespace if kueue else scheduler_namespace(run_id)
     out = [] if kueue else [objects.namespace(namespace, PSA_RESTRICTED)]
-    out.append(objects.scripts_config_map(config_map, namespace, [SCRIPT]))
+    out.append(workloads.scripts_config_map(config_map, namespace, [SCRIPT]))
     for name in jobset_names(run_id, p.jobs):
         out.append(
             jobset(

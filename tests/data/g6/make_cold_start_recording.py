@@ -26,7 +26,7 @@ HERE = Path(__file__).resolve().parent
 REPO = HERE.parents[2]
 sys.path.insert(0, str(REPO))
 from benchmarks.g6.experiments.cold_start import SETTINGS, ColdStartRecord, ColdStartRecording  # noqa: E402
-from benchmarks.labs.record import public_outputs  # noqa: E402
+from benchmarks.kube.record import public_outputs  # noqa: E402
 from stacks.mockrun import OFFLINE_PROJECT, run_stack  # noqa: E402
 from tests import cold_start_fixtures as fx  # noqa: E402
 

@@ -4,7 +4,7 @@ report and every g6 report (which opens with it when its run had to bring a GPU 
 from __future__ import annotations
 
 from benchmarks.harness.markdown import num, table
-from benchmarks.labs.phases import ColdStartPhases, Phase
+from benchmarks.kube.phases import ColdStartPhases, Phase
 
 WAITED_TITLE = "## What the user waited for"
 

@@ -19,10 +19,14 @@ from collections.abc import Callable
 from datetime import datetime, timedelta, timezone
 from typing import Any, NamedTuple
 
-from benchmarks.labs.result import Frozen
-from benchmarks.labs.timeline import condition_time, event_time, parse_time
+from pydantic import BaseModel, ConfigDict
 
-class Phase(Frozen):
+from benchmarks.kube.timeline import condition_time, event_time, parse_time
+
+
+class Phase(BaseModel):
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
     name: str
     start: datetime | None
     end: datetime | None
@@ -30,9 +34,11 @@ class Phase(Frozen):
     skipped: str | None = None  # why there is no figure (the moment that ends it was not observed)
 
 
-class ColdStartPhases(Frozen):
+class ColdStartPhases(BaseModel):
     """One cold start: its phases in order, the total from the first start to the last end, and the
     named failure when it did not reach its last phase."""
+
+    model_config = ConfigDict(frozen=True, extra="forbid")
 
     pod: str | None
     node: str | None

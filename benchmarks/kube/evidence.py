@@ -1,25 +1,35 @@
 """What really ran: the evidence block of every report (result.json `meta.evidence`, the report's first
-section), built from API objects the benchmark read from the live cluster.
+section), built from API objects the benchmark read from the live cluster, and how they are read.
 
-Pure functions of those objects (nodes, pods, events, the log of a one-shot nvidia-smi pod), so a
-recording or a fixture gives the same block as the live run did. A fact the objects do not carry is
+The block is a pure function of those objects (nodes, pods, events, the log of a one-shot nvidia-smi pod),
+so a recording or a fixture gives the same block as the live run did. A fact the objects do not carry is
 "not known"; a run against the simulator says "simulator": never a value made up to fill the table.
+
+Reading them (`collect`) needs objects only the live cluster has when the run ends: its pods (the image
+digests the nodes pulled, restarts), the events of the GPU nodes, and the output of nvidia-smi, which only
+a pod on the GPU node can run (GKE mounts the driver's binaries, /usr/local/nvidia/bin, into containers that
+request a GPU). The nvidia-smi pod is one-shot, restricted, and placed like every GPU workload; it runs only
+when a GPU node is up with a GPU free, so reading the driver never scales the pool from zero or waits behind
+a busy server.
 """
 
 from __future__ import annotations
 
 import re
+import time
+from collections.abc import Callable
 from datetime import datetime, timedelta
 from typing import Any
 
-from pydantic import BaseModel, ConfigDict
-
-from benchmarks.labs.record import warning_summary
-from benchmarks.labs.timeline import event_time
+from benchmarks.cluster import Cluster, KubeApiError, RunScope, WaitTimeout, wait_until
+from benchmarks.harness.results import UNKNOWN, Evidence, Simulation
+from benchmarks.kube import images, objects
+from benchmarks.kube.objects import GPU, allocatable_gpus
+from benchmarks.kube.record import warning_summary
+from benchmarks.kube.stack import gpu_placement
+from benchmarks.kube.timeline import event_time, phase
 from facts.simulation import KWOK_NODE_ANNOTATION, REAL, SIMULATED
 
-UNKNOWN = "not known"
-SIMULATOR = "simulator"
 # GKE's node labels (cloud.google.com/kubernetes-engine/docs: node labels) and the well-known ones.
 ACCELERATOR_LABEL = "cloud.google.com/gke-accelerator"
 SPOT_LABEL = "cloud.google.com/gke-spot"
@@ -37,40 +47,6 @@ _NORMAL_TROUBLE = {("Node", "NodeNotReady"), ("Node", "RemovingNode"), ("Node", 
 # The billing export lags the usage by hours and the GPU node bills until the autoscaler removes it
 # (about 10 minutes after its last pod): the cost window runs an hour past the run.
 _COST_TAIL = timedelta(hours=1)
-
-
-class Evidence(BaseModel):
-    """The keys of `meta.evidence`. `image_digests`: each image as asked (its tag) -> the imageID the
-    node pulled (`status.containerStatuses[].imageID`). `spot`: "spot" or "on-demand"."""
-
-    model_config = ConfigDict(frozen=True, extra="forbid")
-
-    gke_version: str
-    node_image: str
-    driver_version: str
-    cuda_version: str
-    image_digests: dict[str, str] | str
-    machine_type: str
-    zone: str
-    spot: str
-    config_sha256: str
-    make_cost: str
-    first_time_problems: list[str] | str
-
-    @classmethod
-    def offline(cls, why: str = UNKNOWN) -> Evidence:
-        """Every field `why`: "simulator" for a simulated run, "not known" where no cluster was read."""
-        return cls(**{name: why for name in cls.model_fields})
-
-
-class Simulation(BaseModel):
-    """`meta.simulation`, only for a cluster that simulates some of itself (kwok's nodes, the local control
-    plane): what of the run was real and what simulated, in the cluster's own words and its nodes'."""
-
-    model_config = ConfigDict(frozen=True, extra="forbid")
-
-    real: list[str]
-    simulated: list[str]
 
 
 def simulation_of(statement: dict[str, str], nodes: list[dict[str, Any]]) -> Simulation | None:
@@ -268,3 +244,106 @@ def _cell(value: object) -> str:
 
 def _labels(node: dict[str, Any]) -> dict[str, str]:
     return (node.get("metadata") or {}).get("labels") or {}
+
+
+# --- reading it from the live cluster ---------------------------------------------------------------
+
+NVIDIA_SMI = "/usr/local/nvidia/bin/nvidia-smi"
+# The pod's namespace: g1's probes run there too, and every lab's cluster has it.
+NAMESPACE = "default"
+# A small image already on the node when a lab's Python pods ran there; nvidia-smi needs glibc.
+IMAGE = images.PYTHON
+TIMEOUT_S = 180.0
+
+
+def nvidia_smi_pod(outputs: dict[str, Any], run_id: str) -> dict[str, Any]:
+    selector, tolerations = gpu_placement(outputs)
+    return objects.pod(
+        f"{outputs.get('lab') or 'lab'}-nvidia-smi-{run_id[-4:]}",
+        NAMESPACE,
+        objects.pod_spec(
+            [objects.container("nvidia-smi", IMAGE, [NVIDIA_SMI], requests={"cpu": "10m", "memory": "32Mi"},
+                               limits={GPU: "1", "cpu": "200m", "memory": "64Mi"})],  # fmt: skip
+            node_selector=selector,
+            tolerations=tolerations,
+        ),
+    )
+
+
+def free_gpu_node(cluster: Cluster, outputs: dict[str, Any]) -> str | None:
+    """A GPU node of the pool that is up with a GPU no pod holds, or None."""
+    selector, _ = gpu_placement(outputs)
+    held: dict[str, int] = {}
+    for pod in cluster.list("v1", "Pod"):
+        node = (pod.get("spec") or {}).get("nodeName")
+        if node and phase(pod) in ("Pending", "Running"):
+            held[node] = held.get(node, 0) + sum(
+                int(((c.get("resources") or {}).get("limits") or {}).get(GPU, 0)) for c in pod["spec"]["containers"]
+            )
+    for node in cluster.list("v1", "Node", None, ",".join(f"{k}={v}" for k, v in selector.items())):
+        if (allocatable_gpus(node) or 0) > held.get(node["metadata"]["name"], 0):
+            return node["metadata"]["name"]
+    return None
+
+
+def run_nvidia_smi(
+    scope: RunScope, outputs: dict[str, Any], timeout_s: float = TIMEOUT_S, log: Callable[[str], None] = print,
+    sleep: Callable[[float], None] = time.sleep,
+) -> str | None:
+    """nvidia-smi's output from a one-shot pod on a free GPU node (deleted with the run's objects), or
+    None when no GPU node is free or the pod did not finish in time (said in the log)."""
+    cluster = scope.cluster
+    name = nvidia_smi_pod(outputs, scope.run_id)["metadata"]["name"]
+
+    def poll() -> str | None:
+        found = [p for p in cluster.list("v1", "Pod", NAMESPACE) if p["metadata"]["name"] == name]
+        return phase(found[0]) if found else None
+
+    try:
+        if free_gpu_node(cluster, outputs) is None:
+            log("evidence: no GPU node with a free GPU; the driver and CUDA versions stay 'not known'")
+            return None
+        scope.create(nvidia_smi_pod(outputs, scope.run_id))
+        wait_until(f"nvidia-smi pod {name}", poll, lambda p: p in ("Succeeded", "Failed"), timeout_s, 3.0, log,
+                   sleep=sleep)  # fmt: skip
+        return cluster.pod_log(NAMESPACE, name)
+    except (WaitTimeout, KubeApiError) as e:
+        log(f"evidence: nvidia-smi did not run ({e}); the driver and CUDA versions stay 'not known'")
+        return None
+
+
+def final_pods(cluster: Cluster, namespaces: list[str]) -> list[dict[str, Any]]:
+    """Every pod of the run's namespaces as the run ends: what the nodes pulled and what restarted."""
+    return [p for ns in dict.fromkeys(namespaces) for p in cluster.list("v1", "Pod", ns)]
+
+
+def node_events(cluster: Cluster, started: datetime) -> list[dict[str, Any]]:
+    """The Node events (kubelet, node controller, autoscaler: all in `default`) since the run started."""
+    return [
+        e for e in cluster.list("v1", "Event", NAMESPACE)
+        if (e.get("involvedObject") or {}).get("kind") == "Node"
+        and ((t := event_time(e)) is None or t >= started)
+    ]  # fmt: skip
+
+
+def collect(
+    cluster: Cluster, outputs: dict[str, Any], namespaces: list[str], run_id: str, started: datetime,
+    finished: datetime, log: Callable[[str], None] = print,
+) -> Evidence:
+    """The evidence of a run that keeps no recording (g6), read from the cluster as it ends; what cannot
+    be read is "not known" and the reason is among its first-time problems."""
+    try:
+        with RunScope(cluster, run_id, outputs.get("lab") or "lab", log) as scope:
+            smi = run_nvidia_smi(scope, outputs, log=log)
+        return from_cluster(
+            outputs=outputs, server_version=cluster.server_version(), nodes=cluster.list("v1", "Node"),
+            pods=final_pods(cluster, namespaces),
+            events=[e for ns in dict.fromkeys(namespaces) for e in cluster.list("v1", "Event", ns)]
+            + node_events(cluster, started),
+            nvidia_smi=smi, started=started, finished=finished,
+        )  # fmt: skip
+    except Exception as e:  # the evidence must never cost the measurement: it is then "not known", and why
+        return Evidence.offline().model_copy(
+            update={"first_time_problems": [f"evidence not read from the cluster: {e}"],
+                    "make_cost": make_cost_line(str(outputs.get("lab") or "LAB"), started, finished)}
+        )  # fmt: skip

@@ -12,7 +12,7 @@ from typing import Any, TypeVar
 from pydantic import BaseModel, ConfigDict, ValidationError
 
 from benchmarks.harness.outputs import problems
-from benchmarks.labs.errors import LabError
+from benchmarks.kube.errors import LabError
 
 P = TypeVar("P", bound="LabParams")
 

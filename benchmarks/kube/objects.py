@@ -1,30 +1,20 @@
-"""Builders of the Kubernetes objects the lab benchmarks create, as plain dicts.
+"""Builders of the Kubernetes objects the lab benchmarks create, as plain dicts, and the reading of what the
+API says of them that every lab needs (a node's allocatable GPUs).
 
-One place for metadata, script ConfigMaps, containers and pods, so every lab's objects look alike
-(and carry the run labels, which RunScope adds at creation). Scripts live in benchmarks/labs/scripts/
-and are mounted from a ConfigMap, so what runs in the cluster is readable (and testable) here. Every
-pod meets the restricted Pod Security Standard (podspec.security), as the lab namespaces enforce.
+One place for metadata, ConfigMaps of files, containers and pods, so every lab's objects look alike
+(and carry the run labels, which RunScope adds at creation). A pod's scripts are mounted from a ConfigMap
+(benchmarks.labs.workloads holds the labs'), so what runs in the cluster is readable (and testable) here.
+Every pod meets the restricted Pod Security Standard (podspec.security), as the lab namespaces enforce.
 """
 
 from __future__ import annotations
 
-from pathlib import Path
 from typing import Any
 
 from podspec.security import TMP, Scratch, restricted
 
-SCRIPTS = Path(__file__).resolve().parent / "scripts"
+GPU = "nvidia.com/gpu"  # the NVIDIA device plugin's extended resource
 SCRIPT_MOUNT = "/scripts"
-# A PyTorch pod (CUDA context, cuBLAS/cuDNN loaded: 1-2 GiB of host memory): small requests, since up
-# to five share one 4-vCPU, 16 GB node when the GPU is time-shared, and a memory limit well above use.
-PYTORCH_REQUESTS = {"cpu": "250m", "memory": "512Mi"}
-PYTORCH_MEMORY_LIMIT = "4Gi"
-
-
-def script_text(name: str) -> str:
-    return (SCRIPTS / name).read_text()
-
-
 def meta(name: str, namespace: str | None, labels: dict[str, str] | None = None) -> dict[str, Any]:
     out: dict[str, Any] = {"name": name, "labels": dict(labels or {})}
     if namespace is not None:
@@ -35,11 +25,6 @@ def meta(name: str, namespace: str | None, labels: dict[str, str] | None = None)
 def config_map(name: str, namespace: str, files: dict[str, str]) -> dict[str, Any]:
     """A ConfigMap of files (key = file name), mounted at SCRIPT_MOUNT by `pod_spec`."""
     return {"apiVersion": "v1", "kind": "ConfigMap", "metadata": meta(name, namespace), "data": dict(files)}
-
-
-def scripts_config_map(name: str, namespace: str, scripts: list[str]) -> dict[str, Any]:
-    """A ConfigMap holding the named scripts from benchmarks/labs/scripts/ (key = file name)."""
-    return config_map(name, namespace, {s: script_text(s) for s in scripts})
 
 
 def container(
@@ -87,7 +72,7 @@ def pod_spec(
 ) -> dict[str, Any]:
     """A restricted pod spec (as nobody, read-only root with `scratch` writable and HOME there, no
     token: benchmark pods never call the API); GPU pods pass the GPU pool's selector and tolerations,
-    everything else the system pool's selector (both from the stack outputs: benchmarks.labs.stack)."""
+    everything else the system pool's selector (both from the stack outputs: benchmarks.kube.stack)."""
     spec: dict[str, Any] = {
         "restartPolicy": restart_policy,
         "nodeSelector": dict(node_selector),
@@ -135,3 +120,10 @@ def job(
     if ttl_after_finished_s is not None:
         job_spec["ttlSecondsAfterFinished"] = ttl_after_finished_s
     return {"apiVersion": "batch/v1", "kind": "Job", "metadata": meta(name, namespace, labels), "spec": job_spec}
+
+
+def allocatable_gpus(node: dict[str, Any]) -> int | None:
+    """The GPUs a node offers to pods (status.allocatable nvidia.com/gpu; 0: none), or None while its status
+    reports nothing allocatable yet (a node just registered)."""
+    allocatable = (node.get("status") or {}).get("allocatable")
+    return None if allocatable is None else int(allocatable.get(GPU) or 0)

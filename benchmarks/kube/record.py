@@ -16,8 +16,8 @@ from typing import Any
 
 from pydantic import BaseModel, ConfigDict, Field
 
-from benchmarks.labs.errors import LabError
-from benchmarks.labs.timeline import event_time
+from benchmarks.kube.errors import LabError
+from benchmarks.kube.timeline import event_time
 
 # Node labels GKE sets that say which GPU driver the node installs.
 GPU_DRIVER_LABEL = "cloud.google.com/gke-gpu-driver-version"
