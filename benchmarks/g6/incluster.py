@@ -23,6 +23,7 @@ from benchmarks.harness import Endpoint
 from benchmarks.harness.errors import HarnessError
 from benchmarks.harness.server import Server
 from benchmarks.kube import images, objects
+from benchmarks.kube.timeline import phase
 from benchmarks.loadgen import LoadgenError, LoadRun, LoadSpec
 from benchmarks.loadgen.core import PLAN_ENV, OutputReader
 from benchmarks.loadgen.runner import CORE_FLAGS, CORE_PATH, Progress, placed, read_output
@@ -128,7 +129,7 @@ def server_log(cluster: Cluster, endpoint: Endpoint) -> str:
         raise KubeApiError(f"Service {ns}/{name} " + ("has no pod selector" if service else "not found"))
     pods = [
         p for p in cluster.list("v1", "Pod", ns, ",".join(f"{k}={v}" for k, v in sorted(selector.items())))
-        if (p.get("status") or {}).get("phase") == "Running" and not p["metadata"].get("deletionTimestamp")
+        if phase(p) == "Running" and not p["metadata"].get("deletionTimestamp")
     ]  # fmt: skip
     if not pods:
         raise KubeApiError(f"no running pod behind Service {ns}/{name}")
@@ -137,7 +138,7 @@ def server_log(cluster: Cluster, endpoint: Endpoint) -> str:
 
 
 def _phase(pods: list[dict[str, Any]]) -> str:
-    return (pods[0].get("status") or {}).get("phase", "Pending") if pods else "no pod yet"
+    return (phase(pods[0]) or "Pending") if pods else "no pod yet"
 
 
 def _waiting_reason(pods: list[dict[str, Any]]) -> str:

@@ -22,7 +22,7 @@ from benchmarks.kube.errors import LabError
 from benchmarks.kube.objects import GPU, allocatable_gpus
 from benchmarks.kube.record import Recording, Snapshot
 from benchmarks.kube.stack import LabParams, gpu_placement, lab_params, require_output
-from benchmarks.kube.timeline import condition_time, event_time, parse_time, seconds_between
+from benchmarks.kube.timeline import condition_time, event_time, parse_time, phase, seconds_between
 from benchmarks.labs import live
 from benchmarks.labs.live import LabSession, now
 from benchmarks.labs.plotting import timeline_plot
@@ -133,7 +133,7 @@ def record(session: LabSession, args: argparse.Namespace) -> Recording:
 
     def probe_running(snap: Snapshot) -> bool:
         pod = _pod(snap.objects["pods"], probe_name(run_id))
-        return bool(pod) and (pod.get("status") or {}).get("phase") == "Running"
+        return bool(pod) and phase(pod) == "Running"
 
     wait_until(
         "GPU probe pod running (scale from zero takes minutes)",
@@ -182,7 +182,7 @@ def _describe(snap: Snapshot, run_id: str) -> str:
     pod = _pod(snap.objects["pods"], probe_name(run_id)) or {}
     nodes = snap.objects["nodes"]
     alloc = [allocatable_gpus(n) or 0 for n in nodes]
-    return f"probe {(pod.get('status') or {}).get('phase', '?')}; GPU nodes {len(nodes)}; allocatable GPUs {sum(alloc)}"
+    return f"probe {phase(pod) or '?'}; GPU nodes {len(nodes)}; allocatable GPUs {sum(alloc)}"
 
 
 def dcgm_series_for(samples: list[Any], node: str | None) -> list[dict[str, str]]:

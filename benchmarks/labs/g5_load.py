@@ -20,7 +20,7 @@ from benchmarks.cluster import RUN_LABEL, WaitTimeout, wait_until
 from benchmarks.kube.errors import LabError
 from benchmarks.kube.record import Recording, Snapshot
 from benchmarks.kube.stack import LabParams, gpu_placement, lab_params
-from benchmarks.kube.timeline import condition
+from benchmarks.kube.timeline import condition, phase
 from benchmarks.labs.autoscaling import (
     COLD_STEP,
     DEPLOYMENT,
@@ -178,7 +178,7 @@ def _scale_key(pas: list[dict[str, Any]], deployments: list[dict[str, Any]]) -> 
 
 def _pods_key(pods: list[dict[str, Any]]) -> Any:
     return sorted(
-        (p["metadata"]["name"], (p.get("status") or {}).get("phase"), (p.get("spec") or {}).get("nodeName"),
+        (p["metadata"]["name"], phase(p), (p.get("spec") or {}).get("nodeName"),
          (condition(p, "Ready") or {}).get("status"), bool(p["metadata"].get("deletionTimestamp")))
         for p in pods
     )

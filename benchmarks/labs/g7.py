@@ -180,7 +180,7 @@ def record(session: LabSession, args: argparse.Namespace) -> Recording:
             return snapshots[-1]
 
         snap = wait_until(f"workflow {name}", poll,
-                          lambda s: bool(s.objects["workflows"]) and s.objects["workflows"][0].get("status", {}).get("phase") in DONE_PHASES,
+                          lambda s: bool(s.objects["workflows"]) and phase(s.objects["workflows"][0]) in DONE_PHASES,
                           args.timeout, interval_s=args.poll, progress=session.log,
                           describe=lambda s: str({n.get("displayName"): n.get("phase") for w in s.objects["workflows"]
                                                   for n in (w.get("status") or {}).get("nodes", {}).values()}))
@@ -228,7 +228,7 @@ def measure(rec: Recording, source: str = "live") -> G7Result:
     for info in rec.client.get("workflows", []):
         w = final.get(info["name"], {})
         runs.append(WorkflowRun(name=info["name"], fail_step=info["fail_step"],
-                                phase=(w.get("status") or {}).get("phase"), steps=step_outcomes(w)))
+                                phase=phase(w), steps=step_outcomes(w)))
     if not runs:
         raise LabError(f"recording of run {rec.run_id} has no workflow")
     artefact = Artefact.model_validate(rec.client["artefact"]) if rec.client.get("artefact") else None

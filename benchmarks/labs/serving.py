@@ -13,7 +13,7 @@ from typing import Any
 from benchmarks.kube import images, objects
 from benchmarks.kube.errors import LabError
 from benchmarks.kube.phases import NO_LOG, TRITON_LOG, ColdStartPhases, extract
-from benchmarks.kube.timeline import condition_time, parse_time
+from benchmarks.kube.timeline import condition, condition_time, parse_time
 from benchmarks.labs import workloads
 from benchmarks.labs.result import Frozen
 
@@ -148,7 +148,7 @@ def traffic(isvc: dict[str, Any]) -> list[dict[str, Any]]:
 
 
 def is_ready(isvc: dict[str, Any]) -> bool:
-    return any(c.get("type") == "Ready" and c.get("status") == "True" for c in (isvc.get("status") or {}).get("conditions") or [])
+    return (condition(isvc, "Ready") or {}).get("status") == "True"
 
 
 # The stages of a cold start, in the order they happen.

@@ -22,7 +22,7 @@ from typing import Any
 
 from benchmarks.cluster import KubeApiError, WaitTimeout, run_selector, wait_until
 from benchmarks.kube.record import Recording, Snapshot
-from benchmarks.kube.timeline import condition
+from benchmarks.kube.timeline import condition, phase
 from benchmarks.labs.g3.admission import owner_jobset
 from benchmarks.labs.g3.placement import jobset_end, pod_job
 from benchmarks.labs.g3.workloads import (
@@ -225,7 +225,7 @@ def read_logs(session: LabSession, namespace: str, pods: list[dict[str, Any]]) -
 def describe(snap: Snapshot) -> str:
     placed: dict[str, int] = {}
     for pod in snap.objects["pods"]:
-        holding = (pod.get("status") or {}).get("phase") in ("Pending", "Running")
+        holding = phase(pod) in ("Pending", "Running")
         if holding and (condition(pod, "PodScheduled") or {}).get("status") == "True":
             placed[pod_job(pod)] = placed.get(pod_job(pod), 0) + 1
     ends = [e[0] for js in snap.objects["jobsets"] if (e := jobset_end(js))]
