@@ -1,4 +1,4 @@
-"""Composes the platform for one lab config and returns the stack outputs (the contract in DESIGN.md).
+"""Composes the platform for one lab config and returns the stack outputs (the contract: stacks/outputs.py).
 
 A lab has two halves and one seam (stacks/cluster_target.py): the cluster target comes from the cloud
 half for `cluster: gke` (stacks/cloud.py) or from a kubeconfig for `cluster: existing`
@@ -16,6 +16,7 @@ from stacks.context import PlatformContext
 from stacks.cost_estimate import estimate_or_none
 from stacks.labs import LABS
 from stacks.loader import Secrets
+from stacks.outputs import StackOutputs
 
 # Each group of lab features: the APIs and cluster settings it needs from the cloud half, then its
 # components (in this order, so serving and cost can wait for what the platform group installs, e.g.
@@ -34,7 +35,7 @@ def build(cfg: LabConfig, secrets: Secrets) -> dict[str, Any]:
         group.compose(ctx)
     out, where, placement = ctx.outputs, target.outputs, target.placement
 
-    return {
+    return StackOutputs.contract(**{
         "lab": cfg.lab,
         "lab_title": LABS[cfg.lab].title,
         "config_sha256": cfg.sha256,
@@ -66,4 +67,4 @@ def build(cfg: LabConfig, secrets: Secrets) -> dict[str, Any]:
         "versions": out.versions,
         "benchmark": out.benchmark,
         "cost_estimate": cost.model_dump() if (cost := estimate_or_none(cfg)) else None,
-    }
+    })

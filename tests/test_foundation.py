@@ -17,6 +17,7 @@ from components.naming import resource_name
 from stacks.context import stack_id
 from stacks.loader import ConfigError, parse
 from stacks.mockrun import run_stack
+from stacks.outputs import StackOutputs
 from stacks.plan import main as plan_main
 from stacks.stackfile import REPO
 
@@ -36,6 +37,15 @@ def test_every_stack_file_runs_and_exports_the_contract(stack_runs, stack, previ
     if not preview:
         assert not run.unknown_outputs
         assert run.outputs["lab"] == stack, "each Pulumi.<lab>.yaml is that lab's stack"
+        StackOutputs.model_validate(run.outputs)  # the kit reads them through the same model
+
+
+def test_the_program_cannot_export_a_key_off_the_contract():
+    good = {name: None for name in StackOutputs.model_fields}
+    assert StackOutputs.contract(**good) == good
+    renamed = {("gpu_pools" if k == "gpu_pool" else k): v for k, v in good.items()}
+    with pytest.raises(ValueError, match=r"unknown \['gpu_pools'\], missing \['gpu_pool'\]"):
+        StackOutputs.contract(**renamed)
 
 
 @pytest.mark.parametrize("stack", STACKS)

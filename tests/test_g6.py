@@ -19,9 +19,10 @@ from benchmarks.harness import PulumiStack, load_result, save_result
 from benchmarks.harness.server import http_server
 from benchmarks.loadgen import Slo
 from benchmarks.metrics import GaugeStats, ServerMetrics
-from facts.catalogue import get_gpu, get_model
 from benchmarks.serving.sizing import roofline, size
+from facts.catalogue import get_gpu, get_model
 from fake_pulumi import fake_pulumi, pulumi_calls
+from stack_outputs import program_outputs
 
 FIXTURE = Path(__file__).parent / "data" / "g6-result.json"
 MODEL = "Qwen/Qwen2.5-0.5B-Instruct"
@@ -180,12 +181,12 @@ def sim_url():
 
 
 def _stack_outputs(tmp_path: Path) -> dict:
-    return {
-        "lab": "g6",
-        "endpoints": {"vllm": {"namespace": "serving", "service": "vllm", "port": 8000}},
-        "prometheus": {"namespace": "monitoring", "service": "prometheus", "port": 9090},
-        "benchmark": {"model": MODEL, "max_num_seqs": 16, "gpu": "l4", "sweep": {"max_num_seqs": [4, 8], "concurrency": [2]}},
-    }
+    return program_outputs(
+        "g6",
+        endpoints={"vllm": {"namespace": "serving", "service": "vllm", "port": 8000}},
+        prometheus={"namespace": "monitoring", "service": "prometheus", "port": 9090},
+        benchmark={"model": MODEL, "max_num_seqs": 16, "gpu": "l4", "sweep": {"max_num_seqs": [4, 8], "concurrency": [2]}},
+    )
 
 
 def test_stack_sweep_changes_max_num_seqs_through_pulumi_and_restores_it(tmp_path, monkeypatch, sim_url):

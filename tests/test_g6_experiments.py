@@ -29,6 +29,7 @@ from benchmarks.harness.server import Server
 from benchmarks.metrics import cache_config
 from benchmarks.sim.costs import ScheduledWork, step_cost
 from fake_pulumi import fake_pulumi, pulumi_calls
+from stack_outputs import program_outputs
 
 QWEN_05 = "Qwen/Qwen2.5-0.5B-Instruct"
 QWEN_15 = "Qwen/Qwen2.5-1.5B-Instruct"
@@ -201,11 +202,11 @@ UP = ["up", "--yes", "--skip-preview", "-s", "g6"]
 
 
 def _outputs() -> dict:
-    return {
-        "lab": "g6",
-        "endpoints": {"vllm": {"namespace": "llm", "service": "vllm", "port": 8000}},
-        "benchmark": {"model": QWEN_15, "max_num_seqs": 16, "gpu": "l4", "max_model_len": 4096},
-    }
+    return program_outputs(
+        "g6",
+        endpoints={"vllm": {"namespace": "llm", "service": "vllm", "port": 8000}},
+        benchmark={"model": QWEN_15, "max_num_seqs": 16, "gpu": "l4", "max_model_len": 4096},
+    )
 
 
 @pytest.fixture(scope="module")

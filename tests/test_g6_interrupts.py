@@ -26,6 +26,7 @@ from benchmarks.g6.result import G6Result
 from benchmarks.g6.targets import ServerSettings, SimTarget
 from benchmarks.harness import load_result
 from fake_pulumi import fake_pulumi, pulumi_calls, release_path
+from stack_outputs import program_outputs
 
 REPO = Path(__file__).resolve().parents[1]
 MODEL = "Qwen/Qwen2.5-0.5B-Instruct"
@@ -251,11 +252,11 @@ def sim() -> Iterator[str]:
         yield server.base_url
 
 
-OUTPUTS = {
-    "lab": "g6",
-    "endpoints": {"vllm": {"namespace": "llm", "service": "vllm", "port": 8000}},
-    "benchmark": {"model": MODEL, "max_num_seqs": 16, "gpu": "l4", "sweep": {"max_num_seqs": [4, 8], "concurrency": [2]}},
-}
+OUTPUTS = program_outputs(
+    "g6",
+    endpoints={"vllm": {"namespace": "llm", "service": "vllm", "port": 8000}},
+    benchmark={"model": MODEL, "max_num_seqs": 16, "gpu": "l4", "sweep": {"max_num_seqs": [4, 8], "concurrency": [2]}},
+)
 
 
 def _stack_run(tmp_path: Path, monkeypatch, sim: str, **fake) -> tuple[G6Run, Path]:

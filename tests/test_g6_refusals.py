@@ -18,7 +18,7 @@ from benchmarks.g6.result import G6Result
 from benchmarks.g6.targets import ServerSettings, SimTarget
 from benchmarks.harness import load_result
 from facts.catalogue import GPUS
-from labs_fakes import fixture_outputs
+from stack_outputs import program_outputs
 from loopback import answering
 
 MODEL = "Qwen/Qwen2.5-0.5B-Instruct"
@@ -128,7 +128,7 @@ def test_a_flag_out_of_range_is_one_line_naming_it(flag, value, allowed, capsys)
 
 def test_another_labs_outputs_are_refused_in_one_line(tmp_path, capsys):
     path = tmp_path / "g5.json"
-    path.write_text(json.dumps(fixture_outputs("g5")))
+    path.write_text(json.dumps(program_outputs("g5")))
     line = _refused(["--outputs", str(path)], tmp_path, capsys)
     assert line.startswith("g6: the stack outputs are from lab 'g5', but the g6 benchmark needs a stack built with")
 

@@ -10,15 +10,16 @@ import pytest
 from benchmarks.__main__ import main as benchmarks_main
 from benchmarks.harness import HarnessError, PulumiStack, RunMeta, endpoint, load_result, new_run_folder, read_outputs, save_result, section
 from benchmarks.harness.markdown import table
-from benchmarks.harness.outputs import PrometheusRef
+from stacks.outputs import ServiceRef
 from fake_pulumi import fake_pulumi, pulumi_calls
+from stack_outputs import program_outputs
 
-OUTPUTS = {
-    "lab": "g6",
-    "endpoints": {"vllm": {"namespace": "serving", "service": "vllm", "port": 8000, "path": "/", "protocol": "http"}},
-    "prometheus": {"namespace": "monitoring", "service": "prometheus", "port": 9090},
-    "benchmark": {"model": "Qwen/Qwen2.5-1.5B-Instruct", "max_num_seqs": 16},
-}
+OUTPUTS = program_outputs(
+    "g6",
+    endpoints={"vllm": {"namespace": "serving", "service": "vllm", "port": 8000, "path": "/", "protocol": "http"}},
+    prometheus={"namespace": "monitoring", "service": "prometheus", "port": 9090},
+    benchmark={"model": "Qwen/Qwen2.5-1.5B-Instruct", "max_num_seqs": 16},
+)
 
 
 def test_outputs_from_a_saved_file(tmp_path):
@@ -27,9 +28,19 @@ def test_outputs_from_a_saved_file(tmp_path):
     outputs = read_outputs(outputs_file=path)
     ep = endpoint(outputs, "vllm", "g6")
     assert ep.in_cluster_url() == "http://vllm.serving.svc.cluster.local:8000"
-    assert section(outputs, "prometheus", PrometheusRef, "g6").in_cluster_url() == (
+    assert section(outputs, "prometheus", ServiceRef, "g6").in_cluster_url() == (
         "http://prometheus.monitoring.svc.cluster.local:9090"
     )
+
+
+def test_outputs_off_the_contract_are_refused_naming_the_key(tmp_path):
+    """What the program renames, the kit refuses by name (the one model of stacks/outputs.py on both sides)."""
+    renamed = {("gpu_pools" if k == "gpu_pool" else k): v for k, v in OUTPUTS.items()}
+    path = tmp_path / "outputs.json"
+    path.write_text(json.dumps(renamed))
+    with pytest.raises(HarnessError, match=r"do not fit the contract.*outputs\.gpu_pool: Field required; "
+                       r"outputs\.gpu_pools: Extra inputs are not permitted"):
+        read_outputs(outputs_file=path)
 
 
 def test_outputs_from_the_pulumi_cli(tmp_path, monkeypatch):
@@ -52,12 +63,12 @@ def test_outputs_errors_say_what_is_missing(tmp_path):
     with pytest.raises(HarnessError, match="cannot read stack outputs"):
         read_outputs(outputs_file=tmp_path / "absent.json")
     with pytest.raises(HarnessError, match="lack `prometheus`, which lab g6 needs.*present: \\['benchmark'"):
-        section({"benchmark": {}}, "prometheus", PrometheusRef, "g6")
+        section({"benchmark": {}}, "prometheus", ServiceRef, "g6")
     with pytest.raises(HarnessError, match="endpoints.vllm.*endpoints: \\['other'\\]"):
         endpoint({"endpoints": {"other": {}}}, "vllm", "g6")
     typo = {"prometheus": {"namespace": "m", "service": "p", "prot": 9090}}
     with pytest.raises(HarnessError, match="(?s)do not fit lab g6.*port.*Field required"):
-        section(typo, "prometheus", PrometheusRef, "g6")
+        section(typo, "prometheus", ServiceRef, "g6")
 
 
 def test_pulumi_config_round_trip_and_failures(tmp_path, monkeypatch):

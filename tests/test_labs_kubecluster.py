@@ -332,9 +332,9 @@ def test_an_auth_plugin_without_an_account_is_one_line_and_nothing_else(plugin_w
 
 def test_the_lab_command_prints_that_one_line(plugin_without_account, server, tmp_path):
     from components.cluster import kubeconfig
-    from labs_fakes import fixture_outputs
+    from stack_outputs import program_outputs
 
-    outputs = fixture_outputs("g1")
+    outputs = program_outputs("g1")
     outputs["kubeconfig"] = kubeconfig("proj", "us-central1-a", "gml-g1", f"127.0.0.1:{server.server_port}", "TU9DSy1DQQ==")
     saved = tmp_path / "outputs.json"
     saved.write_text(json.dumps(outputs))

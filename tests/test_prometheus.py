@@ -17,7 +17,7 @@ import pytest
 
 from benchmarks.cluster import KubeApiError, KubeCluster
 from benchmarks.g6.targets import ServerSettings, SimTarget
-from benchmarks.harness import PrometheusRef
+from benchmarks.harness import ServiceRef
 from benchmarks.loadgen import LoadSpec, run_load, summarize
 from benchmarks.metrics import MetricsError, PrometheusClient, histogram_bucket, metrics_from_scrapes, scalar, vector
 from benchmarks.metrics.scrape import Scrape
@@ -158,7 +158,7 @@ def api_server(kubeconfig):
 def test_both_transports_read_the_same_prometheus(sim_and_prometheus, api_server):
     _, prom = sim_and_prometheus
     # The stack outputs' `prometheus`, as the lab benchmarks read it.
-    target = PrometheusRef(namespace="monitoring", service="kps-prometheus", port=9090)
+    target = ServiceRef(namespace="monitoring", service="kps-prometheus", port=9090)
     proxied = PrometheusClient.through_service_proxy(api_server, target)
     direct = PrometheusClient.over_http(prom)
     at = time.time()
@@ -192,12 +192,12 @@ def test_an_in_cluster_g6_run_reads_its_windows_through_the_api_server(sim_and_p
 
 
 def test_a_rejected_query_through_the_proxy_names_the_service_and_the_query(api_server):
-    target = PrometheusRef(namespace="monitoring", service="kps-prometheus", port=9090)
+    target = ServiceRef(namespace="monitoring", service="kps-prometheus", port=9090)
     proxied = PrometheusClient.through_service_proxy(api_server, target)
     # The API server passes Prometheus' 400 on: the cluster layer says which service answered what.
     with pytest.raises(KubeApiError, match=r"kps-prometheus:9090 answered HTTP 400: .*parse error"):
         proxied.query("sum((", time.time())
-    missing = PrometheusRef(namespace="monitoring", service="other", port=9090)
+    missing = ServiceRef(namespace="monitoring", service="other", port=9090)
     elsewhere = PrometheusClient.through_service_proxy(api_server, missing)
     with pytest.raises(KubeApiError, match="monitoring/other:9090 answered HTTP 404"):
         elsewhere.answer("up")

@@ -11,7 +11,7 @@ from benchmarks.cluster import KubeCluster, new_run_id
 from benchmarks.g6.config import LAB, G6Outputs, G6Params
 from benchmarks.g6.incluster import ClusterRunner, proxy_server
 from benchmarks.g6.virtual import VirtualRunner
-from benchmarks.harness import Endpoint, PrometheusRef, endpoint, section
+from benchmarks.harness import Endpoint, ServiceRef, endpoint, section
 from benchmarks.harness.server import Server
 from benchmarks.kube.stack import system_selector
 from benchmarks.loadgen import LocalRunner
@@ -44,7 +44,7 @@ def client_side(params: G6Params, outputs: dict[str, Any] | None, cpus: int, log
     log(f"g6: run {run_id}; the load generator runs as Jobs in {ep.namespace}, labelled with it and deleted at the end")
     runner = ClusterRunner(cluster, run_id, ep.namespace, system_selector(outputs), cpus=cpus, log=log)
     # The stack's own Prometheus through the API server; a --prometheus URL of the user's, as given.
-    ref = section(outputs, "prometheus", PrometheusRef, LAB) if "prometheus" in outputs else None
+    ref = section(outputs, "prometheus", ServiceRef, LAB) if "prometheus" in outputs else None
     prometheus = over_http
     if ref is not None and params.prometheus == ref.in_cluster_url():
         prometheus = PrometheusClient.through_service_proxy(cluster, ref)

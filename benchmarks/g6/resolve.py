@@ -12,7 +12,7 @@ from benchmarks.g6.experiments.table import EXPERIMENTS
 from benchmarks.g6.invocation import Invocation, check
 from benchmarks.g6.sweep import Target
 from benchmarks.g6.targets import Demand, ServerSettings, SimTarget, StackTarget, UrlTarget
-from benchmarks.harness import PrometheusRef, PulumiStack, endpoint, read_outputs, section
+from benchmarks.harness import ServiceRef, PulumiStack, endpoint, read_outputs, section
 from benchmarks.harness.server import Server, http_server, only_model
 from benchmarks.kube.stack import require_lab
 from benchmarks.loadgen import Slo, Timeouts
@@ -49,7 +49,7 @@ def resolve_params(inv: Invocation, outputs: dict[str, Any] | None) -> G6Params:
             base_url = endpoint(outputs, bench.endpoint, LAB).server_url()
             # A client without a URL override runs in-cluster: the stack's Prometheus holds the GPU series.
             if prometheus is None and "prometheus" in outputs:
-                prometheus = section(outputs, "prometheus", PrometheusRef, LAB).in_cluster_url()
+                prometheus = section(outputs, "prometheus", ServiceRef, LAB).in_cluster_url()
     if inv.sim:
         # --sim stands in for the g6 stack as Pulumi.g6.yaml configures vLLM (flags still win).
         vllm = load_config(LAB).vllm

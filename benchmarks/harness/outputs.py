@@ -1,8 +1,5 @@
-"""Stack outputs: from `pulumi stack output` or a saved JSON file, and the parts benchmarks read.
-
-Only the keys benchmarks need are modelled; the full contract is what stacks/program.py builds. Unknown
-top-level keys are ignored on purpose (the contract grows lab by lab), but each modelled section
-forbids unknown keys, so a misspelt field fails loudly.
+"""Stack outputs: from `pulumi stack output` or a saved JSON file, checked against the contract the program
+writes (stacks/outputs.py: a key renamed there fails here, naming it), and the parts benchmarks read.
 """
 
 from __future__ import annotations
@@ -11,53 +8,18 @@ import json
 from pathlib import Path
 from typing import Any, TypeVar
 
-from pydantic import BaseModel, ConfigDict, Field, ValidationError
+from pydantic import BaseModel, ValidationError
 
 from benchmarks.harness.errors import HarnessError
 from benchmarks.harness.pulumi import PulumiStack
+from stacks.outputs import Endpoint, StackOutputs
 
 M = TypeVar("M", bound=BaseModel)
 
 
-class Endpoint(BaseModel):
-    """outputs.endpoints[name]: a ClusterIP service.
-
-    Unknown keys are ignored: an endpoint may carry more for other readers (KServe's route host).
-    """
-
-    model_config = ConfigDict(frozen=True, extra="ignore")
-
-    namespace: str
-    service: str
-    port: int
-    path: str = "/"
-    protocol: str = Field("http", description="what the service speaks: http, https, openai, ...")
-
-    def server_url(self) -> str:
-        """The server's root URL from inside the cluster (the benchmark's client should run there)."""
-        scheme = "https" if self.protocol == "https" else "http"  # openai is HTTP underneath
-        return f"{scheme}://{self.service}.{self.namespace}.svc.cluster.local:{self.port}"
-
-    def in_cluster_url(self) -> str:
-        """The server's URL including the endpoint's path."""
-        return self.server_url() + self.path.rstrip("/")
-
-
-class PrometheusRef(BaseModel):
-    """outputs.prometheus: where the stack's Prometheus listens."""
-
-    model_config = ConfigDict(frozen=True, extra="ignore")
-
-    namespace: str
-    service: str
-    port: int
-
-    def in_cluster_url(self) -> str:
-        return f"http://{self.service}.{self.namespace}.svc.cluster.local:{self.port}"
-
-
 def read_outputs(stack: str | None = None, outputs_file: Path | None = None) -> dict[str, Any]:
-    """Outputs of `stack` (via the pulumi CLI) or of a file saved from it."""
+    """Outputs of `stack` (via the pulumi CLI) or of a file saved from it, once they fit the contract."""
+    where = f"{outputs_file}" if outputs_file is not None else f"stack {stack}"
     if outputs_file is not None:
         try:
             data = json.loads(outputs_file.read_text())
@@ -65,10 +27,16 @@ def read_outputs(stack: str | None = None, outputs_file: Path | None = None) -> 
             raise HarnessError(f"cannot read stack outputs from {outputs_file}: {exc}") from exc
         if not isinstance(data, dict):
             raise HarnessError(f"{outputs_file}: stack outputs must be a JSON object, got {type(data).__name__}")
-        return data
-    if stack is None:
+    elif stack is None:
         raise HarnessError("give --stack STACK or --outputs FILE to read stack outputs")
-    return PulumiStack(stack).outputs()
+    else:
+        data = PulumiStack(stack).outputs()
+    try:
+        StackOutputs.model_validate(data)
+    except ValidationError as exc:
+        raise HarnessError(f"{where}: the stack outputs do not fit the contract this kit reads (stacks/outputs.py; "
+                           f"a stack deployed by another version of the project?): {problems(exc, 'outputs')}") from None
+    return data
 
 
 def section(outputs: dict[str, Any], key: str, model: type[M], lab: str) -> M:

@@ -16,7 +16,7 @@ from pathlib import Path
 from typing import Any
 
 from benchmarks.cluster import KubeApiError, wait_until
-from benchmarks.harness import PrometheusRef
+from benchmarks.harness import ServiceRef
 from benchmarks.kube import evidence, images, objects
 from benchmarks.kube.errors import LabError
 from benchmarks.kube.objects import GPU, allocatable_gpus
@@ -100,7 +100,7 @@ def build_workloads(outputs: dict[str, Any], run_id: str = "manual") -> list[dic
 
 def check_outputs(outputs: dict[str, Any]) -> None:
     lab_params(outputs, LAB, Params, SECTION)
-    PrometheusRef.model_validate(require_output(outputs, "prometheus", LAB))
+    ServiceRef.model_validate(require_output(outputs, "prometheus", LAB))
     gpu_placement(outputs)
 
 
@@ -145,7 +145,7 @@ def record(session: LabSession, args: argparse.Namespace) -> Recording:
         describe=lambda s: _describe(s, run_id),
     )
     node = (_pod(snapshots[-1].objects["pods"], probe_name(run_id)) or {}).get("spec", {}).get("nodeName")
-    target = PrometheusRef.model_validate(session.outputs["prometheus"])
+    target = ServiceRef.model_validate(session.outputs["prometheus"])
     prometheus = PrometheusClient.through_service_proxy(cluster, target)
     answers: list[dict[str, Any]] = session.client.setdefault("dcgm", [])
 

@@ -17,7 +17,7 @@ from statistics import median
 from typing import Any
 
 from benchmarks.cluster import RUN_LABEL, wait_until
-from benchmarks.harness import PrometheusRef
+from benchmarks.harness import ServiceRef
 from benchmarks.kube import images, objects
 from benchmarks.kube.errors import LabError
 from benchmarks.kube.objects import GPU, allocatable_gpus
@@ -115,7 +115,7 @@ def parse_iterations(text: str) -> list[tuple[int, float, float]]:
 def record(session: LabSession, args: argparse.Namespace) -> Recording:
     p = lab_params(session.outputs, LAB, Params, SECTION)
     cluster, run_id, ns = session.cluster, session.run_id, _namespace(session.outputs)
-    prom = PrometheusRef.model_validate(session.outputs["prometheus"])
+    prom = ServiceRef.model_validate(session.outputs["prometheus"])
     top = args.max_pods or p.allocatable_gpus_per_node
     session.namespaces = [ns]
     snapshots, logs = session.snapshots, session.logs

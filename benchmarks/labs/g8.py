@@ -21,7 +21,7 @@ from pathlib import Path
 from typing import Any
 
 from benchmarks.cluster import RUN_LABEL, wait_until
-from benchmarks.harness import PrometheusRef
+from benchmarks.harness import ServiceRef
 from benchmarks.kube import images, objects
 from benchmarks.kube.errors import LabError
 from benchmarks.kube.record import Recording, Snapshot
@@ -234,7 +234,7 @@ def _gpu_util(session: LabSession, seconds: int) -> dict[str, Any] | None:
         session.notes.append("no Prometheus in the stack outputs: GPU utilisation not measured")
         return None
     try:
-        target = PrometheusRef.model_validate(raw)
+        target = ServiceRef.model_validate(raw)
         return PrometheusClient.through_service_proxy(session.cluster, target).answer(gpu_util_query(seconds))
     except Exception as e:  # the preemption numbers stand without it
         session.notes.append(f"DCGM query failed: {e}")
