@@ -63,8 +63,9 @@ class Written(NamedTuple):
 
 
 class Experiment(Generic[P, O]):
-    """One g6 experiment. Subclasses set the class attributes and implement `parameters`, `outcome`, `run` and
-    `write`; the other methods are the answers most experiments share."""
+    """One g6 experiment. Subclasses set the class attributes and implement `parameters`, `planned` (unless
+    `write_plan` is their own), `outcome`, `run` and `write`; the other methods are the answers most
+    experiments share."""
 
     name: ClassVar[str]  # --experiment NAME, recorded in G6Params.experiment
     folder: ClassVar[str]  # results go to OUT/<folder>-<UTC time>/
