@@ -5,6 +5,7 @@ Ctrl-C) against a double that plays the kubelet with recorded API objects."""
 
 from __future__ import annotations
 
+import base64
 import copy
 import json
 import statistics
@@ -130,9 +131,7 @@ def test_the_shipped_core_runs_isolated_against_the_simulator(g6_outputs, tmp_pa
     (cm,) = [o for o in objs if o["kind"] == "ConfigMap"]
     job = next(o for o in objs if o["kind"] == "Job" and "concurrency\": 64" not in json.dumps(o))
     mount = tmp_path / "scripts"
-    mount.mkdir()
-    for name, text in cm["data"].items():
-        (mount / name).write_text(text)
+    _mount(cm, mount)
     (c,) = _pod(job)["containers"]
     plan = json.loads(next(e["value"] for e in c["env"] if e["name"] == PLAN_ENV))
     plan.update(base_url=sim_url, model=MODEL)  # the simulator on loopback, serving its own model
@@ -150,6 +149,15 @@ def test_the_shipped_core_runs_isolated_against_the_simulator(g6_outputs, tmp_pa
 
 
 # -- the runner's cluster layer ----------------------------------------------------------------------
+
+
+def _mount(config_map: dict[str, Any], folder: Path) -> None:
+    """A ConfigMap's files as the kubelet mounts them: `data` as text, `binaryData` decoded from base64."""
+    folder.mkdir()
+    for name, text in (config_map.get("data") or {}).items():
+        (folder / name).write_text(text)
+    for name, encoded in (config_map.get("binaryData") or {}).items():
+        (folder / name).write_bytes(base64.b64decode(encoded))
 
 
 class Kubelet:
@@ -178,9 +186,7 @@ class Kubelet:
         self.created.append(copy.deepcopy(obj))
         name = obj["metadata"]["name"]
         if obj["kind"] == "ConfigMap":
-            (self.tmp / name).mkdir()
-            for file, text in obj["data"].items():
-                (self.tmp / name / file).write_text(text)
+            _mount(obj, self.tmp / name)
         elif obj["kind"] == "Job" and not self.pending:
             pod = obj["spec"]["template"]["spec"]
             (c,) = pod["containers"]
@@ -374,13 +380,22 @@ def test_the_servers_log_is_its_newest_running_pods_and_a_missing_service_says_s
 
 
 def test_core_file_is_what_the_config_map_carries(tmp_path):
-    from benchmarks.g6.incluster import config_map
-    from benchmarks.loadgen.runner import CORE_PATH
+    import io
+    import zipfile
 
-    assert config_map("x", "llm")["data"] == {CORE_FILE: CORE_PATH.read_text()}
-    # Nothing but the standard library: the file imports no module of this project or a third party.
-    imports = [line.split()[1] for line in CORE_PATH.read_text().splitlines() if line.startswith(("import ", "from "))]
-    assert all(m.split(".")[0] in sys.stdlib_module_names or m == "__future__" for m in imports), imports
+    from benchmarks.g6.incluster import config_map
+    from benchmarks.loadgen.runner import core_archive
+
+    shipped = base64.b64decode(config_map("x", "llm")["binaryData"][CORE_FILE])
+    assert shipped == core_archive().read_bytes()
+    # Nothing but the standard library and the package itself: no module of the project or a third party.
+    with zipfile.ZipFile(io.BytesIO(shipped)) as zf:
+        sources = {name: zf.read(name).decode() for name in zf.namelist()}
+    assert "__main__.py" in sources and "loadgen/running.py" in sources
+    imports = [line.split()[1] for text in sources.values() for line in text.splitlines()
+               if line.startswith(("import ", "from "))]  # fmt: skip
+    assert all(m.split(".")[0] in sys.stdlib_module_names or m in ("__future__", "loadgen.running") or m.startswith(".")
+               for m in imports), imports  # fmt: skip
 
 
 def test_the_report_says_where_the_client_ran():

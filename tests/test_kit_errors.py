@@ -15,7 +15,7 @@ from ops.errors import OpsError
 ROOT = Path(__file__).resolve().parents[1]
 # Not errors of the kit's: the load generator's core runs alone in a pod with the standard library only (its
 # errors become LoadgenError where its output is read), and SIGTERM stops a run as Ctrl-C does.
-OUTSIDE = {"benchmarks.loadgen.core.PlanError", "benchmarks.loadgen.core.OutputError",
+OUTSIDE = {"benchmarks.loadgen.core.plan.PlanError", "benchmarks.loadgen.core.wire.OutputError",
            "benchmarks.harness.signals.Interrupted"}  # fmt: skip
 
 

@@ -431,11 +431,11 @@ def test_a_read_is_timed_when_the_kernel_received_it_not_when_the_client_got_to_
             time.sleep(0.03)  # the client is busy elsewhere
             buffer = bytearray(1024)
             nbytes, ancdata, _, _ = client.recvmsg_into([buffer], core.ANC_SIZE)
-            stamp, seen = core._Worker.stamp(ancdata)
+            stamp, seen = core.Worker.stamp(ancdata)
     assert nbytes == 9 and seen - sent >= 0.03
     # At arrival, within loopback's microseconds (and the two clocks' reading apart: 0.1 ms allowed).
     assert sent - 1e-4 <= stamp <= sent + 0.002
-    stamp, seen = core._Worker.stamp([])
+    stamp, seen = core.Worker.stamp([])
     assert stamp == seen  # no kernel stamp: the read's own time
 
 

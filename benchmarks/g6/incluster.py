@@ -1,7 +1,7 @@
 """The g6 load generator inside the cluster: one Job per load point, next to vLLM, on the system pool.
 
-The Job runs the project's load generator core (benchmarks/loadgen/core.py, standard library only)
-from a ConfigMap with `python -I` in a plain Python image: nothing is installed at run time, so the
+The Job runs the project's load generator core (benchmarks/loadgen/core/, standard library only) as a
+zip archive from a ConfigMap with `python -I -S -B` in a plain Python image: nothing is installed at run time, so the
 cluster needs no egress. Progress and the per-request records come back in the pod's log (lines
 framed by the core's prefix), which `ClusterRunner` follows through the API server and reads with
 the same reader as a local run. The server itself is read (health, versions, /metrics) through the
@@ -26,11 +26,11 @@ from benchmarks.kube import images, objects
 from benchmarks.kube.timeline import phase
 from benchmarks.loadgen import LoadgenError, LoadRun, LoadSpec
 from benchmarks.loadgen.core import PLAN_ENV, OutputReader
-from benchmarks.loadgen.runner import CORE_FLAGS, CORE_PATH, Progress, placed, read_output
+from benchmarks.loadgen.runner import CORE_FLAGS, Progress, core_archive, placed, read_output
 from podspec.security import Scratch
 from stacks.output_folder import prepare
 
-CORE_FILE = "loadgen.py"
+CORE_FILE = "loadgen.pyz"
 CONTAINER = "loadgen"
 # The default CPU request: the g6 stack's system node (e2-standard-4, 3.92 CPUs allocatable) carries
 # the controllers' requests (about 1.1 CPUs: GKE's own pods, kube-prometheus-stack, the idle guard and
@@ -62,8 +62,8 @@ def job_name(run_id: str, point: int) -> str:
 
 
 def config_map(name: str, namespace: str) -> dict[str, Any]:
-    """The load generator core, as the pod will see it at objects.SCRIPT_MOUNT."""
-    return objects.config_map(name, namespace, {CORE_FILE: CORE_PATH.read_text()})
+    """The load generator core (its zip archive), as the pod will see it at objects.SCRIPT_MOUNT."""
+    return objects.config_map(name, namespace, {}, binary={CORE_FILE: core_archive().read_bytes()})
 
 
 def job(

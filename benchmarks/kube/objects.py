@@ -9,6 +9,7 @@ Every pod meets the restricted Pod Security Standard (podspec.security), as the 
 
 from __future__ import annotations
 
+import base64
 from typing import Any
 
 from podspec.security import TMP, Scratch, restricted
@@ -22,9 +23,13 @@ def meta(name: str, namespace: str | None, labels: dict[str, str] | None = None)
     return out
 
 
-def config_map(name: str, namespace: str, files: dict[str, str]) -> dict[str, Any]:
-    """A ConfigMap of files (key = file name), mounted at SCRIPT_MOUNT by `pod_spec`."""
-    return {"apiVersion": "v1", "kind": "ConfigMap", "metadata": meta(name, namespace), "data": dict(files)}
+def config_map(name: str, namespace: str, files: dict[str, str], binary: dict[str, bytes] | None = None) -> dict[str, Any]:
+    """A ConfigMap of files (key = file name; `binary`: files that are not text), mounted at SCRIPT_MOUNT by
+    `pod_spec`."""
+    out = {"apiVersion": "v1", "kind": "ConfigMap", "metadata": meta(name, namespace), "data": dict(files)}
+    if binary:
+        out["binaryData"] = {key: base64.b64encode(value).decode() for key, value in binary.items()}
+    return out
 
 
 def container(

@@ -1,4 +1,5 @@
-"""Load generator: a stdlib-only core (core.py: requests, schedules, timing, its output format) run in
+"""Load generator: a stdlib-only core (core/: plan and arrivals, HTTP framing, workers, decoding, its output
+format, running a point; shipped as one zip archive) run in
 its own process, here or in the cluster (runner.py), and the statistics of its records (stats.py).
 
 Stages: spec (what one point is) -> runner (where the core runs) -> core (timers, HTTP/SSE, records)

@@ -21,7 +21,7 @@ import json
 import random
 import socket
 
-from benchmarks.loadgen.core import ANC_SIZE, SO_TIMESTAMPNS, _Worker, timestamping_on
+from benchmarks.loadgen.core import ANC_SIZE, SO_TIMESTAMPNS, Worker, timestamping_on
 
 _HEAD = (
     b"HTTP/1.1 200 OK\r\nContent-Type: text/event-stream\r\n"
@@ -122,7 +122,7 @@ class _Conn:
                     self.loop.remove_reader(self.sock.fileno())
         if not data:
             raise EOFError
-        self.last_arrival = _Worker.stamp(ancdata)[0]
+        self.last_arrival = Worker.stamp(ancdata)[0]
         if not self.buffer:
             self.first_arrival = self.last_arrival
         self.buffer += data

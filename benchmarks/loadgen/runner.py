@@ -11,12 +11,15 @@ Both read the core's output with the same `OutputReader`.
 from __future__ import annotations
 
 import contextlib
+import hashlib
 import os
 import signal
 import subprocess
 import sys
-from dataclasses import replace
+import tempfile
 from collections.abc import Callable
+from dataclasses import replace
+from functools import cache
 from pathlib import Path
 from typing import Protocol
 
@@ -25,13 +28,25 @@ from benchmarks.loadgen.core import LoadRun, OutputError, OutputReader
 from benchmarks.loadgen.errors import LoadgenError
 from benchmarks.loadgen.spec import LoadSpec
 
-CORE_PATH = Path(core.__file__).resolve()
 # Isolated (-I: no PYTHON* variables, no user site), no site-packages at all (-S: a virtualenv's
 # interpreter would keep its own under -I alone), no bytecode written (-B: a pod's root filesystem is
 # read-only). The core needs the standard library only, here and in a pod.
 CORE_FLAGS = ("-I", "-S", "-B")
 
 Progress = Callable[[int], None]
+
+
+@cache
+def core_archive() -> Path:
+    """The core as a zip application (benchmarks.loadgen.core.archive) in the temporary directory, named by
+    its content: built once per process, and the same sources give the same file."""
+    data = core.archive()
+    path = Path(tempfile.gettempdir()) / f"gml-loadgen-{hashlib.sha256(data).hexdigest()[:16]}.pyz"
+    if not path.exists():
+        partial = path.with_name(f"{path.name}.{os.getpid()}")
+        partial.write_bytes(data)
+        partial.replace(path)  # whole or not at all, for another process running the same
+    return path
 
 
 class PointRunner(Protocol):
@@ -74,7 +89,7 @@ class LocalRunner:
         # which stops the whole group on its way out; were this process killed outright, the core's next
         # progress line meets a closed pipe and it ends, its workers with it.
         proc = subprocess.Popen(
-            [sys.executable, *CORE_FLAGS, str(CORE_PATH)],
+            [sys.executable, *CORE_FLAGS, str(core_archive())],
             stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, start_new_session=True,
         )  # fmt: skip
         try:
