@@ -213,7 +213,7 @@ def render_cold_start_report(r: ColdStartResult) -> str:
         "to zero, the experiment waiting until its pod and (from a pool at zero) the GPU node were gone, then scaled "
         f"to one with one request (max_tokens 1) sent at once and again every {cs.poll_s:g} s until vLLM answered "
         f"(so a first token is up to {cs.poll_s:g} s late, plus the API server proxy's round trip).",
-        f"- Config each setting put in place: " + "; ".join(
+        "- Config each setting put in place: " + "; ".join(
             f"`{s}`: {', '.join(f'{k}={v}' for k, v in runs[0].settings.items()) or 'the stack as configured'}"
             for s, runs in groups.items()) + ".",  # fmt: skip
         f"- Server versions: {', '.join(f'{k} {v}' for k, v in m.server_versions.items()) or 'not reported'}",
