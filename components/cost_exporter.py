@@ -22,6 +22,7 @@ NAMESPACE = "cost-exporter"
 NAME = "cost-exporter"
 COMPONENT = "cost-exporter"
 PORT = 8080
+PROBE_TIMEOUT_S = 10
 # The exporter's dependency, installed at start (pip --target) into this emptyDir.
 DEPS = Scratch("deps", "/deps", "64Mi")
 PRICES = "prices.json"
@@ -80,11 +81,14 @@ def pod_spec(args: CostExporterArgs) -> dict:
                         {"name": "REFRESH_SECONDS", "value": str(args.refresh_seconds)},
                     ],
                     "ports": [{"name": "metrics", "containerPort": PORT}],
-                    "readinessProbe": {**metrics, "periodSeconds": 30},
+                    # Every probe waits PROBE_TIMEOUT_S for /metrics, not the kubelet's 1 s: the exporter
+                    # requests 10m of CPU, which is all it gets on a busy system node, and its server thread
+                    # waits for the GIL while the refresh parses the node and pod lists.
+                    "readinessProbe": {**metrics, "periodSeconds": 30, "timeoutSeconds": PROBE_TIMEOUT_S},
                     # A server that stops answering for 3 minutes is restarted.
-                    "livenessProbe": {**metrics, "periodSeconds": 60, "failureThreshold": 3, "timeoutSeconds": 10},
+                    "livenessProbe": {**metrics, "periodSeconds": 60, "failureThreshold": 3, "timeoutSeconds": PROBE_TIMEOUT_S},
                     # The pip install at start takes a while on a cold node.
-                    "startupProbe": {**metrics, "periodSeconds": 10, "failureThreshold": 30},
+                    "startupProbe": {**metrics, "periodSeconds": 10, "failureThreshold": 30, "timeoutSeconds": PROBE_TIMEOUT_S},
                     "resources": {
                         "requests": {"cpu": "10m", "memory": "64Mi"},
                         "limits": {"cpu": "500m", "memory": "256Mi"},

@@ -146,6 +146,18 @@ def test_objects_validate_and_run_on_the_system_pool():
     assert role["rules"] == [{"apiGroups": [""], "resources": ["nodes", "pods"], "verbs": ["list"]}]
 
 
+def test_no_probe_of_the_exporter_times_out_at_the_kubelets_one_second():
+    """The exporter requests 10m of CPU: on a busy system node /metrics can take seconds, and a probe with the
+    kubelet's default timeout (1 s) would take it out of the Service (readiness) or restart it (liveness)."""
+    pod = component.pod_spec(cost_exporter_args(g6(), SYSTEM_NODE_SELECTOR))
+    (container,) = pod["containers"]
+    for kind in ("startupProbe", "readinessProbe", "livenessProbe"):
+        probe = container[kind]
+        assert 5 <= probe.get("timeoutSeconds", 1) <= probe["periodSeconds"], kind
+    startup = container["startupProbe"]
+    assert startup["periodSeconds"] * startup["failureThreshold"] >= 300  # the pip install on a cold node
+
+
 def test_only_prometheus_reaches_the_exporter_and_its_dependency_lands_in_an_empty_dir():
     args = cost_exporter_args(g6(), SYSTEM_NODE_SELECTOR)
     objects = component.objects(args)
