@@ -141,10 +141,11 @@ KNATIVE_SERVING_CORE = (
 KOURIER = (
     f"https://github.com/knative-extensions/net-kourier/releases/download/{KNATIVE_SERVING_VERSION}/kourier.yaml"
 )
-# vLLM v0.33.0, the newest release on PyPI (2026-12-01). Every server flag we pass, every /metrics name
+# vLLM v0.34.0, the newest release on PyPI (2026-12-07). Every server flag we pass, every /metrics name
 # and label we read and the --quantization values we accept are checked against that release's wheel:
-# tests/data/vllm/v0.33.0/ holds its `vllm serve --help=all` and a /metrics page of its own stat logger.
-VLLM_VERSION = "v0.33.0"
+# tests/data/vllm/v0.34.0/ holds its `vllm serve --help=all` and a /metrics page of its own stat logger
+# (what changed from v0.33.0, and what we checked of it: its README.md).
+VLLM_VERSION = "v0.34.0"
 # From v0.20 the untagged image is built on CUDA 13, which needs an NVIDIA driver of branch 580 or newer;
 # the same release on CUDA 12.9 carries the suffix -cu129 (llm-d/llm-d-kv-cache#584 pins v0.20.2-cu129;
 # ai-dynamo/nixl#2140, 2026-08: latest-cu129 is still published). No registry is reachable from here, so

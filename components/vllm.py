@@ -33,11 +33,11 @@ CACHE = Scratch("cache", "/cache", "40Gi")
 SHM = Scratch("dshm", "/dev/shm", "2Gi", medium="Memory")
 HF_CACHE = f"{CACHE.path}/huggingface"
 # vLLM's own CLI, named rather than left to the image's ENTRYPOINT, which changed across releases.
-# (`python -m vllm.entrypoints.openai.api_server` is deprecated in v0.33.0; `vllm serve` builds the parser
-# recorded in tests/data/vllm/v0.33.0/serve-help.txt.)
+# (`python -m vllm.entrypoints.openai.api_server` is deprecated in v0.34.0; `vllm serve` builds the parser
+# recorded in tests/data/vllm/v0.34.0/serve-help.txt.)
 COMMAND = ["vllm", "serve"]
 PROBE_PERIOD_S = 10
-# /health in v0.33.0 (entrypoints/serve/instrumentator/health.py) awaits AsyncLLM.check_health, which only
+# /health in v0.34.0 (entrypoints/serve/instrumentator/health.py) awaits AsyncLLM.check_health, which only
 # reads the engine's `errored` flag: no round trip to the engine core process, so a saturated engine does
 # not slow it. What does is the API server's event loop, which answers it only between the work of every
 # request in flight (tokenising prompts, detokenising and streaming each step's outputs, 128 at a time:
@@ -103,7 +103,7 @@ def rollout_await(v: VllmServerArgs) -> dict[str, str]:
 
 def server_args(v: VllmServerArgs) -> list[str]:
     """Exactly the configured server flags, nothing implicit. The model comes first, as `vllm serve`'s
-    positional model_tag: v0.33.0 warns that `--model` "will be removed in a future version" and moves it
+    positional model_tag: v0.34.0 warns that `--model` "will be removed in a future version" and moves it
     there itself (utils/argparse_utils.py), and refuses --served-model-name without a positional model.
     Weights from a bucket are served from their folder there, under the model's own name (what clients
     ask for)."""
@@ -118,7 +118,7 @@ def server_args(v: VllmServerArgs) -> list[str]:
     if v.quantization is not None:
         args.append(f"--quantization={v.quantization}")
     if v.enable_prefix_caching is not None:
-        # vLLM v0.33.0 names the pair --enable-prefix-caching | --disable-prefix-caching (its serve --help).
+        # vLLM v0.34.0 names the pair --enable-prefix-caching | --disable-prefix-caching (its serve --help).
         args.append("--enable-prefix-caching" if v.enable_prefix_caching else "--disable-prefix-caching")
     return [*args, f"--port={PORT}"]
 

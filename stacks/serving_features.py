@@ -17,7 +17,7 @@ from stacks.platform_features import DNS_LABEL, PREFIX, NodeDriver, PoolCapacity
 
 # Quantization methods the pinned vLLM accepts (`--quantization`) that also run on an L4 (Ada,
 # sm_89): names from vLLM's QuantizationMethods; others there target TPUs, CPUs or other vendors.
-# v0.33.0 no longer lists bitsandbytes (tests/data/vllm/v0.33.0/quantization-methods.txt).
+# v0.33.0 and v0.34.0 no longer list bitsandbytes (tests/data/vllm/v0.34.0/quantization-methods.txt).
 Quantization = Literal["awq", "awq_marlin", "gptq", "gptq_marlin", "fp8", "compressed-tensors"]
 # KServe's public example models (the canary sample of KServe v0.20.0 uses these two).
 SKLEARN_IRIS_V1 = "gs://kfserving-examples/models/sklearn/1.0/model"
@@ -160,7 +160,7 @@ class Vllm(_Feature):
 
 
 # What KEDA's Prometheus trigger reads: the server's own queue (GKE's guidance to maximise throughput
-# within a latency target) or its running batch (for lower latency); gauges of vLLM v0.33.0's /metrics.
+# within a latency target) or its running batch (for lower latency); gauges of vLLM v0.34.0's /metrics.
 AutoscalingMetric = Literal["num_requests_waiting", "num_requests_running"]
 
 

@@ -122,7 +122,7 @@ def test_the_query_sums_this_servers_pods_into_the_one_series_keda_accepts(tmp_p
     scaling = keda.Scaling("num_requests_waiting", 10, 1, 2, 15, 0, 300, "http://p:9090")
     query = keda.query(scaling, "llm", vllm.NAME)
     # Labels as the Prometheus operator sets them on a ServiceMonitor's targets; vLLM's own labels as
-    # tests/data/vllm/v0.33.0/metrics.txt has them.
+    # tests/data/vllm/v0.34.0/metrics.txt has them.
     own = 'engine="0",model_name="Qwen/Qwen2.5-1.5B-Instruct",job="vllm",endpoint="http",container="vllm"'
     series = [
         (f'vllm:num_requests_waiting{{{own},namespace="llm",service="vllm",pod="vllm-a"}}', "12x12"),

@@ -277,7 +277,7 @@ def test_vllm_prefix_caching_is_the_flag_or_its_no_form_and_unset_leaves_vllms_d
     base = VllmServerArgs(stack_id=OWNER, placement=PLACEMENT.gpu, namespace="llm", model="org/model", dtype="float16",
                           max_model_len=2048, gpu_memory_utilization=0.8, max_num_seqs=32, startup_timeout_min=12)  # fmt: skip
     flags = {v: [a for a in server_args(replace(base, enable_prefix_caching=v)) if "prefix" in a] for v in (None, True, False)}
-    # vLLM v0.33.0's serve --help: --enable-prefix-caching, --disable-prefix-caching.
+    # vLLM v0.34.0's serve --help: --enable-prefix-caching, --disable-prefix-caching.
     assert flags == {None: [], True: ["--enable-prefix-caching"], False: ["--disable-prefix-caching"]}
 
 

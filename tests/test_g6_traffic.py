@@ -289,7 +289,7 @@ def test_the_simulated_prefix_cache_shares_whole_blocks_once_and_counts_as_vllm_
 
 
 def test_prefix_counters_are_read_from_vllm_0_33_0_exposition():
-    """The counters as vLLM v0.33.0's /metrics serves them (tests/data/vllm/v0.33.0/metrics.txt: a _total
+    """The counters as vLLM v0.34.0's /metrics serves them (tests/data/vllm/v0.34.0/metrics.txt: a _total
     sample and a _created one), over a point: the window's increase."""
     from benchmarks.metrics.scrape import Scrape, metrics_from_scrapes
 

@@ -214,7 +214,7 @@ def test_every_image_the_labs_pods_name_has_a_stand_in_or_a_reason_it_has_none()
 @pytest.mark.parametrize("reference, normalised", [
     ("python:3.12.8-slim", "docker.io/library/python:3.12.8-slim"),
     ("pytorch/pytorch:2.5.1-cuda12.4-cudnn9-runtime", "docker.io/pytorch/pytorch:2.5.1-cuda12.4-cudnn9-runtime"),
-    ("docker.io/vllm/vllm-openai:v0.33.0", "docker.io/vllm/vllm-openai:v0.33.0"),
+    ("docker.io/vllm/vllm-openai:v0.34.0", "docker.io/vllm/vllm-openai:v0.34.0"),
     ("nvcr.io/nvidia/tritonserver:23.05-py3", "nvcr.io/nvidia/tritonserver:23.05-py3"),
     ("localhost:5000/mine:1", "localhost:5000/mine:1"),
     ("registry.k8s.io/pause:3.10.2", "registry.k8s.io/pause:3.10.2"),

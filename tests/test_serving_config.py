@@ -63,7 +63,7 @@ BAD = [
     (
         "g6",
         {f"{K}:gpu_driver_version": "DEFAULT"},
-        "gke-ml-labs:vllm.cuda '13' runs vLLM v0.33.0 on CUDA 13, which needs NVIDIA driver 580+, but "
+        "gke-ml-labs:vllm.cuda '13' runs vLLM v0.34.0 on CUDA 13, which needs NVIDIA driver 580+, but "
         "gke-ml-labs:gpu_driver_version DEFAULT installs R535: set gpu_driver_version: LATEST, or vllm.cuda: '12'",
     ),
     # NVIDIA GPU Operator mode: Google's COS installer chooses the driver, under its own key.
@@ -170,6 +170,6 @@ def test_the_runtime_brings_its_own_model_gpu_and_timeouts_unless_the_stack_file
 def test_the_cuda_12_image_serves_where_gke_installs_its_default_driver():
     run = run_stack("g6", overrides={f"{K}:gpu_driver_version": "DEFAULT", f"{K}:vllm": {"cuda": "12"}})
     (server,) = run.one(DEPLOYMENT, "vllm-deployment").inputs["spec"]["template"]["spec"]["containers"]
-    assert server["image"] == "docker.io/vllm/vllm-openai:v0.33.0-cu129"
-    assert run.outputs["versions"]["vllm"] == "v0.33.0-cu129"
+    assert server["image"] == "docker.io/vllm/vllm-openai:v0.34.0-cu129"
+    assert run.outputs["versions"]["vllm"] == "v0.34.0-cu129"
     assert run.outputs["benchmark"]["image"] == server["image"]

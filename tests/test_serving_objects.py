@@ -214,7 +214,7 @@ def test_vllm_pod_lands_on_the_gpu_pool_without_service_links():
 
 
 def test_vllm_probes_wait_out_a_busy_api_server_instead_of_the_kubelets_1s_default():
-    # vLLM v0.33.0's /health only reads a flag, but the API server's event loop answers it between the work of
+    # vLLM v0.34.0's /health only reads a flag, but the API server's event loop answers it between the work of
     # every request in flight: under g6's saturation search that takes seconds. A timeout left at the
     # kubelet's 1 s default fails such a probe, and three readiness failures drop the Service endpoint mid-run.
     main = container(vllm.deployment(vllm_args(lab("g6", vllm={"enabled": True}), PLACEMENT), with_token=False))

@@ -129,8 +129,8 @@ def _refusal(message: str, param: str | None) -> dict:
     return {"error": {"message": message, "type": "BadRequestError", "param": param, "code": 400}}
 
 
-def test_lengths_against_the_context_as_vllm_0_33_0_answers_them(base_url):
-    """vLLM v0.33.0's words, read in its wheel's source: renderers/params.py (TokenizeParams: max_tokens above
+def test_lengths_against_the_context_as_vllm_0_34_0_answers_them(base_url):
+    """vLLM v0.34.0's words, read in its wheel's source: renderers/params.py (TokenizeParams: max_tokens above
     max_model_len, a prompt above it), entrypoints/serve/utils/api_utils.py (get_max_tokens clamps max_tokens
     to what the prompt leaves), sampling_params.py (max_tokens at least 1, min_tokens at most max_tokens);
     a VLLMValidationError's str() adds " (parameter=..., value=...)" and the server answers
@@ -155,7 +155,7 @@ def test_lengths_against_the_context_as_vllm_0_33_0_answers_them(base_url):
     assert "your prompt contains at least 4097 input tokens" in one_over.json()["error"]["message"]
     assert no_room.status_code == 400 and no_room.json() == _refusal(
         "max_tokens must be at least 1, got 0. (parameter=max_tokens, value=0)", "max_tokens")
-    # Asking more than fits is no error in v0.33.0: the request gets what the context leaves.
+    # Asking more than fits is no error in v0.34.0: the request gets what the context leaves.
     assert clamped.status_code == 200
     assert clamped.json()["usage"]["completion_tokens"] <= 96 and clamped.json()["usage"]["prompt_tokens"] == 4000
     assert forced.status_code == 400 and forced.json() == _refusal(

@@ -89,7 +89,7 @@ def _scrape(url: str) -> Scrape:
 
 
 def test_a_scrape_before_and_after_a_point_counts_exactly_its_prefix_lookups():
-    """vllm:prefix_cache_queries_total and vllm:prefix_cache_hits_total (v0.33.0's names) read before and
+    """vllm:prefix_cache_queries_total and vllm:prefix_cache_hits_total (v0.34.0's names) read before and
     after a point: their increase is that point's prompt tokens (its warm-up's included) and the hits the
     bodies' shared prefixes make, counted by hand from the bodies; a second point on the same server reads
     only its own. The virtual-clock replay of the same plans counts the same."""
@@ -116,7 +116,7 @@ def test_a_scrape_before_and_after_a_point_counts_exactly_its_prefix_lookups():
 
 
 def test_requests_over_the_context_are_counted_errors_of_the_point():
-    """Prompt + forced output over max-model-len: vLLM v0.33.0 refuses each with HTTP 400 (min_tokens above
+    """Prompt + forced output over max-model-len: vLLM v0.34.0 refuses each with HTTP 400 (min_tokens above
     the max_tokens it clamps to the context). The load generator counts them as failures, kept out of the
     latencies, and the point's errors say so (no "Errors: None"). Stopping at EOS instead, the same lengths
     are no error: the server clamps max_tokens to what the prompt leaves."""

@@ -148,7 +148,7 @@ def test_the_prefix_cache_hits_what_the_bodies_share():
 
 
 def test_requests_vllm_refuses_are_http_errors_in_the_records():
-    """Over max-model-len with a forced length: vLLM v0.33.0 answers 400 (min_tokens above the clamped
+    """Over max-model-len with a forced length: vLLM v0.34.0 answers 400 (min_tokens above the clamped
     max_tokens); the replay records what the load generator would."""
     spec = _spec(concurrency=2, requests=4, input_len=2000, output_len=100)
     run = replay(spec.plan(), SimConfig(model=QWEN_05, max_model_len=2048)).run

@@ -95,7 +95,7 @@ def test_every_server_flag_we_pass_is_one_of_the_release():
 
 
 def test_the_model_is_the_positional_model_tag_first_not_the_deprecated_flag():
-    # The recorded parser takes one optional positional, model_tag; --model is still a flag of v0.33.0, but
+    # The recorded parser takes one optional positional, model_tag; --model is still a flag of v0.34.0, but
     # `vllm serve` warns it "will be removed in a future version" and rejects --served-model-name unless the
     # model comes first as the positional (vllm/utils/argparse_utils.py FlexibleArgumentParser.parse_args).
     usage = HELP.split("\n\n", 1)[0]

@@ -94,14 +94,17 @@ def glog_time(line: str, started: datetime) -> datetime | None:
     return _with_year(m.group(1), "%m%d %H:%M:%S.%f", started) if m else None
 
 
-# The messages of vLLM's start-up, in order (from v0.11.2's source; the same text in v0.33.0, the pinned
-# release: tests/data/vllm/v0.33.0/startup-messages.txt): gpu_model_runner.load_model,
-# weight_utils.download_weights_from_hf (logged only when the download took over 0.5 s), the model
-# runner once the weights are on the GPU, EngineCore after profiling, KV cache allocation, compilation
-# and CUDA-graph capture.
+# The messages of vLLM's start-up, in order, as the pinned release writes them
+# (tests/data/vllm/v0.34.0/startup-messages.txt): the model runner as it starts loading, weight_utils'
+# download_weights_from_hf (logged only when the download took over 0.5 s), the model runner once the
+# weights are on the GPU, EngineCore after profiling, KV cache allocation, compilation and CUDA-graph
+# capture. The load starts with "Loading model from scratch..." in the V2 model runner (v0.33.0's default
+# for a server like ours, v0.34.0's only one); "Starting to load model" is the V1 runner's (v0.11.2, or
+# v0.33.0 with VLLM_USE_V2_MODEL_RUNNER=0), read too so that an older image's start is not lost.
 VLLM_LOG = ServerLog(
     markers=(
-        LogMarker("server process up", re.compile(r"Starting to load model "), "vLLM never logged 'Starting to load model'"),
+        LogMarker("server process up", re.compile(r"Loading model from scratch\.\.\.|Starting to load model "),
+                  "vLLM never logged 'Loading model from scratch...' (nor the V1 runner's 'Starting to load model')"),
         LogMarker("weights downloaded", re.compile(r"Time spent downloading weights for "),
                   "no download logged: vLLM logs one only when it takes over 0.5 s (weights cached, or read "
                   "from a mounted bucket, are loaded without one)"),  # fmt: skip

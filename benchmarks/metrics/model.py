@@ -24,9 +24,9 @@ GAUGES: tuple[tuple[GaugeField, str, Agg], ...] = (
     ("fb_used_mib", "DCGM_FI_DEV_FB_USED", "sum"),  # MiB
 )
 PREEMPTIONS = "vllm:num_preemptions_total"
-# Counters in tokens, as vLLM names them from 0.9.2 to the pinned v0.33.0 (vllm/v1/metrics/loggers.py:
+# Counters in tokens, as vLLM names them from 0.9.2 to the pinned v0.34.0 (vllm/v1/metrics/loggers.py:
 # vllm:prefix_cache_queries and vllm:prefix_cache_hits, exposed with prometheus_client's _total suffix;
-# tests/data/vllm/v0.33.0/metrics.txt has them).
+# tests/data/vllm/v0.34.0/metrics.txt has them).
 PREFIX_QUERIES = "vllm:prefix_cache_queries_total"
 PREFIX_HITS = "vllm:prefix_cache_hits_total"
 # The simulator's own step counters (benchmarks/sim/metrics.py): steps run, and those the host made late.
@@ -38,7 +38,7 @@ COUNTERS = (("preemptions", PREEMPTIONS), ("prefix_cache_queries", PREFIX_QUERIE
 # marked host-slowed. One step in a hundred late moves a p99 over the steps.
 HOST_SLOWED_SHARE = 0.01
 # Histograms whose mean over a point is read (the deltas of their _sum over their _count), in ms: vLLM
-# v0.33.0's names (tests/data/vllm/v0.33.0/metrics.txt). The prefill time is from a request's first
+# v0.34.0's names (tests/data/vllm/v0.34.0/metrics.txt). The prefill time is from a request's first
 # scheduling to its first token (vLLM's PREFILL phase), the queue time its WAITING phase.
 MEANS = (("prefill_time_mean_ms", "vllm:request_prefill_time_seconds"),
          ("server_ttft_mean_ms", "vllm:time_to_first_token_seconds"),

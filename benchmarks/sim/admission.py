@@ -6,8 +6,8 @@ whitespace-separated word; a list of ints (as `prompt` or `prompt_token_ids`) on
 counts the words of every message's text (no chat-template tokens). The same tokens, in blocks, are
 what the prefix cache recognises.
 
-Lengths against the context, as vLLM v0.33.0's OpenAI server checks them (its wheel's source:
-`renderers/params.py` TokenizeParams, `entrypoints/serve/utils/api_utils.py` get_max_tokens,
+Lengths against the context, as vLLM v0.34.0's OpenAI server checks them, as v0.33.0's did (its wheel's
+source: `renderers/params.py` TokenizeParams, `entrypoints/serve/utils/api_utils.py` get_max_tokens,
 `sampling_params.py` SamplingParams._verify_args), refused with HTTP 400 in its words:
 - max_tokens (or chat's max_completion_tokens) above max-model-len;
 - a prompt longer than max-model-len ("... which exceeds this limit even without any output tokens");

@@ -52,7 +52,7 @@ def _parser() -> argparse.ArgumentParser:
     parser.add_argument("--quantization", choices=["fp8", "awq", "gptq"])
     parser.add_argument("--kv-cache-dtype", choices=["auto", "fp8"], default=defaults.kv_cache_dtype)
     parser.add_argument("--num-gpu-blocks-override", type=int)
-    # vLLM v0.33.0's pair of flags (its serve --help): --enable-prefix-caching | --disable-prefix-caching.
+    # vLLM v0.34.0's pair of flags (its serve --help): --enable-prefix-caching | --disable-prefix-caching.
     caching = parser.add_mutually_exclusive_group()
     caching.add_argument("--enable-prefix-caching", dest="enable_prefix_caching", action="store_true",
                          default=defaults.enable_prefix_caching, help="as vLLM: on by default")  # fmt: skip

@@ -11,7 +11,7 @@ chained hash of their tokens. Once a request's prefill is done its full prompt b
 a request admitted later whose prompt starts with cached blocks shares them (reference-counted, one
 copy in memory) and its prefill skips them (at least the last prompt token is computed). A block no
 request references stays cached but counts as free, and is evicted, oldest first, when a new block
-is needed. Queried and hit tokens are counted at a request's first admission, as vLLM v0.33.0's
+is needed. Queried and hit tokens are counted at a request's first admission, as vLLM v0.34.0's
 prefix-cache counters do (a preempted request's later lookups are counted apart there, not here).
 
 `EngineCore` is what every driver of the scheduler shares: a request is admitted on the driver's clock

@@ -158,7 +158,7 @@ class _EngineCollector(Collector):
                           scheduler.kv_cache_usage, **model)
         yield _counter("vllm:num_preemptions", "Cumulative number of preemptions from the engine.",
                        scheduler.preemptions_total, model)
-        # vLLM's names and help texts (v0.33.0's /metrics: tests/data/vllm/v0.33.0/metrics.txt), in tokens.
+        # vLLM's names and help texts (v0.34.0's /metrics: tests/data/vllm/v0.34.0/metrics.txt), in tokens.
         yield _counter("vllm:prefix_cache_queries", "Prefix cache queries, in terms of number of queried tokens.",
                        scheduler.prefix_queries, model)
         yield _counter("vllm:prefix_cache_hits", "Prefix cache hits, in terms of number of cached tokens.",

@@ -1,4 +1,4 @@
-"""`vllm serve MODEL [flags]`, as vLLM v0.33.0 takes it, served by the simulated backend: the command of the
+"""`vllm serve MODEL [flags]`, as vLLM v0.34.0 takes it, served by the simulated backend: the command of the
 local cluster's vLLM stand-in image (localcluster.images), so g6's Deployment runs there unchanged.
 
 The flags g6's manifests pass (components.vllm.server_args) and the other server flags the simulator models

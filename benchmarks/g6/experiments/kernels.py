@@ -6,8 +6,8 @@ versions this project pins or may move to:
   `override_quantization_method` in model_executor/layers/quantization/awq_marlin.py and
   gptq_marlin.py, vLLM 0.11.2;
 - "Using MarlinLinearKernel for GPTQMarlinLinearMethod" (any `Using <X>Kernel for <method>`): the
-  mixed-precision kernel choice in gptq_marlin.py and compressed_tensors' schemes, 0.11.2; 0.33.0 says
-  "Using <X>Kernel for mixed-precision linear" and "Selected <X>Kernel for <module>"
+  mixed-precision kernel choice in gptq_marlin.py and compressed_tensors' schemes, 0.11.2; 0.33.0 and
+  0.34.0 say "Using <X>Kernel for mixed-precision linear" and "Selected <X>Kernel for <module>"
   (model_executor/kernels/linear/__init__.py);
 - "... Weight-only FP8 compression will be used leveraging the Marlin kernel ...": fp8 on a GPU
   without native FP8 (utils/marlin_utils_fp8.py); an L4 (Ada) has it.

@@ -10,7 +10,7 @@
    with the floor.
 
 Wire format (vLLM's completions API, checked against vLLM 0.11.2's entrypoints/openai/protocol.py and
-serving_completion.py; unchanged in 0.33.0): a generation with `logprobs: k` answers
+serving_completion.py; unchanged in 0.33.0 and 0.34.0): a generation with `logprobs: k` answers
 `choices[0].logprobs.top_logprobs`, one dict per generated token holding the token itself and the top
 k; `return_tokens_as_token_ids` keys them `"token_id:<id>"` (decoded text collides across ids), and
 `return_token_ids` adds `choices[0].prompt_token_ids`. A scoring request with `prompt_logprobs: k`
@@ -44,7 +44,7 @@ CONCURRENCY = 16
 # Sampling from the model's own distribution: every knob explicit, because vLLM otherwise applies the
 # checkpoint's generation_config.json defaults (Qwen2.5's Instruct checkpoints lower the temperature,
 # cut top-p and top-k and add a repetition penalty), and samples from another distribution would not
-# estimate KL(p || q). top_k 0 disables top-k in vLLM 0.11.2 and 0.33.0 (SamplingParams). The listed
+# estimate KL(p || q). top_k 0 disables top-k in vLLM 0.11.2, 0.33.0 and 0.34.0 (SamplingParams). The listed
 # log-probabilities are the model's own either way (ModelConfig.logprobs_mode "raw_logprobs", the default).
 SAMPLING = {"temperature": 1.0, "top_p": 1.0, "top_k": 0, "min_p": 0.0, "repetition_penalty": 1.0,
             "presence_penalty": 0.0, "frequency_penalty": 0.0}  # fmt: skip
