@@ -11,7 +11,7 @@ import pytest
 from benchmarks.g6 import main
 from benchmarks.g6.analysis import analyse
 from benchmarks.g6.plots import PLOTS, render_plots
-from benchmarks.g6.price import cheapest
+from benchmarks.g6.price import Run, cheapest
 from benchmarks.g6.report import THIN, render_report
 from benchmarks.g6.result import G6Result, TokenPrices
 from benchmarks.g6.targets import Demand, ServerSettings, SimTarget, StackTarget
@@ -132,29 +132,52 @@ def test_report_and_plots_from_a_stored_result(tmp_path):
     assert all(p.stat().st_size > 10_000 for p in paths)
 
 
+def _usd(spot: float) -> TokenPrices:
+    return TokenPrices(gpu_node_spot=spot, gpu_node_on_demand=3 * spot, cluster_spot=2 * spot,
+                       cluster_on_demand=4 * spot, giq_convention=spot / 2)  # fmt: skip
+
+
 def test_the_cheapest_point_within_the_slos_is_named():
     result = load_result(G6Result, FIXTURE)
     a, b, *_ = result.points
     cheap, dear = (a, b) if a.output_tokens_per_s > b.output_tokens_per_s else (b, a)
-    def usd(spot: float) -> TokenPrices:
-        return TokenPrices(gpu_node_spot=spot, gpu_node_on_demand=3 * spot, cluster_spot=2 * spot,
-                           cluster_on_demand=4 * spot, giq_convention=spot / 2)  # fmt: skip
-
-    priced = [("cheap", cheap.model_copy(update={"usd_per_million_output_tokens": usd(0.05)})),
-              ("dear", dear.model_copy(update={"usd_per_million_output_tokens": usd(0.50)}))]  # fmt: skip
+    priced = [Run("cheap", None, cheap.model_copy(update={"usd_per_million_output_tokens": _usd(0.05)})),
+              Run("dear", None, dear.model_copy(update={"usd_per_million_output_tokens": _usd(0.50)}))]  # fmt: skip
     params = result.params.model_copy(update={"slo": Slo()})  # the points' latencies are GPU time already
-    assert "none given" in cheapest(priced, params) and "The cheapest point is **cheap**" in cheapest(priced, params)
+    assert "none given" in cheapest(priced, params) and "The cheapest setting is **cheap**" in cheapest(priced, params)
     loose = params.model_copy(update={"slo_itl_ms": max(cheap.itl_ms.p99, dear.itl_ms.p99) + 1})
-    assert "The cheapest point that meets them is **cheap**" in cheapest(priced, loose)
+    assert "The cheapest setting that meets them in every run is **cheap**" in cheapest(priced, loose)
     # A TTFT limit between the two points' p99s leaves only the one with the lower TTFT.
     low, high = sorted([cheap, dear], key=lambda p: p.ttft_ms.p99)
     between = params.model_copy(update={"slo": Slo(ttft_ms=low.ttft_ms.p99 + 0.1)})
     assert high.ttft_ms.p99 > between.slo.ttft_ms
     winner = "cheap" if low is cheap else "dear"
-    assert f"meets them is **{winner}**" in cheapest(priced, between)
+    assert f"meets them in every run is **{winner}**" in cheapest(priced, between)
     none = params.model_copy(update={"slo": Slo(ttft_ms=0.001)})
     text = cheapest(priced, none)
-    assert "No point meets them" in text and "cheap" in text and "TTFT p99" in text
+    assert "No setting meets them" in text and "cheap" in text and "TTFT p99" in text
+
+
+def test_the_cheapest_setting_is_priced_over_its_runs_not_by_its_luckiest():
+    """A setting whose runs cost $0.10 and $0.30 per million tokens costs what its mean throughput does:
+    2 / (1/0.10 + 1/0.30) = $0.15 (by hand), above a steady $0.12, though its luckiest run is the cheapest
+    run of all; and a setting meets an SLO only when every run of it does."""
+    result = load_result(G6Result, FIXTURE)
+    fast, slow = sorted(result.points[:2], key=lambda p: p.ttft_ms.p99)
+    runs = [Run("lucky", 0, fast.model_copy(update={"usd_per_million_output_tokens": _usd(0.10)})),
+            Run("lucky", 1, fast.model_copy(update={"usd_per_million_output_tokens": _usd(0.30)})),
+            Run("steady", 0, fast.model_copy(update={"usd_per_million_output_tokens": _usd(0.12)})),
+            Run("steady", 1, fast.model_copy(update={"usd_per_million_output_tokens": _usd(0.12)}))]  # fmt: skip
+    params = result.params.model_copy(update={"slo": Slo()})
+    assert "The cheapest setting is **steady**: **$0.120 per million output tokens**" in cheapest(runs, params)
+    assert "lucky run 1" in [r.label for r in runs]
+    alone = cheapest(runs[:2], params)
+    assert "**lucky**: **$0.150 per million output tokens**" in alone and "over 2 runs" in alone
+    # steady's second run misses a TTFT limit its first meets: steady fails, lucky (both runs fast) passes.
+    missed = runs[:3] + [Run("steady", 1, slow.model_copy(update={"usd_per_million_output_tokens": _usd(0.12)}))]
+    limit = params.model_copy(update={"slo": Slo(ttft_ms=fast.ttft_ms.p99 + 0.1)})
+    assert slow.ttft_ms.p99 > limit.slo.ttft_ms
+    assert "meets them in every run is **lucky**" in cheapest(missed, limit)
 
 
 def test_report_lists_errors_and_client_bound_points():

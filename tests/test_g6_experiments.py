@@ -110,7 +110,7 @@ def test_kv_report_and_plots_answer_in_numbers(kv_run):
     assert "vLLM's blocks" not in report and "against vLLM's" not in report
     assert "the simulated server's blocks" in report and "the simulator stops each at a length uniform" in report
     assert f"The weights take {result.sizing.weight_bytes / 2**30:.2f} GiB" in report
-    assert "The cheapest point is" in report and "## Cost" in report
+    assert "The cheapest setting is" in report and "## Cost" in report
     for name in KV_PLOTS:
         assert (folder / name).read_bytes()[:8] == PNG
 

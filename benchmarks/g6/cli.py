@@ -91,13 +91,13 @@ def parser() -> Parser:
                    help=f"seconds between /metrics scrapes (default 1, {SIM_SCRAPE_S:g} with --sim: its points are short)")  # fmt: skip
     p.add_argument("--slo-ttft-ms", type=positive,
                    help="time to first token a request must meet to count towards goodput, ms of the GPU; its p99 "
-                   "limits the cheapest point and the saturation search")  # fmt: skip
+                   "limits the cheapest setting and the saturation search")  # fmt: skip
     p.add_argument("--slo-tpot-ms", type=positive,
                    help="time per output token a request must meet to count towards goodput, ms (p99 as above)")
     p.add_argument("--slo-e2e-ms", type=positive,
                    help="end-to-end latency a request must meet to count towards goodput, ms (p99 as above)")
     p.add_argument("--slo-itl-ms", type=positive,
-                   help="inter-token latency p99 limit, ms, for the cheapest point and the saturation search (not per request)")
+                   help="inter-token latency p99 limit, ms, for the cheapest setting and the saturation search (not per request)")
     p.add_argument("--max-client-lag-ms", type=positive, default=1.0, help="lag p99 above which a point is client-bound")
     p.add_argument("--timeout-connect", type=positive, default=5.0)
     p.add_argument("--timeout-first-token", type=positive, default=120.0)

@@ -74,7 +74,7 @@ class G6Params(BaseModel):
     repeats: int = Field(1, ge=1)
     timeouts: Timeouts = Timeouts()
     slo: Slo = Slo()
-    slo_itl_ms: float | None = Field(None, gt=0, description="ITL p99 limit for the cheapest point within SLOs")
+    slo_itl_ms: float | None = Field(None, gt=0, description="ITL p99 limit for the cheapest setting within SLOs")
     max_client_lag_ms: float = Field(1.0, gt=0)
     prometheus: str | None = None
     scrape_interval_s: float = Field(1.0, gt=0)

@@ -1,6 +1,7 @@
 """What serving costs: the price of a million output tokens per point, on every basis (the GPU node
 spot and on-demand, the whole cluster hour, GKE Inference Quickstart's convention), the cheapest
-point that meets the SLOs given, and what a session costs.
+setting that meets the SLOs given in every run (priced at its runs' mean throughput), and what a session
+costs.
 
 The prices are those of the stack's cost estimate (stacks.cost_estimate: the dated table of
 facts/prices.py, boot disk included): a node is paid for by the hour whatever it serves, so a
@@ -12,7 +13,7 @@ simulated run is priced as Pulumi.g6.yaml configures the stack; its figures are 
 from __future__ import annotations
 
 from collections.abc import Sequence
-from typing import Any
+from typing import Any, NamedTuple
 
 from benchmarks.g6.config import LAB, G6Params
 from benchmarks.g6.result import G6Point, GpuPrice, TokenPrices
@@ -159,38 +160,83 @@ def slo_text(params: G6Params) -> str:
     return ", ".join(given) if given else "none given (--slo-ttft-ms, --slo-itl-ms, --slo-tpot-ms, --slo-e2e-ms)"
 
 
-def _describe(label: str, p: G6Point, usd: float) -> str:
+class Run(NamedTuple):
+    """One measured run as the cost section prices it: its setting (what a user would deploy: a server's
+    settings and its load) and which of the setting's repeats it was (None for a setting run once)."""
+
+    setting: str
+    repeat: int | None
+    point: G6Point
+
+    @property
+    def label(self) -> str:
+        return self.setting if self.repeat is None else f"{self.setting} run {self.repeat + 1}"
+
+
+class _Setting(NamedTuple):
+    """A setting's runs, priced together: at their mean throughput (the harmonic mean of the runs' prices,
+    since a price is an hourly rate over the tokens an hour), so that one lucky run does not make it cheap."""
+
+    name: str
+    runs: list[G6Point]
+    usd: float
+
+
+def _settings(runs: Sequence[Run]) -> list[_Setting]:
+    grouped: dict[str, list[G6Point]] = {}
+    for run in runs:
+        grouped.setdefault(run.setting, []).append(run.point)
+    out = []
+    for name, points in grouped.items():
+        spots = [tp.gpu_node_spot for p in points if (tp := p.usd_per_million_output_tokens) is not None]
+        if spots and len(spots) == len(points) and all(spots):
+            out.append(_Setting(name, points, len(spots) / sum(1 / usd for usd in spots)))
+    return out
+
+
+def _describe(s: _Setting) -> str:
+    n = len(s.runs)
+    upto = "up to " if n > 1 else ""  # each tail the highest of the runs'
+    ttft = [p.ttft_ms.p99 for p in s.runs if p.ttft_ms]
+    itl = [p.itl_ms.p99 for p in s.runs if p.itl_ms]
     return (
-        f"**{label}**: **${usd:.3f} per million output tokens** on a spot GPU node ({p.output_tokens_per_s:,.0f} output tokens/s"
-        + (f", TTFT p99 {p.ttft_ms.p99:,.0f} ms" if p.ttft_ms else "")
-        + (f", ITL p99 {p.itl_ms.p99:,.1f} ms" if p.itl_ms else "")
-        + ", GPU time)"
+        f"**{s.name}**: **${s.usd:.3f} per million output tokens** on a spot GPU node "
+        f"({sum(p.output_tokens_per_s for p in s.runs) / n:,.0f} output tokens/s"
+        + (f" on average over {n} runs" if n > 1 else "")
+        + (f"; TTFT p99 {upto}{max(ttft):,.0f} ms" if ttft else "")
+        + (f", ITL p99 {upto}{max(itl):,.1f} ms" if itl else "")
+        + "; GPU time)"
     )
 
 
-def cheapest(points: Sequence[tuple[str, G6Point]], params: G6Params, passing: set[str] | None = None) -> str:
-    """One Markdown paragraph: the cheapest labelled point that meets the SLOs (and, with `passing`, is one
-    of those labels: a saturation run that kept up), or why none does, at the GPU node's spot price (every
-    basis ranks the points alike but GIQ's, which counts input tokens too)."""
-    priced = [(label, p, tp.gpu_node_spot) for label, p in points if (tp := p.usd_per_million_output_tokens) is not None]
+def cheapest(runs: Sequence[Run], params: G6Params, passing: set[str] | None = None) -> str:
+    """One Markdown paragraph: the cheapest setting that meets the SLOs in every one of its runs, priced at
+    its runs' mean throughput, or why none does, at the GPU node's spot price (every basis ranks the
+    settings alike but GIQ's, which counts input tokens too). With `passing`, the settings an experiment
+    has judged itself (a saturation rate held within the SLOs over its pooled runs): those, and only those,
+    meet them."""
+    priced = _settings(runs)
     if passing is not None:
-        kept = [lpu for lpu in priced if lpu[0] in passing]
+        kept = [s for s in priced if s.name in passing]
         if not kept:
-            return "No point passed (see the verdicts above): none is priced as one to serve at.\n"
-        priced = kept
+            return "No setting passed (see the verdicts above): none is priced as one to serve at.\n"
+        return f"SLOs: {slo_text(params)}. The cheapest setting that passed is {_describe(min(kept, key=_usd))}.\n"
     if not priced:
         return "No point has a price: the run has no GPU price (a server given by URL) or no throughput.\n"
-
-    def by_price(lpu: tuple[str, G6Point, float]) -> float:
-        return lpu[2]
-
     if not _limits(params):
-        return f"SLOs: {slo_text(params)}. The cheapest point is {_describe(*min(priced, key=by_price))}.\n"
-    meeting = [lpu for lpu in priced if not slo_misses(lpu[1], params)]
+        return f"SLOs: {slo_text(params)}. The cheapest setting is {_describe(min(priced, key=_usd))}.\n"
+    meeting = [s for s in priced if not any(slo_misses(p, params) for p in s.runs)]
     if not meeting:
-        label, p, usd = min(priced, key=by_price)
+        s = min(priced, key=_usd)
+        misses = [f"{f'run {i + 1}: ' if len(s.runs) > 1 else ''}{'; '.join(m)}"
+                  for i, p in enumerate(s.runs) if (m := slo_misses(p, params))]  # fmt: skip
         return (
-            f"SLOs: {slo_text(params)}. No point meets them. The cheapest point overall, {label}, costs "
-            f"${usd:.3f} per million output tokens but misses: {'; '.join(slo_misses(p, params))}.\n"
+            f"SLOs: {slo_text(params)}. No setting meets them in every run. The cheapest setting overall, "
+            f"{s.name}, costs ${s.usd:.3f} per million output tokens but misses: {' / '.join(misses)}.\n"
         )
-    return f"SLOs: {slo_text(params)}. The cheapest point that meets them is {_describe(*min(meeting, key=by_price))}.\n"
+    return (f"SLOs: {slo_text(params)}. The cheapest setting that meets them in every run is "
+            f"{_describe(min(meeting, key=_usd))}.\n")  # fmt: skip
+
+
+def _usd(s: _Setting) -> float:
+    return s.usd

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from benchmarks.g6.config import G6Params
 from benchmarks.g6.plots import PLOTS
-from benchmarks.g6.price import cheapest, slo_text
+from benchmarks.g6.price import Run, cheapest, slo_text
 from benchmarks.g6.result import Figures, G6Point, G6Result, GpuPrice
 from benchmarks.g6.shape import asked_text, realised_section
 from benchmarks.harness import RunMeta
@@ -142,7 +142,7 @@ def context_lines(m: RunMeta, p: G6Params, points: list[G6Point]) -> list[str]:
         f"- Command: `{' '.join(m.command)}`",
         f"- Timeouts: connect {p.timeouts.connect_s:g} s, first token {p.timeouts.first_token_s:g} s, "
         f"total {p.timeouts.total_s:g} s",
-        f"- SLOs: goodput {p.slo.model_dump(exclude_none=True) or 'none'}; cheapest point within {slo_text(p)}",
+        f"- SLOs: goodput {p.slo.model_dump(exclude_none=True) or 'none'}; cheapest setting within {slo_text(p)}",
         f"- Server metrics: direct /metrics scrapes every {p.scrape_interval_s:g} s"
         + (f"; GPU (DCGM) series from Prometheus at {p.prometheus}" if p.prometheus else ""),
         f"- Client: {client_text(m, points)}; benchmarks {m.tool_version}",
@@ -163,11 +163,11 @@ def price_cell(p: G6Point) -> str | None:
     return None if p.usd_per_million_output_tokens is None else num(p.usd_per_million_output_tokens.gpu_node_spot, 3)
 
 
-def _price_table(points: list[tuple[str, G6Point]]) -> str:
+def _price_table(runs: list[Run]) -> str:
     rows = [
-        [label, num(tp.gpu_node_spot, 3), num(tp.gpu_node_on_demand, 3), num(tp.cluster_spot, 3),
+        [run.label, num(tp.gpu_node_spot, 3), num(tp.gpu_node_on_demand, 3), num(tp.cluster_spot, 3),
          num(tp.cluster_on_demand, 3), num(tp.giq_convention, 3)]
-        for label, p in points if (tp := p.usd_per_million_output_tokens) is not None
+        for run in runs if (tp := run.point.usd_per_million_output_tokens) is not None
     ]  # fmt: skip
     return table(
         ["point", "GPU node spot", "GPU node on-demand", "whole cluster, GPU spot", "whole cluster, GPU on-demand",
@@ -176,10 +176,10 @@ def _price_table(points: list[tuple[str, G6Point]]) -> str:
     )
 
 
-def cost_sections(points: list[tuple[str, G6Point]], params: G6Params, price: GpuPrice | None, cost: str | None,
+def cost_sections(runs: list[Run], params: G6Params, price: GpuPrice | None, cost: str | None,
                   passing: set[str] | None = None) -> str:  # fmt: skip
-    """## What serving costs (the prices per point on every basis and the cheapest point within the
-    SLOs, among the `passing` labels when given) and ## Cost (what the stack costs per hour, and what this
+    """## What serving costs (the prices per run on every basis and the cheapest setting within the
+    SLOs, among the `passing` settings when given) and ## Cost (what the stack costs per hour, and what this
     session cost)."""
     if price is None:
         out = "## What serving costs\n\nNo GPU price: the run has no stack and no stack file to price (a server given by URL).\n"
@@ -190,7 +190,7 @@ def cost_sections(points: list[tuple[str, G6Point]], params: G6Params, price: Gp
             "The whole cluster adds what runs beside the GPU node. GKE Inference Quickstart's convention "
             "divides the GPU node's spot price by output tokens plus a quarter of the input tokens (its "
             "default output-to-input cost ratio of 4), so it reads lower than ours for the same point.\n\n"
-            + _price_table(points) + "\n" + cheapest(points, params, passing)
+            + _price_table(runs) + "\n" + cheapest(runs, params, passing)
         )
     if cost:
         out += f"\n## Cost\n\n{cost.replace('### ', '')}"
@@ -240,6 +240,12 @@ def _sizing(r: G6Result) -> str:
         ["max-num-seqs", "weights (GiB)", "KV bytes/token", "KV cache tokens", "max concurrency at max len", "max len"],
         rows,
     )
+
+
+def _runs(r: G6Result) -> list[Run]:
+    """Each run under its setting (the server's max-num-seqs and the load), for the cost section."""
+    return [Run(f"max-num-seqs {p.max_num_seqs} {load_label(p)}", p.repeat if r.params.repeats > 1 else None, p)
+            for p in r.points]  # fmt: skip
 
 
 def _run_label(r: G6Result, p: G6Point) -> str:
@@ -384,6 +390,6 @@ def render_report(result: G6Result) -> str:
     labelled = [(f"max-num-seqs {p.max_num_seqs} {_run_label(result, p)}", p) for p in result.points]
     sections = [title("LLM serving, TTFT against throughput", result.meta, result.params), _answer(result),
                 _header(result), _sizing(result), _points(result), realised_section(labelled), _meaning(result),
-                cost_sections(labelled, result.params, result.gpu_price, result.cost), errors_section(result.meta.errors),
+                cost_sections(_runs(result), result.params, result.gpu_price, result.cost), errors_section(result.meta.errors),
                 plots]  # fmt: skip
     return waited_first("\n".join(section for section in sections if section), result.waited)

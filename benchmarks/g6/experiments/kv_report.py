@@ -10,6 +10,7 @@ matplotlib.use("Agg")
 import matplotlib.pyplot as plt  # noqa: E402  (the backend must be chosen first)
 
 from benchmarks.g6.experiments.kv import REQUESTS_PER_SLOT, KvParams, KvResult  # noqa: E402
+from benchmarks.g6.price import Run  # noqa: E402
 from benchmarks.g6.report import (  # noqa: E402
     context_lines, cost_sections, errors_section, host_flags, latency_pair, price_cell, reading_notes, rerun_cell,
     rerun_note, title,
@@ -185,11 +186,11 @@ def _probes(r: KvResult) -> str:
 
 
 def render_kv_report(r: KvResult) -> str:
-    labelled = [(f"{p.context_len:,} tokens x {p.concurrency} ({p.role}, run {p.run + 1})", p.point) for p in r.probes]
+    runs = [Run(f"{p.context_len:,} tokens x {p.concurrency} ({p.role})", p.run, p.point) for p in r.probes]
     plots = "## Plots\n\n" + "\n".join(f"![{name}]({name})" for name in PLOTS) + "\n"
     return waited_first("\n".join([title("the KV cache as the binding constraint", r.meta, r.params), _answer(r),
-                                   _paging(r), _header(r), _probes(r), realised_section(labelled), cost_sections(
-        labelled, r.params, r.gpu_price, r.cost), errors_section(r.meta.errors), plots]), r.waited)  # fmt: skip
+                                   _paging(r), _header(r), _probes(r), realised_section([(x.label, x.point) for x in runs]), cost_sections(
+        runs, r.params, r.gpu_price, r.cost), errors_section(r.meta.errors), plots]), r.waited)  # fmt: skip
 
 
 def max_batch_plot(r: KvResult, path: Path) -> None:

@@ -11,6 +11,7 @@ matplotlib.use("Agg")
 import matplotlib.pyplot as plt  # noqa: E402  (the backend must be chosen first)
 
 from benchmarks.g6.experiments.prefix import PrefixArm, PrefixResult, roofline_s_per_prefix_token  # noqa: E402
+from benchmarks.g6.price import Run  # noqa: E402
 from benchmarks.g6.report import (  # noqa: E402
     context_lines, cost_sections, errors_section, latency_pair, price_cell, rerun_cell, rerun_note, title,
 )  # fmt: skip
@@ -135,11 +136,11 @@ def _runs(r: PrefixResult) -> str:
 
 
 def render_prefix_report(r: PrefixResult) -> str:
-    labelled = [(f"prefix caching {_name(a)} run {run.run + 1}", run.point) for a in r.arms for run in a.runs]
+    runs = [Run(f"prefix caching {_name(a)}", run.run, run.point) for a in r.arms for run in a.runs]
     plots = "## Plots\n\n" + "\n".join(f"![{name}]({name})" for name in PLOTS) + "\n"
     return waited_first("\n".join([title("shared prefixes and the prefix cache", r.meta, r.params), _answer(r),
-                                   _header(r), _runs(r), realised_section(labelled),
-                                   cost_sections(labelled, r.params, r.gpu_price, r.cost), errors_section(r.meta.errors),
+                                   _header(r), _runs(r), realised_section([(x.label, x.point) for x in runs]),
+                                   cost_sections(runs, r.params, r.gpu_price, r.cost), errors_section(r.meta.errors),
                                    plots]), r.waited)  # fmt: skip
 
 

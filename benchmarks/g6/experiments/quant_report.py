@@ -12,6 +12,7 @@ import matplotlib.pyplot as plt  # noqa: E402  (the backend must be chosen first
 from benchmarks.g6.experiments.divergence import RESAMPLES, Estimate, QualityScore  # noqa: E402
 from benchmarks.g6.experiments.quality import TOP_K  # noqa: E402
 from benchmarks.g6.experiments.quant import QuantFigures, QuantResult, VariantResult  # noqa: E402
+from benchmarks.g6.price import Run  # noqa: E402
 from benchmarks.g6.report import (  # noqa: E402
     context_lines, cost_sections, errors_section, in_flight_cell, latency_pair, price_cell, reading_notes, rerun_cell,
     rerun_note, throughput_cell, title,
@@ -205,11 +206,11 @@ def _points(r: QuantResult) -> str:
 
 
 def render_quant_report(r: QuantResult) -> str:
-    labelled = [(f"{v.variant} c={p.concurrency} run {p.repeat + 1}", p) for v in r.variants for p in v.points]
     plots = "## Plots\n\n" + "\n".join(f"![{name}]({name})" for name in PLOTS) + "\n"
+    runs = [Run(f"{v.variant} c={p.concurrency}", p.repeat, p) for v in r.variants for p in v.points]
     return waited_first("\n".join([title("what quantization buys and what it costs", r.meta, r.params), _table(r),
                                    _header(r), _reading(r), _points(r), cost_sections(
-        labelled, r.params, r.gpu_price, r.cost), errors_section(r.meta.errors), plots]), r.waited)  # fmt: skip
+        runs, r.params, r.gpu_price, r.cost), errors_section(r.meta.errors), plots]), r.waited)  # fmt: skip
 
 
 def tradeoffs_plot(r: QuantResult, path: Path) -> None:

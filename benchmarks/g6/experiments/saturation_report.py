@@ -12,7 +12,7 @@ import matplotlib.pyplot as plt  # noqa: E402  (the backend must be chosen first
 from benchmarks.g6.experiments.saturation import (  # noqa: E402
     BALANCE, GROWTH, KEEP_UP, SaturationPoint, SaturationResult, SaturationRun, steady_view,
 )  # fmt: skip
-from benchmarks.g6.price import slo_text  # noqa: E402
+from benchmarks.g6.price import Run, slo_text  # noqa: E402
 from benchmarks.g6.report import (  # noqa: E402
     context_lines, cost_sections, errors_section, host_flags, latency_pair, rerun_cell, title, with_interval,
 )  # fmt: skip
@@ -198,14 +198,19 @@ def _runs(r: SaturationResult) -> str:
     )  # fmt: skip
 
 
-def _priced(r: SaturationResult) -> list[tuple[str, G6Point]]:
+def _setting(x: SaturationPoint) -> str:
+    return f"{x.stage} {x.rate:,.4g} req/s"
+
+
+def _priced(r: SaturationResult) -> list[Run]:
     """Each run as the cost section reads it: its steady figures, priced at them."""
-    return [(f"{x.stage} {x.rate:,.4g} req/s run {run.run + 1}", steady_view(run.point, run.steady, run.usd_per_million_output_tokens))
+    return [Run(_setting(x), run.run, steady_view(run.point, run.steady, run.usd_per_million_output_tokens))
             for x in r.points for run in x.runs if run.steady is not None]  # fmt: skip
 
 
 def _passing(r: SaturationResult) -> set[str]:
-    return {f"{x.stage} {x.rate:,.4g} req/s run {run.run + 1}" for x in r.points if x.passed for run in x.runs if run.passed}
+    """The rates the search held within the SLOs, over their runs pooled."""
+    return {_setting(x) for x in r.points if x.passed}
 
 
 def render_saturation_report(r: SaturationResult) -> str:
