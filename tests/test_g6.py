@@ -335,6 +335,10 @@ def test_analysis_labels_what_bounds_a_point():
     assert analyse(server=_server(preemptions=3.0), **kw).bound == "kv-cache"
     full = _server(running=GaugeStats(mean=8, max=8), waiting=GaugeStats(mean=2, max=5))
     assert analyse(server=full, **kw).bound == "max-num-seqs"
+    # c = max-num-seqs = 8: one scrape of 20 caught a request between its send and its admission.
+    turnover = _server(running=GaugeStats(mean=7.6, max=8), waiting=GaugeStats(mean=1 / 20, max=1))
+    at_the_limit = {**kw, "concurrency": 8, "mean_decoding": 7.6}
+    assert analyse(server=turnover, **at_the_limit).bound != "max-num-seqs"
     offered = analyse(server=_server(), **{**kw, "concurrency": 16, "mean_decoding": 7.6})
     assert offered.bound == "max-num-seqs" and "16 requests offered" in offered.bound_reason
     small = analyse(server=_server(), **kw)

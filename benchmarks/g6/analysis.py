@@ -53,6 +53,12 @@ def sizing_gap(params: G6Params) -> str | None:
     return None
 
 
+# A queue behind a full batch, as the server's gauges see it: requests waiting in at least half of the
+# scrapes on average. One scrape that caught a request between its arrival and its admission (a closed
+# loop at concurrency = max-num-seqs does this at every turnover) is not a bound.
+QUEUED_MEAN = 0.5
+
+
 class Analysis(BaseModel):
     model_config = ConfigDict(frozen=True, extra="forbid")
 
@@ -92,9 +98,11 @@ def analyse(
     if kv is not None and kv.max >= KV_FULL or preemptions > 0:
         kv_text = f"KV cache peaked at {kv.max:.0%}" if kv is not None else "KV cache use unknown"
         bound, reason = "kv-cache", f"{kv_text}, {preemptions:.0f} preemptions"
-    elif max_num_seqs is not None and running and waiting and running.max >= max_num_seqs and waiting.max > 0:
+    elif (max_num_seqs is not None and running and waiting and running.max >= max_num_seqs
+          and waiting.mean >= QUEUED_MEAN):  # fmt: skip
         bound = "max-num-seqs"
-        reason = f"{running.max:.0f} running = max-num-seqs with up to {waiting.max:.0f} waiting"
+        reason = (f"{running.max:.0f} running = max-num-seqs with {waiting.mean:.1f} waiting on average "
+                  f"(up to {waiting.max:.0f})")  # fmt: skip
     elif max_num_seqs is not None and concurrency is not None and concurrency > max_num_seqs and batch and batch >= 0.9 * max_num_seqs:
         # The client's own evidence, for points too short for the server's gauges to catch a queue.
         bound = "max-num-seqs"
