@@ -381,3 +381,13 @@ def test_the_committed_examples_are_todays_reports_of_their_results(folder, mode
     result = load_result(model, example)
     assert (example / "report.md").read_text() == render(result), f"examples/{folder} is stale: rerun its command"
     assert result.meta.command[:4] == ["python", "-m", "benchmarks", "g6"] and "--sim" in result.meta.command
+
+
+def test_the_prefix_example_says_its_hit_rate_is_bounded_by_its_workload():
+    """examples/g6-prefix-sim: 4 prefixes of 2,048 tokens (128 whole blocks of 16) and 256 of each request's own,
+    66 requests a run with the warm-up: at most 2048 / 2304 = 88.9% of prompt tokens can hit, and the first of
+    each prefix misses, so 62 x 2048 / (66 x 2304) = 83.5% is 62/66 = 93.9% of that (by hand)."""
+    example = Path(__file__).resolve().parents[1] / "examples" / "g6-prefix-sim"
+    report = render_prefix_report(load_result(PrefixResult, example))
+    assert "no cache serves more than 88.9% of them" in report
+    assert "The 83.5% measured is 93.9% of the ceiling" in report

@@ -355,6 +355,7 @@ def test_prefix_caching_on_hits_and_saves_prefill_the_server_measured(prefix_run
     assert report == render_prefix_report(result)
     assert "| off | 2 | none: no lookups |" in report and "not a measurement of vLLM" in report
     assert "The server's prefill took" in report
+    assert "no cache serves more than 97.0% of them" in report  # 2048 / (2048 + 64), by hand
     for name in PREFIX_PLOTS:
         assert (prefix_run / name).read_bytes()[:8] == PNG
 

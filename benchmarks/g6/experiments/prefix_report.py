@@ -101,6 +101,18 @@ def _reading(r: PrefixResult) -> str:
                      "arrivals: the prefill saved plus the queueing it no longer causes.")  # fmt: skip
     a = on.runs[0].point
     block = on.cache.block_size if on.cache else None
+    if on.prefix_cache_hit_rate is not None and block and a.realised and a.realised.input_tokens:
+        cacheable = r.prefix.prefix_len // block * block
+        ceiling = cacheable / a.realised.input_tokens.mean
+        lines.append(
+            f"- The hit rate is the workload's before it is the server's: of the {a.realised.input_tokens.mean:,.0f} "
+            f"prompt tokens of a request, only the prefix's whole blocks ({cacheable:,} tokens) can be shared, so "
+            f"no cache serves more than {ceiling:.1%} of them; and the first request of each of the "
+            f"{r.prefix.groups} prefixes finds nothing, so a run of n requests (warm-up included) reads at most "
+            f"(1 - {r.prefix.groups}/n) of that. The {on.prefix_cache_hit_rate.mean:.1%} measured is "
+            f"{on.prefix_cache_hit_rate.mean / ceiling:.1%} of the ceiling: the run's length, not a property of "
+            "the cache; a longer run tends to the ceiling."
+        )  # fmt: skip
     if on.kv_blocks_peak and off.kv_blocks_peak and block and a.realised and a.realised.input_tokens and a.server and a.server.running:
         mean_prompt, running = a.realised.input_tokens.mean, a.server.running.mean
         own = math.ceil((mean_prompt - r.prefix.prefix_len) / block)
