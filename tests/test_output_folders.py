@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 
 from benchmarks.g6.cli import run as g6
-from benchmarks.labs.manifests import main as manifests
+from benchmarks.manifests import main as manifests
 from stacks.mockrun import run_stack
 
 

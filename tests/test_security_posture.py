@@ -17,7 +17,7 @@ from pod_security import findings, level, pod_specs
 
 import schemas
 
-from benchmarks.labs.manifests import LABS, workloads
+from benchmarks.manifests import LABS, workloads
 from components import knative, versions
 from podspec.security import POD_SECURITY_VERSION, WAIVERS, waived
 from stacks.mockrun import MockRun, run_stack
@@ -289,7 +289,7 @@ def test_block_admission_can_be_turned_off_and_the_benchmark_sees_it():
 
 
 def test_the_benchmarks_objects_are_written_for_a_reader_or_scanner(tmp_path, capsys):
-    from benchmarks.labs import manifests
+    from benchmarks import manifests
 
     assert manifests.main(["--out", str(tmp_path), "g8"]) == 0
     written = sorted(p.name for p in tmp_path.iterdir())

@@ -28,7 +28,7 @@ from cluster.inventory import (
 )
 from kubernetes import client
 
-from benchmarks.labs.manifests import LABS as BENCHMARKED, workloads
+from benchmarks.manifests import LABS as BENCHMARKED, workloads
 
 from localcluster.build import REPO
 from localcluster.controlplane import CONTEXT

@@ -3,7 +3,7 @@
 what its stack file would export (the program run under Pulumi mocks, stacks.mockrun). For reading
 what a benchmark will run before paying for it, and for policy scanners.
 
-    python -m benchmarks.labs.manifests --out DIR [lab ...]
+    python -m benchmarks.manifests --out DIR [lab ...]
 """
 
 from __future__ import annotations
@@ -49,7 +49,7 @@ def file_name(lab: str, obj: dict[str, Any]) -> str:
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m benchmarks.labs.manifests", description=__doc__.splitlines()[0])
+    parser = argparse.ArgumentParser(prog="python -m benchmarks.manifests", description=__doc__.splitlines()[0])
     parser.add_argument("--out", type=Path, required=True, help="folder for the YAML files")
     parser.add_argument("labs", nargs="*", metavar="lab", help=f"labs to write (default: all of {', '.join(LABS)})")
     args = parser.parse_args(argv)
