@@ -50,6 +50,11 @@ class MockRun:
     unknown_outputs: set[str] = field(default_factory=set)  # not known until the cloud answers
     registered_outputs: set[str] = field(default_factory=set)  # URNs that called register_outputs
 
+    def stack_output(self) -> dict[str, Any]:
+        """The outputs as `pulumi stack output --json` shows them: the engine exports no top-level output
+        whose value is None."""
+        return {k: v for k, v in self.outputs.items() if v is not None}
+
     def of_type(self, type_: str) -> list[Recorded]:
         return [r for r in self.resources if r.type == type_]
 

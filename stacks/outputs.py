@@ -74,30 +74,32 @@ class Grafana(ServiceRef):
 
 
 class StackOutputs(BaseModel):
-    """Every key `pulumi stack output` shows for a lab's stack."""
+    """Every key `pulumi stack output` shows for a lab's stack. The engine does not export a top-level output
+    whose value is None (the local cluster's real engine showed it for an existing cluster's project, region,
+    cluster name and bucket), so every key that may be None reads as None when it is absent."""
 
     model_config = FROZEN
 
     lab: str
     lab_title: str
     config_sha256: str
-    project: str | None  # None: an existing cluster outside Google Cloud
-    region: str | None
+    project: str | None = None  # None: an existing cluster outside Google Cloud
+    region: str | None = None
     zones: list[str]
-    cluster_name: str | None  # None: an existing cluster whose context names none
+    cluster_name: str | None = None  # None: an existing cluster whose context names none
     cluster_target: str
     kubeconfig: str | None = None  # a secret: absent from public outputs (recordings, the shipped fixtures)
     system_pool: Pool
     gpu_pool: GpuPool
     namespaces: list[str]
     endpoints: dict[str, Endpoint]
-    prometheus: ServiceRef | None
-    grafana: Grafana | None
-    artifact_bucket: str | None
+    prometheus: ServiceRef | None = None
+    grafana: Grafana | None = None
+    artifact_bucket: str | None = None
     labels: dict[str, str]
     versions: dict[str, str]
     benchmark: dict[str, Any]
-    cost_estimate: dict[str, Any] | None  # stacks.cost_estimate.CostEstimate, None without a price table
+    cost_estimate: dict[str, Any] | None = None  # stacks.cost_estimate.CostEstimate, None without a price table
 
     @classmethod
     def contract(cls, **outputs: Any) -> dict[str, Any]:

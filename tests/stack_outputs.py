@@ -13,7 +13,7 @@ from stacks.mockrun import run_stack
 
 @cache
 def _exported(lab: str) -> dict[str, Any]:
-    return run_stack(lab).outputs
+    return run_stack(lab).stack_output()
 
 
 def program_outputs(lab: str, **sections: Any) -> dict[str, Any]:

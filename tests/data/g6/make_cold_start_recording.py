@@ -61,5 +61,5 @@ def build() -> ColdStartRecording:
 
 if __name__ == "__main__":
     (HERE / "cold-start-recording.json").write_text(build().model_dump_json(indent=1) + "\n")
-    (HERE / "g6-outputs.json").write_text(json.dumps(public_outputs(run_stack("g6").outputs), indent=1) + "\n")
+    (HERE / "g6-outputs.json").write_text(json.dumps(public_outputs(run_stack("g6").stack_output()), indent=1) + "\n")
     print(f"wrote {HERE / 'cold-start-recording.json'} and {HERE / 'g6-outputs.json'}")
