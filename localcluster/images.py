@@ -120,8 +120,12 @@ STAND_INS: dict[str, StandIn] = {
             env=("PATH=/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin", f"PYTHONPATH={PROJECT_IN_IMAGE}"),
             files={
                 "/usr/local/bin/vllm": REPO / "localcluster" / "standins" / "vllm",
+                # What the simulator imports (tests/test_localcluster.py starts it from these alone): the
+                # kit, its facts, and the stack-outputs contract its harness reads (stacks/outputs.py).
                 f"{PROJECT_IN_IMAGE}/benchmarks": REPO / "benchmarks",
                 f"{PROJECT_IN_IMAGE}/facts": REPO / "facts",
+                f"{PROJECT_IN_IMAGE}/stacks/__init__.py": REPO / "stacks" / "__init__.py",
+                f"{PROJECT_IN_IMAGE}/stacks/outputs.py": REPO / "stacks" / "outputs.py",
             },
             cmd=("vllm", "serve"),
         ),

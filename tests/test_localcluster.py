@@ -242,6 +242,30 @@ def test_a_stand_in_archive_carries_its_label_and_the_reference_ctr_imports_it_u
         assert "oci-layout" in tar.getnames()
 
 
+def test_the_vllm_stand_in_starts_from_the_project_files_its_image_carries(tmp_path):
+    """The image carries only some of the project (StandIn.files): its `vllm serve` must start from those alone
+    (a module of the kit that imported one left out once crashed the pod at start, seen only on the real node).
+    Here the same files under a folder of their own and this Python's packages for the image's pinned ones:
+    the stand-in's command, given a flag it does not model, gets as far as refusing it in its one line."""
+    import subprocess
+    import sys
+
+    from components.versions import VLLM_IMAGE
+
+    image = images.STAND_INS[images.normalise(VLLM_IMAGE)]
+    root = tmp_path / "image"
+    for target, source in image.files.items():
+        if target.startswith(images.PROJECT_IN_IMAGE + "/"):
+            place = root / target.removeprefix(images.PROJECT_IN_IMAGE + "/")
+            place.parent.mkdir(parents=True, exist_ok=True)
+            place.symlink_to(source)
+    done = subprocess.run([sys.executable, "-m", "benchmarks.sim.vllm_serve", "serve", "--no-such-flag"], cwd=root,
+                          env={"PYTHONPATH": str(root), "PATH": "/usr/bin:/bin"}, capture_output=True, text=True,
+                          timeout=120)  # fmt: skip
+    assert (done.returncode, done.stderr) == (2, "error: vllm stand-in: --no-such-flag: a vLLM flag the simulated "
+                                                  "backend does not model\n"), done.stderr[-2000:]
+
+
 def test_a_stand_in_is_rebuilt_when_its_recipe_changes_and_only_then():
     import dataclasses
 
