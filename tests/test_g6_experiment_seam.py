@@ -121,6 +121,18 @@ def test_every_experiment_lists_its_own_flags_in_its_own_help_group():
     assert text.index("--experiment saturation:") < hold < text.index("--experiment prefix:")
 
 
+def test_no_two_experiments_share_a_flags_destination():
+    """The command line sets an experiment's flags aside by destination: two experiments sharing one would
+    hand one's value to the other (--burst-seconds once landed in saturation's hold_seconds)."""
+    owners: dict[str, str] = {}
+    for name, experiment in EXPERIMENTS.items():
+        parser = argparse.ArgumentParser(add_help=False)
+        experiment.add_flags(parser.add_argument_group(name))
+        for action in parser._actions:
+            assert action.dest not in owners, f"{name} and {owners[action.dest]} both set {action.dest}"
+            owners[action.dest] = name
+
+
 @pytest.mark.parametrize("module", ["benchmarks/g6/run.py", "benchmarks/g6/resolve.py", "benchmarks/g6/cli.py"])
 def test_the_run_never_asks_which_experiment_it_holds(module):
     """No experiment's name is written in the modules that compose a run (the table's default aside)."""

@@ -524,7 +524,7 @@ def test_records_survive_the_log_format_and_lost_lines_are_detected():
 def test_a_bad_plan_is_refused_with_the_reason(capsys):
     assert core.main(["/nonexistent/plan.json"]) == 2
     assert capsys.readouterr().out.startswith("gml-loadgen:error ")
-    with pytest.raises(core.PlanError, match="exactly one of concurrency and rate"):
+    with pytest.raises(core.PlanError, match="exactly one of concurrency, rate and schedule"):
         core.Plan.from_json(json.dumps({"base_url": "http://x", "model": "m", "requests": 1, "warmup": 0}))
 
 
@@ -575,3 +575,76 @@ def test_the_ground_truth_server_stamps_an_arrival_when_it_lands_not_when_its_bu
     # the first token then follows the fixed TTFT counted from that arrival, busy loop included.
     assert sent - 1e-3 <= arrival < sent + 0.05
     assert truth["tokens"][0][0] - arrival > 0.25
+
+
+# A rate that follows a schedule (open loop): 1 req/s for 60 s, a step to 8 req/s held 240 s, then a
+# linear fall to 0 over 120 s. Expected arrivals by hand (trapezoids): 60, 1,920, then 8 x 120 / 2 = 480
+# (360 in its first 60 s, 120 in its last).
+STEP_THEN_FALL = [(0.0, 1.0), (60.0, 1.0), (60.0, 8.0), (300.0, 8.0), (420.0, 0.0)]
+
+
+def _intensity(knots, t: float) -> float:
+    """The expected arrivals up to `t`, integrated numerically on a fine grid (not the core's trapezoids)."""
+    grid = np.linspace(0.0, t, 20_001)
+    times = [k[0] for k in knots]
+    # np.interp takes the last of equal times at a jump: the rate after it, as the schedule means.
+    rates = np.interp(grid, times, [k[1] for k in knots])
+    return float(np.sum((rates[1:] + rates[:-1]) / 2 * np.diff(grid)))
+
+
+def test_a_scheduled_rate_places_arrivals_where_its_rate_says():
+    assert core.expected_arrivals([list(k) for k in STEP_THEN_FALL]) == pytest.approx(2460.0)
+    offsets = np.array(core.scheduled_offsets([list(k) for k in STEP_THEN_FALL], 2460, seed=11))
+    assert offsets.min() >= 0 and offsets.max() <= 420 and np.all(np.diff(offsets) >= 0)
+    for (a, b), expected in {(0, 60): 60, (60, 300): 1920, (300, 360): 360, (360, 420): 120}.items():
+        n = int(((offsets >= a) & (offsets < b)).sum())
+        # Given the total, a segment's count is binomial: within 4 standard deviations.
+        sd = (2460 * (expected / 2460) * (1 - expected / 2460)) ** 0.5
+        assert abs(n - expected) <= 4 * sd, ((a, b), n, expected)
+    # Time rescaling: the expected arrivals up to each arrival, as a share of all, are uniform on (0, 1).
+    # Kolmogorov-Smirnov against the uniform, at the 1% level (1.63 / sqrt(n)).
+    ramp = [[0.0, 0.0], [100.0, 10.0], [130.0, 10.0]]
+    u = np.sort([_intensity(ramp, t) / 800.0 for t in core.scheduled_offsets(ramp, 800, seed=3)])
+    ks = max(np.max(np.arange(1, 801) / 800 - u), np.max(u - np.arange(0, 800) / 800))
+    assert ks < 1.63 / 800**0.5
+    # Seeded: the same arrivals again, others with another seed.
+    assert core.scheduled_offsets(ramp, 800, seed=3) == core.scheduled_offsets(ramp, 800, seed=3)
+    assert core.scheduled_offsets(ramp, 800, seed=3) != core.scheduled_offsets(ramp, 800, seed=4)
+
+
+@pytest.mark.parametrize("knots,problem", [
+    ([(0.0, 1.0)], "at least two"),
+    ([(5.0, 1.0), (10.0, 1.0)], "at 0 s"),
+    ([(0.0, 1.0), (10.0, 2.0), (5.0, 2.0)], "never decrease"),
+    ([(0.0, 1.0), (0.0, 2.0)], "needs a length"),
+    ([(0.0, 1.0), (10.0, -1.0)], "negative"),
+    ([(0.0, 0.0), (10.0, 0.0)], "nothing would be sent"),
+    ([(0.0, 1.0), (float("inf"), 1.0)], "finite"),
+])  # fmt: skip
+def test_a_schedule_that_is_no_rate_is_refused_naming_why(knots, problem):
+    with pytest.raises(LoadgenError, match=f"schedule: .*{problem}"):
+        _spec("http://127.0.0.1:9", concurrency=None, schedule=knots, requests=10)
+
+
+def test_a_scheduled_point_counts_what_its_schedule_offers_and_sends_no_warmup():
+    with pytest.raises(LoadgenError, match="offers 30 requests on average, not requests=31"):
+        _spec("http://127.0.0.1:9", concurrency=None, schedule=[(0.0, 0.0), (2.0, 30.0)], requests=31)
+    with pytest.raises(LoadgenError, match="warmup must be 0"):
+        _spec("http://127.0.0.1:9", concurrency=None, schedule=[(0.0, 0.0), (2.0, 30.0)], requests=30, warmup=2)
+    with pytest.raises(LoadgenError, match="exactly one of"):
+        _spec("http://127.0.0.1:9", concurrency=None, rate=5.0, schedule=[(0.0, 0.0), (2.0, 30.0)], requests=30)
+    with pytest.raises(core.PlanError, match="schedule: the last pair is at 0 s"):
+        core.Plan.from_json(json.dumps({"base_url": "http://h", "model": "m", "requests": 1, "warmup": 0,
+                                        "input_lens": [1], "output_lens": [1], "schedule": [[0, 1], [0, 1]]}))
+
+
+def test_a_scheduled_ramp_runs_every_arrival_on_its_schedule():
+    """A ramp from 0 to 60 req/s over 1 s (30 requests): every one sent and counted, each at its planned time."""
+    schedule = [(0.0, 0.0), (1.0, 60.0)]
+    run, stats = _run("ok", concurrency=None, schedule=schedule, requests=30, seed=4)
+    assert stats.completed == 30 and not run.warmup
+    offsets = core.scheduled_offsets([list(k) for k in schedule], 30, 4)
+    t0 = run.records[0].scheduled - offsets[0]
+    assert [r.scheduled - t0 for r in run.records] == pytest.approx(offsets, abs=2e-6)
+    # A ramp from zero sends its arrivals late in it: fewer than a quarter in its first half (by hand: 1/4).
+    assert sum(x < 0.5 for x in offsets) < 12

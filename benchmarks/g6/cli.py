@@ -45,7 +45,9 @@ def parser() -> Parser:
         "real stack (client in-cluster): python -m benchmarks g6 --stack g6 [--experiment kv|quant|saturation|prefix] "
         "--out results\n"
         "cold start: python -m benchmarks g6 --stack g6 --experiment cold-start --settings "
-        "as-configured,image-streaming --repeats 3 --out results",
+        "as-configured,image-streaming --repeats 3 --out results\n"
+        "autoscale (a stack with autoscaling on): python -m benchmarks g6 --stack g6 --experiment autoscale --peak-rate 40 "
+        "--slo-ttft-ms 500 --out results",
     )
     src = p.add_argument_group("target (one of --sim, --target, --stack, --outputs; --target may override a stack's endpoint)")
     src.add_argument("--sim", action="store_true", help="start the simulated vLLM backend for each max-num-seqs value")
@@ -124,7 +126,7 @@ def parser() -> Parser:
         before = len(p._actions)
         experiment.add_flags(p.add_argument_group(f"--experiment {name}"))
         p.owners.update({action.dest: name for action in p._actions[before:]})
-    p.add_argument("--out", type=Path, default=Path("results"), help="results go to OUT/g6[-kv|-quant|-cold-start|-saturation|-prefix]-<UTC time>/")
+    p.add_argument("--out", type=Path, default=Path("results"), help="results go to OUT/g6[-kv|-quant|-cold-start|-saturation|-prefix|-autoscale]-<UTC time>/")
     p.add_argument("--quiet", action="store_true", help="no progress display")
     return p
 

@@ -71,6 +71,17 @@ def positive(text: str) -> float:
     return value
 
 
+def non_negative(text: str) -> float:
+    """A finite number, zero or above."""
+    try:
+        value = float(text)
+    except ValueError:
+        _refuse("a finite number >= 0", text)
+    if not (value >= 0 and math.isfinite(value)):
+        _refuse("a finite number >= 0", text)
+    return value
+
+
 def positives(text: str) -> list[float]:
     """Comma-separated numbers, each above zero."""
     try:

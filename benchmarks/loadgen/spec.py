@@ -6,7 +6,7 @@ from typing import Literal
 
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
-from benchmarks.loadgen.core import Plan
+from benchmarks.loadgen.core import Plan, expected_arrivals, schedule_problem
 from benchmarks.loadgen.errors import LoadgenError
 from benchmarks.loadgen.lengths import Lengths, draw_pairs
 
@@ -36,7 +36,8 @@ class Slo(BaseModel):
 
 
 class LoadSpec(BaseModel):
-    """One point of load: closed-loop `concurrency` or open-loop Poisson `rate`, never both."""
+    """One point of load: closed-loop `concurrency`, open-loop Poisson `rate`, or open-loop Poisson arrivals
+    at a rate following `schedule`; exactly one."""
 
     model_config = ConfigDict(frozen=True, extra="forbid")
 
@@ -56,6 +57,10 @@ class LoadSpec(BaseModel):
     prefix_groups: int = Field(1, ge=1)
     concurrency: int | None = Field(None, ge=1)
     rate: float | None = Field(None, gt=0)
+    # (seconds from the start, requests/s) knots of a piecewise-linear rate: a step, a ramp, a burst. Its
+    # `requests` are the arrivals it offers on average (`scheduled_requests`), placed as a Poisson
+    # process with that rate places them; no warm-up unless one is given (the first are the measurement).
+    schedule: list[tuple[float, float]] | None = None
     requests: int = Field(..., ge=1)
     duration_s: float | None = Field(None, gt=0)
     warmup: int | None = Field(None, ge=0)
@@ -73,20 +78,36 @@ class LoadSpec(BaseModel):
                 f"load spec: {self.base_url} is not an http:// URL; the load generator speaks plain HTTP, "
                 "as vLLM's OpenAI server does"
             )
-        if (self.concurrency is None) == (self.rate is None):
+        if sum(x is not None for x in (self.concurrency, self.rate, self.schedule)) != 1:
             raise LoadgenError(
-                f"load spec for {self.base_url}: give exactly one of concurrency (closed loop) "
-                f"or rate (open-loop Poisson), got concurrency={self.concurrency} rate={self.rate}"
+                f"load spec for {self.base_url}: give exactly one of concurrency (closed loop), rate (open-loop "
+                f"Poisson) or schedule (open loop, a rate over time), got concurrency={self.concurrency} "
+                f"rate={self.rate} schedule={self.schedule}"
             )
+        if self.schedule is not None:
+            knots = [list(k) for k in self.schedule]
+            if problem := schedule_problem(knots):
+                raise LoadgenError(f"load spec for {self.base_url}: schedule: {problem}")
+            if self.warmup:
+                raise LoadgenError(f"load spec for {self.base_url}: a schedule's first arrivals are what it "
+                                   "measures (a ramp from quiet): warmup must be 0")  # fmt: skip
+            if self.requests != scheduled_requests(self.schedule):
+                raise LoadgenError(
+                    f"load spec for {self.base_url}: the schedule offers {scheduled_requests(self.schedule)} "
+                    f"requests on average, not requests={self.requests}"
+                )
         return self
 
     @property
     def warmup_requests(self) -> int:
-        """Requests sent first and not counted: one per worker (closed loop) or one second of arrivals."""
+        """Requests sent first and not counted: one per worker (closed loop), one second of arrivals (a
+        constant rate), none (a schedule)."""
         if self.warmup is not None:
             return self.warmup
         if self.concurrency is not None:
             return self.concurrency
+        if self.schedule is not None:
+            return 0
         return max(1, round(self.rate or 1))
 
     def lengths(self) -> tuple[list[int], list[int]]:
@@ -113,6 +134,7 @@ class LoadSpec(BaseModel):
             prefix_groups=self.prefix_groups,
             concurrency=self.concurrency,
             rate=self.rate,
+            schedule=None if self.schedule is None else [list(k) for k in self.schedule],
             duration_s=self.duration_s,
             seed=self.seed,
             connect_s=self.timeouts.connect_s,
@@ -120,3 +142,8 @@ class LoadSpec(BaseModel):
             total_s=self.timeouts.total_s,
             workers=workers,
         )
+
+
+def scheduled_requests(schedule: list[tuple[float, float]]) -> int:
+    """The requests a rate schedule offers on average: the integral of its rate, rounded."""
+    return round(expected_arrivals([list(k) for k in schedule]))

@@ -6,6 +6,7 @@ from __future__ import annotations
 from typing import Any
 
 from benchmarks.g6.experiment import Experiment
+from benchmarks.g6.experiments.autoscale_command import Autoscale
 from benchmarks.g6.experiments.cold_start_command import ColdStart
 from benchmarks.g6.experiments.kv_command import Kv
 from benchmarks.g6.experiments.prefix_command import Prefix
@@ -14,5 +15,5 @@ from benchmarks.g6.experiments.saturation_command import Saturation
 from benchmarks.g6.experiments.sweep_command import Sweep
 
 EXPERIMENTS: dict[str, Experiment[Any, Any]] = {
-    e.name: e for e in (Sweep(), Kv(), Quant(), ColdStart(), Saturation(), Prefix())
+    e.name: e for e in (Sweep(), Kv(), Quant(), ColdStart(), Saturation(), Prefix(), Autoscale())
 }

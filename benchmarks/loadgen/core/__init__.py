@@ -29,7 +29,19 @@ import zipfile
 from pathlib import Path
 
 from .decoding import decode
-from .plan import LoadRun, Plan, PlanError, Record, arrival_offsets, build_bodies, build_requests, poisson_offsets
+from .plan import (
+    LoadRun,
+    Plan,
+    PlanError,
+    Record,
+    arrival_offsets,
+    build_bodies,
+    build_requests,
+    expected_arrivals,
+    poisson_offsets,
+    schedule_problem,
+    scheduled_offsets,
+)
 from .running import PLAN_ENV, main, run, run_in_process
 from .wire import PREFIX, Out, OutputError, OutputReader, encode
 from .worker import ANC_SIZE, SO_TIMESTAMPNS, Worker, timestamping_on
@@ -37,7 +49,8 @@ from .worker import ANC_SIZE, SO_TIMESTAMPNS, Worker, timestamping_on
 __all__ = [
     "ANC_SIZE", "PLAN_ENV", "PREFIX", "SO_TIMESTAMPNS", "LoadRun", "Out", "OutputError", "OutputReader", "Plan",
     "PlanError", "Record", "Worker", "archive", "arrival_offsets", "build_bodies", "build_requests", "decode",
-    "encode", "main", "poisson_offsets", "run", "run_in_process", "timestamping_on",
+    "encode", "expected_arrivals", "main", "poisson_offsets", "run", "run_in_process", "schedule_problem",
+    "scheduled_offsets", "timestamping_on",
 ]  # fmt: skip
 
 PACKAGE = "loadgen"  # the package's name inside the archive

@@ -1,10 +1,12 @@
-"""A load point's plan (`Plan`), the requests it sends and when (open loop: Poisson arrivals), and
-what the run returns (`Record`, `LoadRun`)."""
+"""A load point's plan (`Plan`), the requests it sends and when (open loop: Poisson arrivals at a
+constant rate, or at a rate that follows a schedule), and what the run returns (`Record`, `LoadRun`)."""
 
 from __future__ import annotations
 
+import bisect
 import hashlib
 import json
+import math
 import os
 import random
 import socket
@@ -22,7 +24,8 @@ class PlanError(ValueError):
 
 @dataclass(frozen=True)
 class Plan:
-    """One load point: closed-loop `concurrency` or open-loop Poisson `rate`, bounded in requests and seconds."""
+    """One load point: closed-loop `concurrency`, open-loop Poisson `rate`, or open-loop Poisson arrivals
+    whose rate follows `schedule`; bounded in requests and seconds."""
 
     base_url: str
     model: str
@@ -40,6 +43,8 @@ class Plan:
     prefix_groups: int = 1
     concurrency: int | None = None
     rate: float | None = None
+    # (seconds from the start, requests/s) knots of a piecewise-linear rate (schedule_problem says which).
+    schedule: list[list[float]] | None = None
     duration_s: float | None = None
     seed: int = 0
     connect_s: float = 5.0
@@ -54,8 +59,10 @@ class Plan:
             plan = cls(**data)
         except (ValueError, TypeError) as exc:
             raise PlanError(f"plan: {exc}") from None
-        if (plan.concurrency is None) == (plan.rate is None):
-            raise PlanError("plan: give exactly one of concurrency and rate")
+        if sum(x is not None for x in (plan.concurrency, plan.rate, plan.schedule)) != 1:
+            raise PlanError("plan: give exactly one of concurrency, rate and schedule")
+        if plan.schedule is not None and (problem := schedule_problem(plan.schedule)):
+            raise PlanError(f"plan: schedule: {problem}")
         if not len(plan.input_lens) == len(plan.output_lens) == plan.total:
             raise PlanError(f"plan: input_lens and output_lens need one length per request ({plan.total})")
         if urlsplit(plan.base_url).scheme != "http":
@@ -182,6 +189,64 @@ def poisson_offsets(rate: float, count: int, seed: int, warmup: int = 0) -> list
     return first + sorted(rng.uniform(edge, count / rate) for _ in range(count - warmup))
 
 
+def schedule_problem(knots: list[list[float]]) -> str | None:
+    """What makes `knots` no rate schedule (None: it is one): at least two (seconds, requests/s) pairs, the
+    first at 0 s, times never decreasing (two at one time make a step) and the last after 0 s, rates never
+    negative, some arrivals in all."""
+    if len(knots) < 2 or any(len(k) != 2 for k in knots):
+        return "give at least two (seconds, requests/s) pairs"
+    if not all(math.isfinite(x) for k in knots for x in k):
+        return "every time and rate must be a finite number"
+    if knots[0][0] != 0:
+        return f"the first pair is at {knots[0][0]:g} s: it must be at 0 s"
+    if any(b[0] < a[0] for a, b in zip(knots, knots[1:])):
+        return "the times must never decrease (two pairs at one time make a step)"
+    if knots[-1][0] <= 0:
+        return "the last pair is at 0 s: a schedule needs a length"
+    if any(k[1] < 0 for k in knots):
+        return "a rate is negative"
+    if expected_arrivals(knots) <= 0:
+        return "every rate is 0: nothing would be sent"
+    return None
+
+
+def _cumulative(knots: list[list[float]]) -> list[float]:
+    """The expected arrivals from 0 to each knot: the integral of a piecewise-linear rate (trapezoids)."""
+    out = [0.0]
+    for (t0, r0), (t1, r1) in zip(knots, knots[1:]):
+        out.append(out[-1] + (t1 - t0) * (r0 + r1) / 2)
+    return out
+
+
+def expected_arrivals(knots: list[list[float]]) -> float:
+    """The arrivals a rate schedule offers on average over its whole length."""
+    return _cumulative(knots)[-1]
+
+
+def scheduled_offsets(knots: list[list[float]], count: int, seed: int) -> list[float]:
+    """Seconds from the start of `count` arrivals of a Poisson process whose rate follows `knots`.
+
+    Given how many arrivals fall in the schedule, a Poisson process places each independently with the
+    density rate(t) / (expected arrivals), as `poisson_offsets` does at a constant rate. Drawn so: uniform
+    in the expected-arrivals axis, mapped back to time through its inverse (the time-rescaling theorem).
+    On a segment from (t0, r0) to (t1, r1) the expected arrivals m after t0 reach m at the x solving
+    r0 x + (r1 - r0) x^2 / (2 (t1 - t0)) = m, written so that a constant rate (and r0 = 0) needs no case."""
+    rng = random.Random(seed)
+    cum = _cumulative(knots)
+    out = []
+    for y in sorted(rng.uniform(0.0, cum[-1]) for _ in range(count)):
+        # The segment holding y; one that holds no arrivals (a step's, or a rate of 0 throughout) is skipped.
+        k = min(max(bisect.bisect_right(cum, y) - 1, 0), len(knots) - 2)
+        while k > 0 and cum[k + 1] == cum[k]:
+            k -= 1
+        (t0, r0), (t1, r1) = knots[k], knots[k + 1]
+        m, a = y - cum[k], (r1 - r0) / (2 * (t1 - t0)) if t1 > t0 else 0.0
+        root = math.sqrt(max(r0 * r0 + 4 * a * m, 0.0))
+        x = 2 * m / (r0 + root) if r0 + root > 0 else 0.0
+        out.append(min(t0 + x, t1))
+    return out
+
+
 def resolve(plan: Plan) -> tuple[int, tuple]:
     """The address to connect to: the first of the host's addresses that accepts a connection.
 
@@ -205,5 +270,8 @@ def resolve(plan: Plan) -> tuple[int, tuple]:
 
 
 def arrival_offsets(plan: Plan) -> list[float]:
-    """An open-loop plan's send times, seconds from t0, one per request (warm-up first)."""
+    """An open-loop plan's send times, seconds from t0, one per request (warm-up first: a schedule's first
+    arrivals)."""
+    if plan.schedule is not None:
+        return scheduled_offsets(plan.schedule, plan.total, plan.seed)
     return poisson_offsets(plan.rate or 1.0, plan.total, plan.seed, plan.warmup)
