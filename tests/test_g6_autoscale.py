@@ -10,6 +10,7 @@ from contextlib import contextmanager
 from datetime import timedelta
 
 import pytest
+import yaml
 
 from benchmarks.g6 import cli
 from benchmarks.g6.errors import G6Error
@@ -297,6 +298,28 @@ def test_the_policy_is_read_from_what_the_autoscaled_g6_stack_exports():
     assert policy.query == 'sum(vllm:num_requests_waiting{namespace="llm",service="vllm"})'
     with pytest.raises(G6Error, match="autoscaling.enabled true"):
         a.policy_of(json.loads(json.dumps(run_stack("g6").outputs)))
+    one = {"benchmark": {"autoscaling": {**policy.model_dump(), "max_replicas": 1}}}
+    with pytest.raises(G6Error, match="cannot grow .*max_replicas 1 is its floor"):
+        a.policy_of(one)
+
+
+def test_the_client_manifest_shows_the_burst_as_one_job_whose_plan_follows_the_schedule(tmp_path, capsys):
+    """--client-manifest: the load Job the run would create, touching nothing; its plan is the schedule's."""
+    from stacks.mockrun import run_stack
+
+    outputs = tmp_path / "outputs.json"
+    outputs.write_text(json.dumps(run_stack("g6", overrides={
+        "gke-ml-labs:gpu_max_nodes": 2, "gke-ml-labs:autoscaling": {"enabled": True, "max_replicas": 2}}).stack_output()))  # fmt: skip
+    argv = ["--outputs", str(outputs), "--experiment", "autoscale", "--peak-rate", "20", "--lead-seconds", "30",
+            "--burst-seconds", "120", "--client-manifest", str(tmp_path / "plan")]  # fmt: skip
+    assert cli.run(argv) == 0
+    jobs = [yaml.safe_load(f.read_text()) for f in sorted((tmp_path / "plan").glob("*.yaml"))]
+    (job,) = [j for j in jobs if j["kind"] == "Job"]
+    env = {e["name"]: e.get("value") for e in job["spec"]["template"]["spec"]["containers"][0]["env"]}
+    plan = json.loads(env["LOADGEN_PLAN"])
+    # 0.5 req/s for 30 s, then 20 req/s for 120 s: 15 + 2,400 requests, no warm-up.
+    assert plan["schedule"] == [[0.0, 0.5], [30.0, 0.5], [30.0, 20.0], [150.0, 20.0]]
+    assert (plan["requests"], plan["warmup"], plan["rate"], plan["concurrency"]) == (2415, 0, None, None)
 
 
 def test_the_rise_is_a_step_or_a_ramp_of_the_given_length():

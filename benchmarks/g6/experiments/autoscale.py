@@ -219,7 +219,11 @@ def policy_of(outputs: dict[str, Any] | None) -> ScalingPolicy:
     if not found:
         raise G6Error("--experiment autoscale needs a stack whose vLLM is autoscaled: outputs.benchmark.autoscaling "
                       "is empty (pulumi config set --path autoscaling.enabled true, then pulumi up)")  # fmt: skip
-    return ScalingPolicy.model_validate(found)
+    policy = ScalingPolicy.model_validate(found)
+    if policy.max_replicas <= policy.min_replicas:
+        raise G6Error(f"--experiment autoscale: the fleet cannot grow (autoscaling.max_replicas {policy.max_replicas} is "
+                      "its floor): raise max_replicas, and gpu_max_nodes with it, within your L4 quota")  # fmt: skip
+    return policy
 
 
 # Reading the cluster -----------------------------------------------------------------------------------
