@@ -5,7 +5,7 @@ BIN := $(VENV)/bin
 LAB ?= $(STACK)
 OUT ?= results
 
-.PHONY: venv test test-realtime test-agreement g6-agreement test-cluster cluster-up cluster-down g3-local lab-local plan docs g6-sim g6-kv-sim g6-quant-sim g6-prefix-sim g6-saturation-sim preflight status up down cost clean
+.PHONY: venv test test-realtime test-agreement g6-agreement test-cluster cluster-up cluster-down g3-local lab-local g6-autoscale-local plan docs g6-sim g6-kv-sim g6-quant-sim g6-prefix-sim g6-saturation-sim preflight status up down cost clean
 
 # A target's required variables, checked before anything runs (no venv, no python): one line naming
 # those missing and an example.
@@ -84,6 +84,17 @@ g3-local: venv ## g3's benchmark against a local cluster (real scheduler, Kueue,
 lab-local: venv ## a lab's benchmark, unchanged, against a local cluster shaped like its pools, the GPU pool's first node a real one: make lab-local LAB=g1 OUT=results
 	$(BIN)/python -m tests.upstream fetch
 	$(BIN)/python -m localcluster bench --lab $(LAB) --real-node --out $(OUT)
+
+# g6 with autoscaling on, on the real node: the fleet of vLLM stand-ins (each its own simulated L4, at most
+# 2), KEDA built from its module (minutes, once) and Prometheus beside them; the load from this host through
+# the vLLM Service. Small batches (max-num-seqs 8) so a queue forms at a rate 2 cores can drive.
+AUTOSCALE_LOCAL := --set gpu_max_nodes=2 --set autoscaling.enabled=true --set autoscaling.max_replicas=2 \
+	--set autoscaling.scale_down_stabilization_s=60 --set vllm.cpu=0.5 --set vllm.max_num_seqs=8
+g6-autoscale-local: venv ## g6's autoscale experiment on the local cluster's real node: KEDA scaling vLLM stand-ins on their queue (about 25 minutes); report in $(OUT)/
+	$(BIN)/python -m tests.upstream fetch
+	$(BIN)/python -m localcluster bench --lab g6 --real-node --whole-gpu-pool --client-on-host vllm $(AUTOSCALE_LOCAL) \
+		--out $(OUT) -- --experiment autoscale --base-rate 1 --peak-rate 12 --lead-seconds 30 --burst-seconds 240 \
+		--output-len 64 --slo-ttft-ms 2000 --settle-timeout 600
 
 plan: venv ## offline plan of a lab, no cloud: make plan LAB=g6 (default dev)
 	$(RUN)$(BIN)/python -m stacks.plan $(or $(LAB),dev)

@@ -67,6 +67,7 @@ class VllmServerArgs:
     gpu_memory_utilization: float  # --gpu-memory-utilization
     max_num_seqs: int  # --max-num-seqs
     startup_timeout_min: int  # image pull + model download allowance before liveness checks
+    cpu: float = 2.0  # cores the pod requests
     quantization: str | None = None  # --quantization; None: the checkpoint's own
     enable_prefix_caching: bool | None = None  # --enable-/--disable-prefix-caching; None: vLLM's default (on)
     hf_token: pulumi.Output[str] | None = None
@@ -154,7 +155,7 @@ def pod_spec(v: VllmServerArgs, with_token: bool) -> dict[str, Any]:
                 "env": env,
                 # No CPU limit: it would throttle what g6 measures (podspec.security.WAIVERS).
                 "resources": {
-                    "requests": {"cpu": "2", "memory": "8Gi", **placement.limits(1)},
+                    "requests": {"cpu": _cores(v.cpu), "memory": "8Gi", **placement.limits(1)},
                     "limits": {"memory": "12Gi", **placement.limits(1)},
                 },
                 # The model download (and load) on a fresh node before any liveness check
@@ -234,6 +235,11 @@ def service(v: VllmServerArgs) -> dict[str, Any]:
             "ports": [{"name": "http", "port": PORT, "targetPort": "http"}],
         },
     }
+
+
+def _cores(cpu: float) -> str:
+    """A CPU quantity as Kubernetes writes it: whole cores, else millicores."""
+    return f"{cpu:g}" if cpu.is_integer() else f"{round(cpu * 1000)}m"
 
 
 def service_monitor(v: VllmServerArgs) -> dict[str, Any]:

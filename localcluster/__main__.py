@@ -161,9 +161,23 @@ def main(argv: list[str] | None = None) -> int:
                                help=REAL_NODE_HELP)
     bench_command.add_argument("--job-seconds", type=float, default=DEFAULT_JOB_S,
                                help="how long kwok lets a Job's pod run before it Succeeds (default %(default)s)")  # fmt: skip
+    bench_command.add_argument("--set", action="append", default=[], metavar="KEY[.FIELD]=VALUE",
+                               help="a config key over the stack file's, as `pulumi config set [--path]` sets it "
+                               "(repeatable; VALUE is YAML: 2, true)")  # fmt: skip
+    bench_command.add_argument("--whole-gpu-pool", action="store_true", help="with --real-node: the real node holds "
+                               "every GPU the pool could (gpu_max_nodes x per node), kwok plays no GPU node")  # fmt: skip
+    bench_command.add_argument("--client-on-host", metavar="ENDPOINT", help="the benchmark on this host, through the "
+                               "Service of the lab's endpoint ENDPOINT (its ClusterIP, routed to the real node) and "
+                               "the node's Prometheus, instead of a Job on kwok's system nodes")  # fmt: skip
     args = parser.parse_args(argv)
     if args.command == "bench":
-        return bench.main(args.lab, args.out, args.job_seconds, benchmark_args, args.real_node)
+        if (args.whole_gpu_pool or args.client_on_host) and not args.real_node:
+            parser.error("--whole-gpu-pool and --client-on-host need --real-node")
+        try:
+            local = bench.LocalRun(bench.settings(args.set), args.whole_gpu_pool, args.client_on_host)
+        except bench.BenchError as e:
+            parser.error(str(e))
+        return bench.main(args.lab, args.out, args.job_seconds, benchmark_args, args.real_node, local)
     if benchmark_args:
         parser.error(f"options after -- are the benchmark's: only `bench` takes them, not {args.command}")
     folder = args.folder.resolve()

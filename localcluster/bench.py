@@ -15,6 +15,7 @@ cluster's own statement (facts.simulation).
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import runpy
@@ -23,17 +24,19 @@ import signal
 import subprocess
 import sys
 import time
+from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any
 
 import yaml
 from pulumi.automation.errors import CommandError
 
+from localcluster import certs, keda, prometheus, realnode
 from localcluster.build import REPO, BuildError, ensure
 from localcluster.controllers import ControllerError, LabControllers, beside, needed
 from localcluster.controlplane import CONTEXT, ControlPlaneError, ControlPlane
 from localcluster.engine import stack
 from localcluster.images import ImageError
-from localcluster import realnode
 from localcluster.realnode import NodeError
 from stacks.loader import PROJECT
 from stacks.stackfile import existing_keys, load_config
@@ -47,15 +50,55 @@ class BenchError(Exception):
     """The local run could not be set up (the lab's `pulumi up`, a controller that never got ready)."""
 
 
+@dataclass(frozen=True)
+class LocalRun:
+    """How a local run departs from the lab's stack file, each said in its report's command line."""
+
+    changes: dict[str, Any] = field(default_factory=dict)  # config keys set (--set)
+    whole_gpu_pool: bool = False  # the real node holds every GPU of the pool (a fleet that executes)
+    # The benchmark on this host, through the Service of the lab's endpoint of this name: the load Job would
+    # land on kwok's system nodes, which run nothing.
+    client_on_host: str | None = None
+
+
 def _program() -> None:
     # What the language host would run: the project's own entry point.
     runpy.run_path(str(REPO / "__main__.py"), run_name="__main__")
 
 
-def stack_file(lab: str, kubeconfig: Path) -> dict:
-    """The lab's stack file on the local cluster, its charts replaced by their locked CRDs (no network)."""
+def stack_file(lab: str, kubeconfig: Path, changes: dict[str, Any] | None = None) -> dict:
+    """The lab's stack file on the local cluster, its charts replaced by their locked CRDs (no network);
+    `changes` set as `pulumi config set [--path]` would (a key, or a field of an object key)."""
     cluster = {"target": "existing", "kubeconfig": str(kubeconfig), "context": CONTEXT, "charts": "upstream-crds"}
-    return {"config": {f"{PROJECT}:{k}": v for k, v in existing_keys(lab, cluster).items()}}
+    keys = existing_keys(lab, cluster)
+    for key, value in (changes or {}).items():
+        keys[key] = {**(keys.get(key) or {}), **value} if isinstance(value, dict) else value
+    return {"config": {f"{PROJECT}:{k}": v for k, v in keys.items()}}
+
+
+def settings(pairs: list[str]) -> dict[str, Any]:
+    """`KEY=VALUE` or `KEY.FIELD=VALUE` pairs (VALUE read as YAML: 2, true, [1, 2]) as config changes."""
+    out: dict[str, Any] = {}
+    for pair in pairs:
+        key, sep, text = pair.partition("=")
+        if not sep or not key:
+            raise BenchError(f"--set {pair!r}: expected KEY=VALUE or KEY.FIELD=VALUE")
+        value = yaml.safe_load(text)
+        if "." in key:
+            top, field = key.split(".", 1)
+            out.setdefault(top, {})[field] = value
+        else:
+            out[key] = value
+    return out
+
+
+def service_url(plane: ControlPlane, outputs: dict[str, Any], name: str) -> str:
+    """The root URL of the lab's endpoint `name` at its Service's ClusterIP, which this host routes to the
+    real node (where kube-proxy takes it to a pod)."""
+    ep = outputs["endpoints"][name]
+    with plane.admin_client(certs.Pki(plane.state / "pki")) as client:
+        ip = client.get(f"/api/v1/namespaces/{ep['namespace']}/services/{ep['service']}").json()["spec"]["clusterIP"]
+    return f"http://{ip}:{ep['port']}"
 
 
 def _await_controllers(controllers: LabControllers, names: list[str]) -> None:
@@ -68,43 +111,58 @@ def _await_controllers(controllers: LabControllers, names: list[str]) -> None:
 
 
 def run(lab: str, out: Path, job_seconds: float, benchmark_args: list[str], folder: Path = FOLDER,
-        real_node: bool = False) -> int:  # fmt: skip
+        real_node: bool = False, local: LocalRun = LocalRun()) -> int:  # fmt: skip
     """The benchmark's exit status (0 all checks passed, 1 a check failed, 2 the run could not be made)."""
-    cfg = load_config(lab)
+    cfg = load_config(lab, changes={k: v for k, v in local.changes.items() if isinstance(v, dict)},
+                      overrides={k: v for k, v in local.changes.items() if not isinstance(v, dict)})  # fmt: skip
     wanted = needed(cfg)
-    built = ensure(MODULES + (realnode.BUILD_MODULES if real_node else ()) + tuple(c.module for c in wanted))
+    on_node = real_node and cfg.autoscaling.enabled
+    built = ensure(MODULES + (realnode.BUILD_MODULES if real_node else ()) + tuple(c.module for c in wanted)
+                   + (("keda",) if on_node else ()))  # fmt: skip
     # The CLI finds the provider as an ambient plugin on PATH.
     os.environ["PATH"] = built.path + os.pathsep + os.environ["PATH"]
     os.environ.pop("PULUMI_IGNORE_AMBIENT_PLUGINS", None)
     work = folder / lab
     shutil.rmtree(work, ignore_errors=True)
     (work / "stack").mkdir(parents=True)
-    with ControlPlane(work / "cluster", built, cfg, job_seconds=job_seconds, real_node=real_node) as plane, \
-            beside(plane, built) as controllers:  # fmt: skip
-        (work / "stack" / f"Pulumi.{lab}.yaml").write_text(yaml.safe_dump(stack_file(lab, plane.kubeconfig)))
+    with ControlPlane(work / "cluster", built, cfg, job_seconds=job_seconds, real_node=real_node,
+                      whole_gpu_pool=local.whole_gpu_pool) as plane, \
+            beside(plane, built) as controllers, contextlib.ExitStack() as beside_node:  # fmt: skip
+        (work / "stack" / f"Pulumi.{lab}.yaml").write_text(yaml.safe_dump(stack_file(lab, plane.kubeconfig, local.changes)))
         lab_stack = stack(lab, PROJECT, _program, work / "stack")
         try:
             lab_stack.up(on_output=print, color="never")
             _await_controllers(controllers, [c.name for c in wanted])
+            # What the lab's charts would run and the local cluster does not: Prometheus and KEDA on the node;
+            # they outlive the lab's `pulumi destroy` (KEDA removes its finalizers from what it scaled).
+            prometheus_url = beside_node.enter_context(prometheus.serving(plane)) if on_node else None
+            if on_node:
+                beside_node.enter_context(keda.serving(plane, built))
+            values = {k: v.value for k, v in lab_stack.outputs().items()}
             outputs = work / "stack" / "outputs.json"  # holds the admin kubeconfig: the owner's alone
             outputs.touch(mode=0o600)
-            outputs.write_text(json.dumps({k: v.value for k, v in lab_stack.outputs().items()}, indent=2))
+            outputs.write_text(json.dumps(values, indent=2))
+            through = []
+            if local.client_on_host:
+                through = ["--target", service_url(plane, values, local.client_on_host)]
+                through += ["--prometheus", prometheus_url] if prometheus_url else []
             # Relative to the checkout, where it runs, as a user would type them into the recorded command.
             command = [sys.executable, "-m", "benchmarks", lab, "--outputs", os.path.relpath(outputs, REPO),
-                       "--out", os.path.relpath(out, REPO), *benchmark_args]  # fmt: skip
+                       "--out", os.path.relpath(out, REPO), *through, *benchmark_args]  # fmt: skip
             print(f"bench: {' '.join(command[1:])}", flush=True)
             return subprocess.call(command, cwd=REPO)
         finally:
             lab_stack.destroy(on_output=print, color="never")
 
 
-def main(lab: str, out: Path, job_seconds: float, benchmark_args: list[str], real_node: bool = False) -> int:
+def main(lab: str, out: Path, job_seconds: float, benchmark_args: list[str], real_node: bool = False,
+         local: LocalRun = LocalRun()) -> int:  # fmt: skip
     def stop(signum: int, _frame: object) -> None:
         raise SystemExit(128 + signum)  # through every `finally`: destroy, then the cluster stops
 
     signal.signal(signal.SIGTERM, stop)
     try:
-        return run(lab, out.resolve(), job_seconds, benchmark_args, real_node=real_node)
+        return run(lab, out.resolve(), job_seconds, benchmark_args, real_node=real_node, local=local)
     except CommandError as e:  # the lab's pulumi up: the provider quotes the API server's message
         lines = [ln.strip() for ln in str(e).splitlines() if "error" in ln.lower()]
         print(f"error: pulumi up -s {lab} on the local cluster failed:\n" + "\n".join(lines[-20:]), file=sys.stderr)

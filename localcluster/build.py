@@ -6,7 +6,7 @@ decides them (go.mod, go.sum, the Go release, the flags); a module whose folder 
 nothing is compiled. Go's module and build caches are Go's defaults. Every binary keeps Go's build
 info (`go version -m BINARY` names the modules it came from): `-s -w` drops only the debug symbols.
 
-    python -m localcluster.build            # every module
+    python -m localcluster.build            # every module but those built when named (keda)
     python -m localcluster.build kube kwok  # only these
 """
 
@@ -65,6 +65,8 @@ class Module:
     prepare: Callable[[Module], None] | None = None
     # Build tags, as the component's own release build sets them (its Makefile).
     tags: tuple[str, ...] = ()
+    # Built only when named: its build is long and only one local run needs it.
+    on_demand: bool = False
 
     @property
     def folder(self) -> Path:
@@ -180,8 +182,16 @@ MODULES: dict[str, Module] = {
             },
         ),
         Module("coredns"),  # its version is a constant in its source
+        # KEDA (the g6 autoscale run on the local cluster): long to build cold, so built when named.
+        Module(
+            "keda",
+            rename={"operator": "keda", "adapter": "keda-adapter"},  # the names of KEDA's own Makefile
+            version_vars=lambda v: {"github.com/kedacore/keda/v2/version.Version": v["github.com/kedacore/keda/v2"]},
+            on_demand=True,
+        ),
     )
 }
+DEFAULT_MODULES = tuple(name for name, m in MODULES.items() if not m.on_demand)
 BUILD_FLAGS = ("-trimpath", "-buildvcs=false")
 
 
@@ -266,7 +276,7 @@ def _build_into(module: Module, staging: Path, say: Say) -> None:
     say(f"  {module.name}: built {', '.join(module.binaries())} in {time.monotonic() - started:.0f} s")
 
 
-def ensure(names: Iterable[str] = tuple(MODULES), say: Say = print) -> Built:
+def ensure(names: Iterable[str] = DEFAULT_MODULES, say: Say = print) -> Built:
     """Every named module's binaries, built where missing; reused (nothing compiled) where present."""
     unknown = [n for n in names if n not in MODULES]
     if unknown:
@@ -289,7 +299,9 @@ def ensure(names: Iterable[str] = tuple(MODULES), say: Say = print) -> Built:
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m localcluster.build", description=__doc__.split("\n\n")[0])
-    parser.add_argument("modules", nargs="*", default=list(MODULES), help=f"build modules (default all: {', '.join(MODULES)})")
+    on_demand = ", ".join(n for n in MODULES if n not in DEFAULT_MODULES)
+    parser.add_argument("modules", nargs="*", default=list(DEFAULT_MODULES),
+                        help=f"build modules (default {', '.join(DEFAULT_MODULES)}; built when named: {on_demand})")
     args = parser.parse_args(argv)
     try:
         built = ensure(args.modules)

@@ -45,7 +45,10 @@ NODE = Identity("node", f"system:node:{REAL_NODE_NAME}", ("system:nodes",))
 KUBE_PROXY = Identity("kube-proxy", "system:kube-proxy")
 COREDNS = Identity("coredns", "gke-ml-labs:coredns")
 KUBELET_CLIENT = Identity("apiserver-kubelet-client", "kube-apiserver-kubelet-client", ("system:masters",))
-CLIENTS = (ADMIN, CONTROLLER_MANAGER, SCHEDULER, KWOK, NODE, KUBE_PROXY, COREDNS, KUBELET_CLIENT)
+# The API server's identity towards aggregated API servers (KEDA's metrics server): the name its
+# --requestheader-allowed-names trusts to say who the user is.
+FRONT_PROXY = Identity("front-proxy-client", "front-proxy-client")
+CLIENTS = (ADMIN, CONTROLLER_MANAGER, SCHEDULER, KWOK, NODE, KUBE_PROXY, COREDNS, KUBELET_CLIENT, FRONT_PROXY)
 WEBHOOKS = "webhooks"  # the serving pair of the lab's controllers' admission webhooks (127.0.0.1)
 
 
@@ -150,6 +153,20 @@ def generate(folder: Path) -> Pki:
         sa_key.public_key().public_bytes(serialization.Encoding.PEM, serialization.PublicFormat.SubjectPublicKeyInfo)
     )
     return pki
+
+
+def issue_pair(pki: Pki, name: str, dns_names: list[str], ips: list[str]) -> None:
+    """A pair `name` signed by the cluster's CA that serves `dns_names` and `ips` and is also a client
+    certificate: KEDA's operator and metrics server authenticate each other with one such pair, as KEDA's
+    own certificate manager makes it."""
+    ca_key = serialization.load_pem_private_key(pki.key("ca").read_bytes(), None)
+    ca_name = x509.load_pem_x509_certificate(pki.ca.read_bytes()).subject
+    key = ec.generate_private_key(ec.SECP256R1())
+    sans = [x509.DNSName(d) for d in dns_names] + [x509.IPAddress(ipaddress.ip_address(i)) for i in ips]
+    cert = _certificate(_name(dns_names[0]), key, ca_name, ca_key, ca=False,
+                        usages=[ExtendedKeyUsageOID.SERVER_AUTH, ExtendedKeyUsageOID.CLIENT_AUTH], sans=sans)  # fmt: skip
+    _write_key(pki.key(name), key)
+    pki.cert(name).write_bytes(cert.public_bytes(serialization.Encoding.PEM))
 
 
 # cert-controller (Kueue's own certificate management) keeps a Secret's pair only if both stay valid

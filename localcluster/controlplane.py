@@ -146,6 +146,9 @@ class ControlPlane:
     job_seconds: float = nodes.DEFAULT_JOB_S  # how long kwok lets a Job's pod run
     # A real node (localcluster.realnode) as the GPU pool's first node, where pods execute; kwok the rest.
     real_node: bool = False
+    # The real node as the whole GPU pool: every GPU the pool could hold on it, no kwok GPU node (a fleet of
+    # GPU pods that all execute, on a machine that can run one node).
+    whole_gpu_pool: bool = False
     components: list[Component] = field(default_factory=list)
     server: str = ""
     node: realnode.RealNode | None = None
@@ -191,9 +194,10 @@ class ControlPlane:
         self._start_kwok(kubeconfigs["kwok"])
 
     def _launch(self, name: str, *args: str) -> Component:
-        return self._start(name, [str(self.built.binary(name)), *args])
+        return self.start_process(name, [str(self.built.binary(name)), *args])
 
-    def _start(self, name: str, command: list[str], env: dict[str, str] | None = None) -> Component:
+    def start_process(self, name: str, command: list[str], env: dict[str, str] | None = None) -> Component:
+        """A process of the cluster's (a component, or one the lab needs beside it), stopped with it."""
         component = Component(name, command, self.logs / f"{name}.log", env=env or {})
         self.say(f"starting {name}")
         component.start()
@@ -204,7 +208,8 @@ class ControlPlane:
         self.node = realnode.RealNode(
             self.state / "node", self.built, self.server, pki, realnode_labels(self.lab),
             realnode.Addresses.of(self.lab.subnet_cidr, self.lab.pods_cidr, self.lab.services_cidr),
-            kubeconfigs, say=self.say, launch=self._start,
+            kubeconfigs, say=self.say, launch=self.start_process,
+            gpus=self.lab.pool_capacity.per_node * (self.lab.gpu_max_nodes if self.whole_gpu_pool else 1),
         )  # fmt: skip
         self.node.start()
 
@@ -284,6 +289,16 @@ class ControlPlane:
             f"--kubelet-client-certificate={pki.cert(certs.KUBELET_CLIENT.file)}",
             f"--kubelet-client-key={pki.key(certs.KUBELET_CLIENT.file)}",
             f"--cert-dir={self.state / 'apiserver'}",
+            # The aggregation layer (an APIService served by another server: KEDA's external metrics), as
+            # kubeadm and GKE set it up; the API server dials the APIService's endpoint, not its ClusterIP.
+            f"--requestheader-client-ca-file={pki.ca}",
+            f"--requestheader-allowed-names={certs.FRONT_PROXY.user}",
+            "--requestheader-username-headers=X-Remote-User",
+            "--requestheader-group-headers=X-Remote-Group",
+            "--requestheader-extra-headers-prefix=X-Remote-Extra-",
+            f"--proxy-client-cert-file={pki.cert(certs.FRONT_PROXY.file)}",
+            f"--proxy-client-key-file={pki.key(certs.FRONT_PROXY.file)}",
+            "--enable-aggregator-routing=true",
         )
         with self.admin_client(pki) as client:
 
@@ -361,6 +376,8 @@ class ControlPlane:
         kwok = next(c for c in self.components if c.name == "kwok")
         wanted = {n["metadata"]["name"]: n for n in nodes.lab_nodes(lab, self.kubelet_port)}
         real = wanted.pop(nodes.REAL_NODE_NAME, None) if self.node else None
+        if self.node and self.whole_gpu_pool:
+            wanted = {name: n for name, n in wanted.items() if not nodes.in_gpu_pool(n)}
         with self.admin_client(certs.Pki(self.state / "pki")) as client:
             for node in client.get("/api/v1/nodes").json()["items"]:
                 if node["metadata"].get("annotations", {}).items() >= nodes.KWOK_ANNOTATION.items():

@@ -124,6 +124,10 @@ def lab_nodes(cfg: LabConfig, kubelet_port: int) -> list[dict[str, Any]]:
     return nodes
 
 
+def in_gpu_pool(node: dict[str, Any]) -> bool:
+    return node["metadata"]["labels"].get(POOL_LABEL) == GPU_POOL_NAME
+
+
 def not_schedulable(declared: list[dict[str, Any]], listed: list[dict[str, Any]]) -> list[str]:
     """Why each declared node cannot take a pod yet, as the API server lists them (empty once all can).
 

@@ -208,6 +208,7 @@ class RealNode:
     say: Say = print
     # The control plane's: starts a process (name, command, environment) it tracks and stops.
     launch: Callable[[str, list[str], dict[str, str]], Any] | None = None
+    gpus: int = 1  # nvidia.com/gpu it advertises: one L4, or every L4 of a pool it stands for whole
     holder: subprocess.Popen | None = None
     forwarder: _Forwarder | None = None
 
@@ -240,6 +241,18 @@ class RealNode:
         assert self.holder is not None
         return ["nsenter", f"--target={self._pid1()}", "--mount", "--net", "--pid", "--",
                 "setpriv", "--pdeathsig", "KILL"]  # fmt: skip
+
+    def in_node_network(self, name: str, command: list[str], hosts: dict[str, str] | None = None) -> list[str]:
+        """`command` in the node's network namespace, as a pod with hostNetwork on this node runs, seeing the
+        host's files; with `hosts` (name -> address), those names resolve for it as cluster DNS resolves them for
+        a pod (an /etc/hosts of its own, bound over the host's in a mount namespace of its own)."""
+        enter = ["nsenter", f"--net=/proc/{self._pid1()}/ns/net", "--"]
+        if hosts:
+            path = self.state / f"hosts-{name}"
+            path.write_text(Path("/etc/hosts").read_text() + "".join(f"{ip} {host}\n" for host, ip in hosts.items()))
+            enter += ["unshare", "--mount", "--propagation", "private", "--", "sh", "-c",
+                      'mount --bind "$0" /etc/hosts && exec "$@"', str(path)]  # fmt: skip
+        return [*enter, "setpriv", "--pdeathsig", "KILL", *command]
 
     def _pid1(self) -> int:
         """The holder's PID 1 (unshare's forked child), as the host sees it."""
@@ -401,7 +414,7 @@ class RealNode:
             self._until(lambda: self._registered(client), f"kubelet ({self.name} registered)", process.log, process)
             # What GKE's device plugin would advertise: an extended resource on the node's status, which the
             # kubelet keeps (it only manages the resources it knows).
-            gpus = {GPU_RESOURCE: "1"}
+            gpus = {GPU_RESOURCE: str(self.gpus)}
             answer = client.patch(f"/api/v1/nodes/{self.name}/status", json={"status": {"capacity": gpus}},
                                   headers={"Content-Type": "application/merge-patch+json"})  # fmt: skip
             if answer.status_code != 200:
@@ -469,8 +482,10 @@ class RealNode:
             f"{REAL}node": f"{self.name}: kubelet and kube-proxy {kube}, containerd {containerd}, runc {runc}, CNI plugins "
             f"{cni} (bridge, host-local, loopback, portmap), CoreDNS {coredns}: its pods' containers execute, their "
             "probes, logs, Services and cluster DNS are real",
-            f"{SIMULATED}gpu": f"{self.name} advertises 1 {GPU_RESOURCE} on its status with no device behind it; its CPU "
-            "and memory are this machine's, not the machine type's",
+            f"{SIMULATED}gpu": f"{self.name} advertises {self.gpus} {GPU_RESOURCE} on its status with no device behind "
+            "it; its CPU and memory are this machine's, not the machine type's"
+            + ("" if self.gpus == 1 else f"; it stands for the GPU pool's {self.gpus} nodes at once, so a new replica "
+               "finds its GPU without a node to add"),
             f"{SIMULATED}images": f"no image is pulled: stand-ins built here from Debian's packages and PyPI run under "
             f"the references the manifests name: {stand_ins}",
         }

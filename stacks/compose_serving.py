@@ -166,6 +166,7 @@ def vllm_args(
         gpu_memory_utilization=v.gpu_memory_utilization,
         max_num_seqs=v.max_num_seqs,
         startup_timeout_min=v.startup_timeout_min,
+        cpu=v.cpu,
         quantization=v.quantization,
         enable_prefix_caching=v.enable_prefix_caching,
         hf_token=hf_token,

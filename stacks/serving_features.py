@@ -111,7 +111,7 @@ class KServe(_Feature):
 
 
 class Vllm(_Feature):
-    """A vLLM OpenAI-compatible server on the L4. Every field maps to one server flag."""
+    """A vLLM OpenAI-compatible server on the L4: its server flags, its pod's CPU, its image and weights."""
 
     namespace: str = Field("llm", pattern=DNS_LABEL, description="namespace of the vLLM server")
     # 1.5B in bf16 is ~3.1 GB of weights: ~16 GB of the L4 is left for KV cache at 0.9 utilisation.
@@ -133,6 +133,9 @@ class Vllm(_Feature):
         None, description="--enable-prefix-caching / --disable-prefix-caching; None: vLLM's default (on in its V1 "
         "engine); the g6 prefix experiment switches it")
     startup_timeout_min: int = Field(30, ge=5, le=120, description="image pull + model download allowance")
+    # Its API server and engine core are a process each; g2-standard-4 (one L4) has 4 vCPUs, ~3.9 allocatable.
+    cpu: float = Field(2.0, gt=0, le=64, description="CPU cores the server's pod requests (API server and engine "
+                       "core; more for heavy tokenisation)")  # fmt: skip
     # What shortens a cold start (measured by `python -m benchmarks g6 --experiment cold-start`).
     image_streaming: bool = Field(False, description="the GPU pool streams the vLLM image from an Artifact "
                                   "Registry cache of Docker Hub (gcfs_config), instead of pulling it whole")  # fmt: skip

@@ -8,6 +8,7 @@ import json
 import time
 from contextlib import contextmanager
 from datetime import timedelta
+from pathlib import Path
 
 import pytest
 import yaml
@@ -16,6 +17,7 @@ from benchmarks.g6 import cli
 from benchmarks.g6.errors import G6Error
 from benchmarks.g6.experiment import Ending
 from benchmarks.g6.experiments import autoscale as a
+from benchmarks.g6.experiments import cold_start as cs
 from benchmarks.g6.experiments.autoscale_report import PLOT, render_autoscale_plots, render_autoscale_report
 from benchmarks.g6.experiments.table import EXPERIMENTS
 from benchmarks.g6.result import GpuPrice
@@ -24,6 +26,7 @@ from benchmarks.g6.config import G6Params
 from benchmarks.harness import RunMeta, RunProgress
 from benchmarks.loadgen import LoadRun, Record, Slo
 from benchmarks.loadgen.core import arrival_offsets
+from facts.simulation import STATEMENT_NAME, STATEMENT_NAMESPACE
 from tests import cold_start_fixtures as fx
 from tests import kube_fixtures as kf
 from tests.labs_fakes import FakeCluster
@@ -81,7 +84,9 @@ def autoscaled_record() -> a.ArmRecord:
     return a.ArmRecord(arm="autoscaled", started=STARTED, schedule=[(0, 0.5), (60, 0.5), (60, 8), (660, 8)],
                        planned_requests=9, floor=1, requests=requests, samples=samples, pods=pods,
                        logs={"vllm-6d8f7b9c5-bbbbb": fx.vllm_log()}, nodes=nodes, events=events,
-                       queue=[(60.0, 30.0), (120.0, 25.0)], settled_at_s=1590.0, ended_s=1590.0)  # fmt: skip
+                       queue=[(60.0, 30.0), (120.0, 40.0)], settled_at_s=1590.0, ended_s=1590.0,
+                       queue_by_pod={"vllm-6d8f7b9c5-aaaaa": [(60.0, 30.0), (120.0, 30.0)],
+                                     "vllm-6d8f7b9c5-bbbbb": [(60.0, 0.0), (120.0, 10.0)]})  # fmt: skip
 
 
 def fixed_record() -> a.ArmRecord:
@@ -101,11 +106,17 @@ def test_the_autoscaled_arm_is_measured_from_its_record_alone():
     assert (s.ttft_p50_ms, s.ttft_p99_ms) == (800.0, 2440.0)
     # Sent while fewer served than wanted (60 s to 960 s): 900, 1,500, 2,500, 800, 400 ms; rank 3.96.
     assert (s.short_requests, s.short_ttft_p99_ms) == (5, 2460.0)
-    assert (s.peak_desired, s.peak_ready, s.first_wanted_s, s.first_served_s) == (3, 2, 60.0, 510.0)
+    # Wanted at the read of 60 s (before the new pod's creation at 60.6); served when that pod turned Ready,
+    # 428 s after the request in whole seconds: 10:07:08 against the arm's start 09:59:00.4, before the read of 510 s.
+    assert (s.peak_desired, s.peak_ready, s.first_wanted_s) == (3, 2, 60.0)
+    assert s.first_served_s == pytest.approx(487.6)
     # Pods: 1 x 60 + 3 x 60 + 3 x 390 + 3 x 450 + 1 x 630 = 3,390 s; nodes above one: 390 + 450 + 630 = 1,470 s.
     assert s.replica_minutes == pytest.approx(56.5) and s.extra_node_minutes == pytest.approx(24.5)
     assert s.extra_cost_usd == pytest.approx(1470 / 3600 * 0.30, abs=1e-4)
     assert s.settled
+    # The queue's integral per replica: 30 x 60 = 1,800 and 10 x 60 / 2 = 300 of 2,100.
+    assert s.queue_share == {"vllm-6d8f7b9c5-aaaaa": pytest.approx(0.857, abs=1e-3),
+                             "vllm-6d8f7b9c5-bbbbb": pytest.approx(0.143, abs=1e-3)}  # fmt: skip
 
 
 def test_each_new_replica_has_its_start_phase_by_phase_and_a_full_pool_says_pending_quota():
@@ -138,12 +149,15 @@ def test_the_report_compares_the_fleet_with_one_fixed_replica_and_draws_the_time
                                  policy=POLICY, records=[fixed_record(), autoscaled_record()])  # fmt: skip
     result = a.autoscale_result(_meta(), _params(), outcome, PRICE, None)
     report = render_autoscale_report(result)
-    assert "a replica above the floor was wanted at 60 s and one served at 510 s" in report
+    assert "a replica above the floor was wanted at 60 s and one served at 488 s" in report
     # 5 within the SLO against the fixed replica's 2 (+3), for 1,470 node-seconds at $0.30/h: $0.1225;
     # $0.1225 / 3 x 1,000 = $40.83 per 1,000 more.
     assert "5 requests within the SLO against 2 (+3) for $0.122 of extra GPU node time" in report
     assert "$40.83 per 1,000 more" in report
     assert "pending: quota" in report and "0.5 req/s for 60 s, a step to 8 req/s" in report
+    # 86% of the queue on one replica: the report says why a new replica did not take the backlog.
+    assert "`vllm-6d8f7b9c5-aaaaa` 86%, `vllm-6d8f7b9c5-bbbbb` 14%" in report
+    assert "The Service balances connections, not requests" in report
     assert render_autoscale_plots(result, tmp_path) == [tmp_path / PLOT]
     assert (tmp_path / PLOT).stat().st_size > 10_000
 
@@ -184,6 +198,14 @@ class ScriptedFleet:
         if self.grown is False and self.reads_after:
             self.reads_after += 1
         grown = self.grown or 0 < self.reads_after < 4
+        if kind == "Pod" and 2 <= self.reads_after < 4:  # scaled away: no longer Ready, being deleted
+            leaving = json.loads(json.dumps(self.new_pod))
+            leaving["metadata"]["deletionTimestamp"] = kf.api_time(fx.at(500))
+            next(c for c in leaving["status"]["conditions"] if c["type"] == "Ready")["status"] = "False"
+            return [self.floor_pod, leaving]
+        if kind == "ConfigMap":
+            return [{"metadata": {"name": STATEMENT_NAME, "namespace": STATEMENT_NAMESPACE},
+                     "data": {"real.keda": "KEDA 2.20.2", "simulated.gpu": "gpu-0 advertises 2 nvidia.com/gpu"}}]
         if kind == "Deployment":
             return [{"metadata": {"name": "vllm", "namespace": "llm"}, "spec": {"replicas": 2 if grown else 1}}]
         if kind == "Pod":
@@ -234,7 +256,7 @@ def _run(fleet: ScriptedFleet, runner: ScriptedRunner, arms=("fixed", "autoscale
                             settle_timeout_s=5)  # fmt: skip
     outcome = a.AutoscaleOutcome(params=own, policy=POLICY)
     how = Measurement(runner, None, RunProgress(enabled=False), None)
-    where = a.Where(namespace="llm", deployment="vllm", gpu_pool="gpu", min_nodes=0)
+    where = a.Where(namespace="llm", deployment="vllm", gpu_pool="cloud.google.com/gke-nodepool=gpu", min_nodes=0)
     a.run_autoscale(_params(), own, Serving(), how, a.Fleet(fleet.cluster, where, POLICY, None), outcome, lambda m: None)
     return outcome
 
@@ -255,6 +277,13 @@ def test_the_fixed_arm_pauses_the_scaled_object_at_one_and_the_autoscaled_arm_wa
     assert ("llm", fleet.new_pod["metadata"]["name"], "vllm") in fleet.cluster.logs_read
     assert auto.settled_at_s is not None and auto.logs[fleet.new_pod["metadata"]["name"]].startswith("log of")
     assert auto.requests[0].sent_s == pytest.approx(arrival_offsets(runner.specs[1].plan())[0], abs=1e-3)
+    # The new pod as it was when Ready (it left the fleet no longer Ready): its start ends at /health.
+    (grown,) = [r for r in a.new_replicas(auto) if r.pod == fleet.new_pod["metadata"]["name"]]
+    assert grown.ready_s is not None and grown.phases.seconds("engine ready (/health)") is not None
+    kept = next(p for p in auto.pods if p["metadata"]["name"] == fleet.new_pod["metadata"]["name"])
+    assert not kept["metadata"].get("deletionTimestamp")
+    # What the cluster said of itself reaches the report.
+    assert outcome.simulation is not None and outcome.simulation.simulated == ["gpu-0 advertises 2 nvidia.com/gpu"]
 
 
 def test_a_ctrl_c_in_the_fixed_arm_resumes_the_scaled_object_and_keeps_what_was_measured():
@@ -266,7 +295,8 @@ def test_a_ctrl_c_in_the_fixed_arm_resumes_the_scaled_object_and_keeps_what_was_
 
 def test_the_experiment_refuses_what_it_cannot_run_in_one_line(tmp_path, capsys):
     for argv, said in [
-        (["--sim", "--peak-rate", "10"], "a lone server has no autoscaler"),
+        (["--sim", "--peak-rate", "10"], "--sim has no autoscaler"),
+        (["--target", "http://127.0.0.1:9", "--peak-rate", "10"], "give --stack STACK or --outputs FILE"),
         (["--stack", "g6", "--peak-rate", "10", "--rate", "3"], "sends its own schedule"),
         (["--stack", "g6", "--peak-rate", "10", "--max-num-seqs", "8"], "runs the stack's server as configured"),
     ]:
@@ -328,3 +358,32 @@ def test_the_rise_is_a_step_or_a_ramp_of_the_given_length():
     ramp = a.AutoscaleParams(peak_rate=8, base_rate=0, lead_seconds=0, rise_seconds=120, burst_seconds=60).schedule()
     assert ramp == [(0.0, 0.0), (120.0, 8.0), (180.0, 8.0)]
 
+
+
+def test_the_gpu_pool_s_nodes_are_found_by_the_pool_s_own_node_selector():
+    """On GKE the stack's label on the pool's nodes; on an existing cluster (no pool name of ours) the
+    selector its GPU pods use: never a pool name that no node carries."""
+    saved = json.loads((Path(__file__).parent / "data" / "g6" / "g6-outputs.json").read_text())
+    assert cs.vllm_where(saved).gpu_pool == "gke-ml-labs/pool=gpu"
+    existing = {"gpu_pool": {"name": None, "node_selector": {"cloud.google.com/gke-accelerator": "nvidia-l4"}},
+                "endpoints": saved["endpoints"], "benchmark": saved["benchmark"]}  # fmt: skip
+    assert cs.vllm_where(existing).gpu_pool == "cloud.google.com/gke-accelerator=nvidia-l4"
+
+
+def test_the_shipped_local_example_shows_the_fleet_rise_and_fall_back_with_every_request_counted():
+    """examples/g6-autoscale-local: KEDA, the HPA and the replicas were real on the local cluster's node. Its
+    fleet rose above one replica under the burst and was back at its floor after it, the queue beside it, no
+    request lost, and its report and figures are what its records say."""
+    folder = Path(__file__).parents[1] / "examples" / "g6-autoscale-local"
+    r = a.AutoscaleResult.model_validate_json((folder / "result.json").read_text())
+    arms = {rec.arm: rec for rec in r.arms}
+    auto = arms["autoscaled"]
+    assert max(x.ready for x in auto.samples) >= 2 and max(x.hpa_desired or 0 for x in auto.samples) >= 2
+    assert (auto.samples[-1].desired, auto.samples[-1].ready) == (auto.floor, auto.floor) and auto.settled_at_s
+    assert max(v for _, v in auto.queue) > r.policy.target  # the queue that made it grow, from Prometheus
+    assert all(x.hpa_desired is None for x in arms["fixed"].samples)  # paused: no HPA
+    for rec in r.arms:
+        assert len(rec.requests) == rec.planned_requests
+    assert [a.summarise(rec, r.gpu_price) for rec in r.arms] == r.summary
+    assert (folder / "report.md").read_text() == render_autoscale_report(r)
+    assert r.meta.simulation is not None and any("KEDA v2.20.2" in line for line in r.meta.simulation.real)

@@ -23,7 +23,7 @@ from benchmarks.kube.phases_report import WAITED_TITLE, waited_first
 from tests import cold_start_fixtures as fx
 from tests.labs_fakes import FakeCluster
 
-W = cs.Where(namespace=fx.NS, deployment="vllm", gpu_pool="gpu", min_nodes=0)
+W = cs.Where(namespace=fx.NS, deployment="vllm", gpu_pool="cloud.google.com/gke-nodepool=gpu", min_nodes=0)
 ENDPOINT = Endpoint(namespace=fx.NS, service="vllm", port=8000, path="/v1", protocol="openai")
 FAST = cs.ColdStartParams(repeats=1, timeout_s=5.0, poll_s=0.01)
 

@@ -127,6 +127,10 @@ def test_each_build_module_names_its_binaries_and_stamps_the_pinned_versions():
     assert build.MODULES["pulumi"].binaries() == ["pulumi"]
     assert "version.Version=v3.274.0" in build.MODULES["pulumi"].ldflags()
     assert build.MODULES["pulumi-kubernetes"].binaries() == ["pulumi-resource-kubernetes"]
+    # KEDA under the names of its own Makefile, stamped with the pinned tag, built only when named.
+    assert build.MODULES["keda"].binaries() == ["keda-adapter", "keda"]
+    assert "-X github.com/kedacore/keda/v2/version.Version=v2.20.2" in build.MODULES["keda"].ldflags()
+    assert "keda" not in build.DEFAULT_MODULES and "kube" in build.DEFAULT_MODULES
     # Debug symbols go; Go's build info stays (it is not part of the symbol table).
     assert all(m.ldflags().startswith("-s -w") for m in build.MODULES.values())
 
@@ -198,6 +202,79 @@ def test_a_lab_on_the_local_cluster_is_its_own_stack_file_turned_to_existing(tmp
     assert config["gke-ml-labs:kueue"]["quota_gpus"] == 6 and config["gke-ml-labs:lab"] == "g3"
     assert not {f"gke-ml-labs:{k}" for k in GKE_ONLY_KEYS} & set(config)
     assert not [k for k in config if not k.startswith("gke-ml-labs:")]  # no gcp:project: nothing of Google
+
+
+def test_a_local_run_sets_config_keys_as_pulumi_config_set_does(tmp_path):
+    from localcluster import bench
+
+    changes = bench.settings(["gpu_max_nodes=2", "autoscaling.enabled=true", "vllm.cpu=0.5"])
+    assert changes == {"gpu_max_nodes": 2, "autoscaling": {"enabled": True}, "vllm": {"cpu": 0.5}}
+    config = bench.stack_file("g6", tmp_path / "kubeconfig", changes)["config"]
+    # A field set over the stack file's object keeps its other fields (--path), a key is replaced.
+    assert config["gke-ml-labs:vllm"]["cpu"] == 0.5 and config["gke-ml-labs:vllm"]["max_num_seqs"] == 256
+    assert config["gke-ml-labs:gpu_max_nodes"] == 2 and config["gke-ml-labs:autoscaling"] == {"enabled": True}
+    with pytest.raises(bench.BenchError, match="expected KEY=VALUE"):
+        bench.settings(["gpu_max_nodes"])
+
+
+def test_a_whole_gpu_pool_on_the_real_node_leaves_kwok_no_gpu_node():
+    cfg = load_config("g6", overrides={"gpu_max_nodes": 2})
+    gpu = [n for n in nodes.lab_nodes(cfg, 10250) if nodes.in_gpu_pool(n)]
+    assert [n["metadata"]["name"] for n in gpu] == ["gpu-0", "gpu-1"]
+    assert not [n for n in nodes.lab_nodes(cfg, 10250) if nodes.in_gpu_pool(n) and n["metadata"]["name"].startswith("system")]
+
+
+def test_prometheus_scrapes_what_the_vllm_service_monitor_selects_with_the_operators_labels(tmp_path):
+    """The scrape job made of the stack's own vLLM ServiceMonitor, and the targets its discovery finds: the
+    ready addresses of the selected Service's port, labelled as the operator labels them (namespace, service:
+    what KEDA's query filters on); Prometheus' own promtool accepts the configuration and the targets."""
+    import json
+    import subprocess
+
+    from components import vllm
+    from localcluster import prometheus
+    from stacks.compose_serving import vllm_args
+
+    monitor = vllm.service_monitor(vllm_args(load_config("g6"), nodes.PLACEMENT.gpu))
+    (job,) = prometheus.scrape_config(monitor, tmp_path)
+    assert job["job_name"] == "serviceMonitor/llm/vllm/0" and job["scrape_interval"] == "15s"
+    assert job["metrics_path"] == "/metrics"
+    selected = {"metadata": {"namespace": "llm", "name": "vllm", "labels": {"app.kubernetes.io/name": "vllm"}}}
+    other = {"metadata": {"namespace": "llm", "name": "other", "labels": {"app.kubernetes.io/name": "other"}}}
+    endpoints = [
+        {"metadata": {"namespace": "llm", "name": "vllm"}, "subsets": [{
+            "addresses": [{"ip": "10.64.255.4", "targetRef": {"kind": "Pod", "name": "vllm-7c9d-abcde"}}],
+            "notReadyAddresses": [{"ip": "10.64.255.5", "targetRef": {"kind": "Pod", "name": "vllm-7c9d-fghij"}}],
+            "ports": [{"name": "http", "port": 8000, "protocol": "TCP"}]}]},
+        {"metadata": {"namespace": "llm", "name": "other"}, "subsets": [{
+            "addresses": [{"ip": "10.64.255.9"}], "ports": [{"name": "http", "port": 8000}]}]},
+    ]  # fmt: skip
+    found = prometheus.discovered(monitor, [selected, other], endpoints)
+    assert found == {"serviceMonitor_llm_vllm_0": [{"targets": ["10.64.255.4:8000"], "labels": {
+        "namespace": "llm", "service": "vllm", "job": "vllm", "endpoint": "http", "pod": "vllm-7c9d-abcde"}}]}  # fmt: skip
+    if shutil.which("promtool") is None:
+        pytest.skip("promtool (Debian's prometheus package) is not installed")
+    (tmp_path / "serviceMonitor_llm_vllm_0.json").write_text(json.dumps(found["serviceMonitor_llm_vllm_0"]))
+    (tmp_path / "prometheus.yml").write_text(yaml.safe_dump({"scrape_configs": [job]}))
+    done = subprocess.run(["promtool", "check", "config", str(tmp_path / "prometheus.yml")], capture_output=True, text=True)
+    assert done.returncode == 0 and "SUCCESS" in done.stdout, done.stdout + done.stderr
+
+
+def test_keda_s_pair_serves_its_services_and_the_node_and_is_a_client_too(tmp_path):
+    from cryptography import x509
+    from cryptography.x509.oid import ExtendedKeyUsageOID
+
+    from localcluster import certs
+
+    pki = certs.generate(tmp_path)
+    certs.issue_pair(pki, "keda", ["keda-operator-metrics-apiserver.keda.svc"], ["127.0.0.1", "10.128.0.2"])
+    cert = x509.load_pem_x509_certificate(pki.cert("keda").read_bytes())
+    sans = cert.extensions.get_extension_for_class(x509.SubjectAlternativeName).value
+    assert sans.get_values_for_type(x509.DNSName) == ["keda-operator-metrics-apiserver.keda.svc"]
+    assert [str(i) for i in sans.get_values_for_type(x509.IPAddress)] == ["127.0.0.1", "10.128.0.2"]
+    usages = cert.extensions.get_extension_for_class(x509.ExtendedKeyUsage).value
+    assert set(usages) == {ExtendedKeyUsageOID.SERVER_AUTH, ExtendedKeyUsageOID.CLIENT_AUTH}
+    assert cert.issuer == x509.load_pem_x509_certificate(pki.ca.read_bytes()).subject
 
 
 def test_every_image_the_labs_pods_name_has_a_stand_in_or_a_reason_it_has_none():
@@ -280,3 +357,20 @@ def test_the_real_node_takes_its_addresses_from_the_lab_s_own_ranges():
     a = realnode.Addresses.of(cfg.subnet_cidr, cfg.pods_cidr, cfg.services_cidr)
     # 10.10.0.0/20: its first two host addresses; 10.20.0.0/14 ends at 10.23.255.255: its last /24.
     assert (a.host, a.node, a.prefix, a.pods, a.services) == ("10.10.0.1", "10.10.0.2", 20, "10.23.255.0/24", "10.24.0.0/20")
+
+
+def test_keda_s_metrics_api_is_registered_on_a_service_the_lab_s_destroy_cannot_remove():
+    """The APIService names a Service in the local cluster's own namespace (the lab's destroy deletes the chart's
+    `keda` namespace while KEDA still runs; an APIService without its Service stalls every namespace
+    deletion), whose one endpoint is the metrics server at the node's address on its secure port."""
+    from localcluster import keda
+
+    objects = {body["kind"]: body for _, body in keda._objects("10.10.0.2", b"CA")}
+    ref = objects["APIService"]["spec"]["service"]
+    assert objects["APIService"]["metadata"]["name"] == "v1beta1.external.metrics.k8s.io"
+    assert (ref["namespace"], ref["name"]) == (objects["Service"]["metadata"]["namespace"], objects["Service"]["metadata"]["name"])
+    assert ref["namespace"] != "keda" and objects["Namespace"]["metadata"]["name"] == ref["namespace"]
+    (port,) = objects["Service"]["spec"]["ports"]
+    (subset,) = objects["Endpoints"]["subsets"]
+    assert port["port"] == ref["port"] and port["targetPort"] == subset["ports"][0]["port"] == keda.SECURE_PORT
+    assert subset["ports"][0]["name"] == port["name"] and subset["addresses"] == [{"ip": "10.10.0.2"}]

@@ -213,6 +213,12 @@ def test_vllm_pod_lands_on_the_gpu_pool_without_service_links():
     assert not any(e["name"] == "HF_TOKEN" for e in main["env"])
 
 
+@pytest.mark.parametrize("cpu,quantity", [(None, "2"), (3, "3"), (0.5, "500m"), (1.25, "1250m")])
+def test_vllm_requests_the_configured_cpu_as_kubernetes_writes_it(cpu, quantity):
+    cfg = lab("g6", vllm={"enabled": True, **({} if cpu is None else {"cpu": cpu})})
+    assert container(vllm.deployment(vllm_args(cfg, PLACEMENT), with_token=False))["resources"]["requests"]["cpu"] == quantity
+
+
 def test_vllm_probes_wait_out_a_busy_api_server_instead_of_the_kubelets_1s_default():
     # vLLM v0.34.0's /health only reads a flag, but the API server's event loop answers it between the work of
     # every request in flight: under g6's saturation search that takes seconds. A timeout left at the

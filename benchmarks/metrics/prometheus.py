@@ -150,6 +150,12 @@ class PrometheusClient:
             return []
         return [(float(t), float(v)) for t, v in result[0]["values"] if not math.isnan(float(v))]
 
+    def query_range_by(self, promql: str, start: float, end: float, step_s: float, label: str) -> dict[str, list[tuple[float, float]]]:
+        """Every series of a range query, by the value of its `label` (one series per value)."""
+        result = self._result(QUERY_RANGE, {"query": promql, "start": start, "end": end, "step": step_s})
+        return {r["metric"].get(label, ""): [(float(t), float(v)) for t, v in r["values"] if not math.isnan(float(v))]
+                for r in result}  # fmt: skip
+
     def wait_for_scrape(self, after: float, timeout_s: float = 30.0) -> None:
         """Wait until Prometheus holds a vLLM sample newer than `after` (unix seconds)."""
         deadline = time.monotonic() + timeout_s

@@ -42,6 +42,8 @@ from benchmarks.g6.sweep import Measurement, Outcome, Target, interruptible, loa
 from benchmarks.g6.targets import ServerSettings
 from benchmarks.harness import RunMeta
 from benchmarks.harness.signals import shielded
+from benchmarks.harness.results import Simulation
+from benchmarks.kube.evidence import simulation_of
 from benchmarks.kube.phases import VLLM_LOG, ColdStartPhases, extract, failure, pod_events
 from benchmarks.kube.timeline import condition_time, parse_time
 from benchmarks.loadgen import LoadRun, Slo
@@ -49,6 +51,7 @@ from benchmarks.loadgen.core import arrival_offsets
 from benchmarks.loadgen.spec import scheduled_requests
 from benchmarks.loadgen.stats import meets_slo
 from benchmarks.metrics import MetricsError, PrometheusClient
+from facts.simulation import STATEMENT_NAME, STATEMENT_NAMESPACE
 
 Arm = Literal["fixed", "autoscaled"]
 SCALED_OBJECT = ("keda.sh/v1alpha1", "ScaledObject")
@@ -151,6 +154,7 @@ class ArmRecord(BaseModel):
     nodes: list[dict[str, Any]]  # every GPU node seen, as last seen
     events: list[dict[str, Any]]  # the namespace's events at the end
     queue: list[tuple[float, float]] = []  # (seconds, the trigger's query) from Prometheus; [] without one
+    queue_by_pod: dict[str, list[tuple[float, float]]] = {}  # the same gauge, each replica's own
     settled_at_s: float | None = None  # back at the floor with no extra node (None: not within the wait)
     ended_s: float  # when the watcher stopped
 
@@ -183,13 +187,16 @@ class ArmSummary(BaseModel):
     short_requests: int
     peak_desired: int
     peak_ready: int
-    first_wanted_s: float | None  # the first read with more replicas wanted than the floor
-    first_served_s: float | None  # the first read with more replicas ready than the floor
+    first_wanted_s: float | None  # more replicas wanted than the floor: the first read, or a new pod's creation
+    first_served_s: float | None  # more replicas ready than the floor: the first read, or a new pod's Ready
     replica_minutes: float  # pods holding (or waiting for) a GPU, integrated over the arm
     extra_node_minutes: float  # GPU nodes above the arm's first count, integrated over the arm
     extra_cost_usd: float | None  # those node-minutes at the GPU node's hourly price
     settled: bool
     new_replicas: list[NewReplica]
+    # Each replica's share of the fleet's queue (waiting requests x time over the arm): how the Service
+    # spread the load; {} without Prometheus.
+    queue_share: dict[str, float] = {}
 
 
 class AutoscaleResult(ExperimentResult):
@@ -204,6 +211,7 @@ class AutoscaleOutcome(Outcome):
     params: AutoscaleParams | None = None
     policy: ScalingPolicy | None = None
     records: list[ArmRecord] = field(default_factory=list)
+    simulation: Simulation | None = None
 
     @property
     def measured(self) -> int:
@@ -279,7 +287,9 @@ class Watcher:
         hpa = _hpa(self.cluster, self.w, self.policy)
         for p in pods:
             name = p["metadata"]["name"]
-            if _ready(p) and name not in self.logs:
+            if name in self.logs:
+                continue  # kept as it was when it turned Ready: scaled away, it would lose that condition
+            if _ready(p):
                 self.logs[name] = self.cluster.pod_log(self.w.namespace, name, CONTAINER)
             self.pods[name] = p
         self.nodes.update({n["metadata"]["name"]: n for n in nodes})
@@ -369,6 +379,9 @@ class Fleet:
 def run_autoscale(params: G6Params, own: AutoscaleParams, target: Target, how: Measurement, fleet: Fleet,
                   outcome: AutoscaleOutcome, log: Callable[[str], None]) -> None:  # fmt: skip
     """Every arm into `outcome`; stops at Ctrl-C or SIGTERM with the arms it has (see `interruptible`)."""
+    statement = next((c.get("data") or {} for c in fleet.cluster.list("v1", "ConfigMap", STATEMENT_NAMESPACE)
+                      if c["metadata"]["name"] == STATEMENT_NAME), {})  # fmt: skip
+    outcome.simulation = simulation_of(statement, fleet.cluster.list("v1", "Node"))
     with interruptible(outcome), target.serving(ServerSettings()) as server:
         for arm in own.arms:
             outcome.records.append(one_arm(arm, params, own, server.base_url, how, fleet, outcome.errors, log))
@@ -407,20 +420,27 @@ def one_arm(arm: Arm, params: G6Params, own: AutoscaleParams, base_url: str, how
     return ArmRecord(arm=arm, started=started, schedule=schedule, planned_requests=spec.requests, floor=floor,
                      requests=seen, samples=samples, pods=list(watch.pods.values()), logs=watch.logs,
                      nodes=list(watch.nodes.values()), events=events,
-                     queue=_queue(fleet, started, ended, errors, arm), settled_at_s=settled,
+                     **_queues(fleet, started, ended, errors, arm), settled_at_s=settled,
                      ended_s=_s(ended, started) or 0.0)  # fmt: skip
 
 
-def _queue(fleet: Fleet, started: datetime, ended: datetime, errors: list[str], arm: Arm) -> list[tuple[float, float]]:
-    """The trigger's own query over the arm, from the stack's Prometheus (the value KEDA read)."""
+def _queues(fleet: Fleet, started: datetime, ended: datetime, errors: list[str], arm: Arm) -> dict[str, Any]:
+    """The trigger's own query over the arm from the stack's Prometheus (the value KEDA read), and the same
+    gauge per replica (how the Service spread the requests)."""
     if fleet.prometheus is None:
-        return []
+        return {}
+    zero, span = started.timestamp(), (started.timestamp(), ended.timestamp(), QUEUE_STEP_S)
+    query = fleet.policy.query
     try:
-        series = fleet.prometheus.query_range(fleet.policy.query, started.timestamp(), ended.timestamp(), QUEUE_STEP_S)
+        total = fleet.prometheus.query_range(query, *span)
+        # The trigger sums over the server's pods (components/keda.py); kept apart by pod here.
+        by_pod = fleet.prometheus.query_range_by(query.replace("sum(", "sum by (pod) (", 1), *span, "pod") \
+            if query.startswith("sum(") else {}  # fmt: skip
     except (MetricsError, KubeApiError) as exc:
         errors.append(f"autoscale {arm}: the queue from Prometheus: {exc}")
-        return []
-    return [(round(t - started.timestamp(), 3), v) for t, v in series]
+        return {}
+    return {"queue": [(round(t - zero, 3), v) for t, v in total],
+            "queue_by_pod": {pod: [(round(t - zero, 3), v) for t, v in points] for pod, points in by_pod.items()}}
 
 
 # Measuring from the records ----------------------------------------------------------------------------
@@ -484,7 +504,8 @@ def autoscale_result(meta: RunMeta, params: G6Params, outcome: AutoscaleOutcome,
                      cost: str | None) -> AutoscaleResult:  # fmt: skip
     assert outcome.params is not None and outcome.policy is not None
     summary = [summarise(r, price) for r in outcome.records]
-    meta = meta.model_copy(update={"errors": [*meta.errors, *shortfalls(summary)]})
+    # What of the cluster was simulated, in its own words (facts.simulation): none on GKE.
+    meta = meta.model_copy(update={"errors": [*meta.errors, *shortfalls(summary)], "simulation": outcome.simulation})
     return AutoscaleResult(meta=meta, params=params, gpu_price=price, cost=cost, autoscale=outcome.params,
                            policy=outcome.policy, arms=outcome.records, summary=summary)  # fmt: skip
 
@@ -496,8 +517,13 @@ def summarise(rec: ArmRecord, price: GpuPrice | None) -> ArmSummary:
     short = [r for r in ok if r.ttft_ms is not None and _short(rec, r.sent_s)]
     first_node_count = rec.samples[0].gpu_nodes if rec.samples else 0
     extra_node_s = _integral(rec, lambda x: max(0, x.gpu_nodes - first_node_count))
-    wanted = next((x for x in rec.samples if x.desired > rec.floor), None)
-    served = next((x for x in rec.samples if x.ready > rec.floor), None)
+    grown = new_replicas(rec)
+    # The earliest the reads or the API's own times say (a pod's creation and Ready condition are whole
+    # seconds, the reads every watch_s).
+    wanted = min([_s(x.at, rec.started) for x in rec.samples if x.desired > rec.floor][:1] + [r.created_s for r in grown],
+                 default=None)  # fmt: skip
+    served = min([_s(x.at, rec.started) for x in rec.samples if x.ready > rec.floor][:1]
+                 + [r.ready_s for r in grown if r.ready_s is not None], default=None)  # fmt: skip
     met = sum(r.slo_met for r in rec.requests)
     return ArmSummary(
         arm=rec.arm, sent=rec.planned_requests, completed=len(ok),
@@ -507,13 +533,20 @@ def summarise(rec: ArmRecord, price: GpuPrice | None) -> ArmSummary:
         short_ttft_p99_ms=_p99([r.ttft_ms for r in short if r.ttft_ms is not None]), short_requests=len(short),
         peak_desired=max((x.desired for x in rec.samples), default=0),
         peak_ready=max((x.ready for x in rec.samples), default=0),
-        first_wanted_s=None if wanted is None else _s(wanted.at, rec.started),
-        first_served_s=None if served is None else _s(served.at, rec.started),
+        first_wanted_s=wanted, first_served_s=served,
         replica_minutes=round(_integral(rec, lambda x: x.pods) / 60, 2),
         extra_node_minutes=round(extra_node_s / 60, 2),
         extra_cost_usd=None if price is None else round(extra_node_s / 3600 * price.gpu_node, 4),
-        settled=rec.settled_at_s is not None, new_replicas=new_replicas(rec),
+        settled=rec.settled_at_s is not None, new_replicas=grown, queue_share=queue_share(rec),
     )  # fmt: skip
+
+
+def queue_share(rec: ArmRecord) -> dict[str, float]:
+    """Each replica's share of the queue's integral over the arm (trapezoids on Prometheus' steps)."""
+    areas = {pod: sum((b[0] - a[0]) * (a[1] + b[1]) / 2 for a, b in zip(points, points[1:]))
+             for pod, points in rec.queue_by_pod.items()}  # fmt: skip
+    total = sum(areas.values())
+    return {pod: round(area / total, 3) for pod, area in sorted(areas.items())} if total > 0 else {}
 
 
 def pending_label(why: str | None) -> str | None:

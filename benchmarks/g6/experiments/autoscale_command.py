@@ -71,20 +71,16 @@ class Autoscale(Experiment[AutoscaleParams, AutoscaleOutcome]):
         return AutoscaleParams(**given)
 
     def check(self, inv: Invocation) -> None:
-        if inv.sim or inv.target or not (inv.stack or inv.outputs):
-            raise G6Error("--experiment autoscale watches the stack's vLLM fleet and its GPU pool scale: give --stack "
-                          "STACK or --outputs FILE (no --sim, no --target: a lone server has no autoscaler)")  # fmt: skip
+        if inv.sim or not (inv.stack or inv.outputs):
+            raise G6Error("--experiment autoscale watches the stack's vLLM fleet scale: give --stack STACK or --outputs "
+                          "FILE (with --target URL, an address of the fleet's Service, the load goes there from this "
+                          "machine instead of from a Job in the cluster); --sim has no autoscaler")  # fmt: skip
         if inv.rate or inv.concurrency or inv.duration or inv.warmup:
             raise G6Error("--experiment autoscale sends its own schedule: drop --rate/--concurrency/--duration/--warmup "
                           "(--base-rate, --peak-rate, --lead-seconds, --rise-seconds and --burst-seconds shape it)")  # fmt: skip
         if inv.max_num_seqs:
             raise G6Error("--max-num-seqs: the autoscale experiment runs the stack's server as configured "
                           "(set vllm.max_num_seqs in the stack to change it)")  # fmt: skip
-
-    def ready(self, params: G6Params, own: AutoscaleParams) -> None:
-        if params.client != "in-cluster":
-            raise G6Error("--experiment autoscale sends its load from a Job in the cluster, through the Service "
-                          "the replicas share: run it against a stack's outputs with the in-cluster client")  # fmt: skip
 
     def planned(self, params: G6Params, own: AutoscaleParams, base_url: str) -> list[LoadSpec]:
         schedule = own.schedule()

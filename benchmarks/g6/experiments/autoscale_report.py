@@ -13,6 +13,7 @@ from benchmarks.g6.experiments.autoscale import ArmRecord, ArmSummary, Autoscale
 from benchmarks.g6.report import errors_section, target_text  # noqa: E402
 from benchmarks.harness.markdown import num, table  # noqa: E402
 from benchmarks.kube.evidence import markdown as evidence_section  # noqa: E402
+from benchmarks.kube.evidence import simulation_markdown  # noqa: E402
 
 PLOT = "autoscale-timeline.png"
 
@@ -65,6 +66,27 @@ def _verdict(r: AutoscaleResult) -> str | None:
     return text + "\n"
 
 
+# Above this share of the queue on one replica while others serve, the load was not spread by request.
+UNEVEN = 0.75
+
+
+def _spread(r: AutoscaleResult) -> str | None:
+    """How the fleet's queue was spread over its replicas, and why when it was not."""
+    auto = next((s for s in r.summary if s.arm == "autoscaled"), None)
+    if auto is None or len(auto.queue_share) < 2:
+        return None
+    shares = ", ".join(f"`{pod}` {share:.0%}" for pod, share in sorted(auto.queue_share.items(), key=lambda x: -x[1]))
+    text = f"Each replica's share of the autoscaled fleet's queue (waiting requests x time): {shares}."
+    if max(auto.queue_share.values()) > UNEVEN:
+        text += (" The Service balances connections, not requests (kube-proxy picks a pod per new connection), and "
+                 "a client that reuses its keep-alive connections sends each request on the one freed last: while "
+                 "arrivals outpace the first replica, every connection it frees is taken again at once, so its "
+                 "backlog stays until the burst ends and the new replica gets only what finds no free connection. "
+                 "A request-level balancer in front (GKE's Inference Gateway, or any L7 proxy) or clients that do "
+                 "not reuse connections let a new replica drain the backlog.")  # fmt: skip
+    return text + "\n"
+
+
 def _replicas_table(summary: list[ArmSummary]) -> str:
     rows = []
     for s in summary:
@@ -86,6 +108,8 @@ def render_autoscale_report(r: AutoscaleResult) -> str:
     verdict = _verdict(r)
     if verdict:
         out.append(verdict)
+    if m.simulation is not None:
+        out.append(simulation_markdown(m.simulation))
     slo = ", ".join(f"{k} {v:g} ms" for k, v in (("TTFT", p.slo.ttft_ms), ("TPOT", p.slo.tpot_ms), ("E2E", p.slo.e2e_ms))
                     if v is not None) or "none set: every completed request counts"  # fmt: skip
     out += [
@@ -107,6 +131,7 @@ def render_autoscale_report(r: AutoscaleResult) -> str:
         "wanted. Replica-minutes count pods holding or waiting for a GPU; the burst's cost is the GPU nodes above "
         "the arm's first count, at the node's hourly price, until the run's end.\n",
         _arms_table(r.summary),
+        *([spread] if (spread := _spread(r)) else []),
         f"Plot: `{PLOT}` (replicas, GPU nodes and the queue over time; every request's TTFT beneath).\n",
         "## Each new replica, phase by phase\n",
         "From the pod's creation (when the ReplicaSet acted on the HPA) to Ready (its /health probe; the Service "
@@ -144,6 +169,9 @@ def render_autoscale_plots(r: AutoscaleResult, folder: Path) -> list[Path]:
             twin = top.twinx()
             twin.plot([t for t, _ in rec.queue], [v for _, v in rec.queue], color="tab:red", alpha=0.7,
                       label=f"{r.policy.metric} (fleet)")  # fmt: skip
+            for pod, points in sorted(rec.queue_by_pod.items()):
+                twin.plot([t for t, _ in points], [v for _, v in points], linestyle=":", linewidth=1,
+                          label=f"{pod[-5:]} alone")  # fmt: skip
             twin.set_ylabel(r.policy.metric)
             twin.set_ylim(bottom=0)
             twin.legend(loc="upper right", fontsize=8)

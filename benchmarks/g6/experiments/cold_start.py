@@ -198,13 +198,15 @@ class Where:
 
     namespace: str
     deployment: str
-    gpu_pool: str
+    gpu_pool: str  # a label selector of the pool's nodes
     min_nodes: int  # the stack's gpu_min_nodes: a warm node never goes
 
 
 def where(outputs: dict[str, Any], namespace: str) -> Where:
     pool = outputs.get("gpu_pool") or {}
-    return Where(namespace=namespace, deployment=CONTAINER, gpu_pool=pool.get("name", "gpu"),
+    # The pool's own node selector, as its pods use it (an existing cluster's pool has no GKE pool name).
+    selector = pool.get("node_selector") or {NODEPOOL_LABEL: pool.get("name") or "gpu"}
+    return Where(namespace=namespace, deployment=CONTAINER, gpu_pool=",".join(f"{k}={v}" for k, v in sorted(selector.items())),
                  min_nodes=int(pool.get("min_nodes") or 0))  # fmt: skip
 
 
@@ -254,7 +256,7 @@ def _pods(cluster: Cluster, w: Where) -> list[dict[str, Any]]:
 
 
 def _gpu_nodes(cluster: Cluster, w: Where) -> list[dict[str, Any]]:
-    return cluster.list("v1", "Node", None, f"{NODEPOOL_LABEL}={w.gpu_pool}")
+    return cluster.list("v1", "Node", None, w.gpu_pool)
 
 
 def _at_zero(cluster: Cluster, w: Where, warm: bool, cs: ColdStartParams, log: Callable[[str], None]) -> float | None:
@@ -461,7 +463,7 @@ def plan(outputs: dict[str, Any], w: Where, cs: ColdStartParams, stack: str | No
             "setting": setting, "repeats": cs.repeats,
             "each": [
                 f"kubectl scale deployment/{w.deployment} -n {w.namespace} --replicas=0",
-                "wait: no vLLM pod" + ("" if warm else f", no node in GPU pool {w.gpu_pool}"),
+                "wait: no vLLM pod" + ("" if warm else f", no GPU pool node ({w.gpu_pool})"),
                 f"kubectl scale deployment/{w.deployment} -n {w.namespace} --replicas=1",
                 f"POST /v1/completions (max_tokens 1) every {cs.poll_s:g}s until it answers (at most {cs.timeout_s:.0f}s)",
                 "read: the pod, its node, the namespace's Events, vLLM's log",
@@ -475,5 +477,5 @@ def plan(outputs: dict[str, Any], w: Where, cs: ColdStartParams, stack: str | No
             "config": "every key a setting changed, then one `pulumi up`" if any(
                 SETTINGS[s].changes() for s in cs.settings) else "nothing changed",
         },
-        "cost": f"one GPU node from zero per repeat; the pool is {w.gpu_pool}, {outputs.get('gpu_pool', {}).get('machine_type', '?')}",
+        "cost": f"one GPU node from zero per repeat; the pool's nodes are {w.gpu_pool}, {outputs.get('gpu_pool', {}).get('machine_type', '?')}",
     }  # fmt: skip
