@@ -112,6 +112,8 @@ def test_the_autoscaled_arm_is_measured_from_its_record_alone():
     assert s.first_served_s == pytest.approx(487.6)
     # Pods: 1 x 60 + 3 x 60 + 3 x 390 + 3 x 450 + 1 x 630 = 3,390 s; nodes above one: 390 + 450 + 630 = 1,470 s.
     assert s.replica_minutes == pytest.approx(56.5) and s.extra_node_minutes == pytest.approx(24.5)
+    # Above the floor of 1: 2 x (60 + 390 + 450) = 1,800 s.
+    assert s.extra_replica_minutes == pytest.approx(30.0)
     assert s.extra_cost_usd == pytest.approx(1470 / 3600 * 0.30, abs=1e-4)
     assert s.settled
     # The queue's integral per replica: 30 x 60 = 1,800 and 10 x 60 / 2 = 300 of 2,100.

@@ -190,6 +190,7 @@ class ArmSummary(BaseModel):
     first_wanted_s: float | None  # more replicas wanted than the floor: the first read, or a new pod's creation
     first_served_s: float | None  # more replicas ready than the floor: the first read, or a new pod's Ready
     replica_minutes: float  # pods holding (or waiting for) a GPU, integrated over the arm
+    extra_replica_minutes: float  # those above the floor: the burst's GPU time (one L4 each on GKE)
     extra_node_minutes: float  # GPU nodes above the arm's first count, integrated over the arm
     extra_cost_usd: float | None  # those node-minutes at the GPU node's hourly price
     settled: bool
@@ -535,6 +536,7 @@ def summarise(rec: ArmRecord, price: GpuPrice | None) -> ArmSummary:
         peak_ready=max((x.ready for x in rec.samples), default=0),
         first_wanted_s=wanted, first_served_s=served,
         replica_minutes=round(_integral(rec, lambda x: x.pods) / 60, 2),
+        extra_replica_minutes=round(_integral(rec, lambda x: max(0, x.pods - rec.floor)) / 60, 2),
         extra_node_minutes=round(extra_node_s / 60, 2),
         extra_cost_usd=None if price is None else round(extra_node_s / 3600 * price.gpu_node, 4),
         settled=rec.settled_at_s is not None, new_replicas=grown, queue_share=queue_share(rec),

@@ -36,13 +36,14 @@ def _arms_table(summary: list[ArmSummary]) -> str:
     rows = [
         [s.arm, s.sent, s.completed, sum(s.failed.values()), s.lost, s.slo_met, num(s.goodput_rps, 2), num(s.ttft_p50_ms),
          num(s.ttft_p99_ms), f"{num(s.short_ttft_p99_ms)} ({s.short_requests})" if s.short_requests else None,
-         f"{s.peak_desired} / {s.peak_ready}", num(s.replica_minutes), num(s.extra_node_minutes),
+         f"{s.peak_desired} / {s.peak_ready}", num(s.replica_minutes), num(s.extra_replica_minutes),
+         num(s.extra_node_minutes),
          None if s.extra_cost_usd is None else f"${s.extra_cost_usd:.3f}"]
         for s in summary
     ]  # fmt: skip
     return table(["arm", "sent", "completed", "failed", "lost", "within SLO", "goodput (req/s)", "TTFT p50 (ms)",
                   "TTFT p99 (ms)", "TTFT p99 while short (requests)", "peak replicas wanted / ready", "replica-min",
-                  "extra GPU node-min", "burst cost"], rows)  # fmt: skip
+                  "above the floor", "extra GPU node-min", "burst cost"], rows)  # fmt: skip
 
 
 def _verdict(r: AutoscaleResult) -> str | None:
@@ -60,7 +61,9 @@ def _verdict(r: AutoscaleResult) -> str | None:
         more = auto.slo_met - fixed.slo_met
         cost = auto.extra_cost_usd
         each = f", ${cost / more * 1000:.2f} per 1,000 more" if cost is not None and more > 0 else ""
-        paid = f" for ${cost:.3f} of extra GPU node time, the scale-down tail included{each}" if cost is not None else ""
+        paid = (f" for ${cost:.3f} of extra GPU node time, the scale-down tail included{each}" if cost is not None else
+                f" for {auto.extra_replica_minutes:.1f} replica-minutes above the floor (an L4 each on GKE; no price: "
+                "the outputs carry no cost estimate)")  # fmt: skip
         text += (f" Against one fixed replica under the same schedule: {auto.slo_met} requests within the SLO "
                  f"against {fixed.slo_met} ({more:+d}){paid}.")  # fmt: skip
     return text + "\n"
