@@ -381,6 +381,9 @@ def test_the_committed_examples_are_todays_reports_of_their_results(folder, mode
     result = load_result(model, example)
     assert (example / "report.md").read_text() == render(result), f"examples/{folder} is stale: rerun its command"
     assert result.meta.command[:4] == ["python", "-m", "benchmarks", "g6"] and "--sim" in result.meta.command
+    # A price per token holds at 100% duty only, and the report says what the bill runs on instead.
+    costs = (example / "report.md").read_text().split("## What serving costs", 1)[1]
+    assert "(100% duty)" in costs and "from `make up` until `make down`" in costs
 
 
 def test_the_prefix_example_says_its_hit_rate_is_bounded_by_its_workload():

@@ -190,11 +190,21 @@ def cost_sections(runs: list[Run], params: G6Params, price: GpuPrice | None, cos
             "The whole cluster adds what runs beside the GPU node. GKE Inference Quickstart's convention "
             "divides the GPU node's spot price by output tokens plus a quarter of the input tokens (its "
             "default output-to-input cost ratio of 4), so it reads lower than ours for the same point.\n\n"
-            + _price_table(runs) + "\n" + cheapest(runs, params, passing)
+            + _price_table(runs) + "\n" + cheapest(runs, params, passing) + "\n" + DUTY
         )
     if cost:
         out += f"\n## Cost\n\n{cost.replace('### ', '')}"
     return out
+
+
+# The prices above are the node's hourly price over the tokens of an hour at full load; a user's bill is not.
+DUTY = (
+    "Every price per token here assumes the GPU node serves at the point's throughput for every hour it bills "
+    "(100% duty). It bills for as long as it is up: the g6 stack's from `make up` until `make down` (or until "
+    "the idle guard scales the server away), each autoscaled replica's from its node's start to its removal. "
+    "Divide by the share of that time it serves at this rate: a node busy a quarter of the time it is up pays "
+    "four times these prices per token.\n"
+)
 
 
 def errors_section(errors: list[str]) -> str:
