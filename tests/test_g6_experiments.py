@@ -394,3 +394,15 @@ def test_the_prefix_example_says_its_hit_rate_is_bounded_by_its_workload():
     report = render_prefix_report(load_result(PrefixResult, example))
     assert "no cache serves more than 88.9% of them" in report
     assert "The 83.5% measured is 93.9% of the ceiling" in report
+
+
+def test_a_simulated_quant_report_says_what_its_model_leaves_out_and_a_real_one_does_not():
+    """AWQ/GPTQ dequantisation is not in the simulator's step cost and its calibration residuals are not in the
+    brackets: the simulated report says both; a real server's report has no such caveat."""
+    example = Path(__file__).resolve().parents[1] / "examples" / "g6-quant-sim"
+    result = load_result(QuantResult, example)
+    caveat = "On the simulator these are the model's figures, not a measurement."
+    simulated = render_quant_report(result)
+    assert caveat in simulated and "dequantisation" in simulated and "+12%" in simulated
+    real = result.model_copy(update={"params": result.params.model_copy(update={"target_kind": "stack"})})
+    assert caveat not in render_quant_report(real)

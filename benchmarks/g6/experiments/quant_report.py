@@ -141,6 +141,19 @@ def _table(r: QuantResult) -> str:
     ) + "\n" + rerun_note(runs) + "Quality's brackets are bootstrap intervals over prompts.\n"  # fmt: skip
 
 
+# What the simulator's costs leave out for a quantized server, and the model's own error (docs/calibration.md:
+# its in-sample L4 residuals), which the intervals of repeated runs cannot show.
+SIMULATED_QUANTIZATION = (
+    "- **On the simulator these are the model's figures, not a measurement.** Its decode step is charged the "
+    "bytes of weights it streams and nothing else: the dequantisation an AWQ or GPTQ checkpoint does on every "
+    "step (its int4 or int8 weights unpacked to bf16 in vLLM's Marlin kernels) is not modelled, so their "
+    "throughput here is an upper bound; fp8 prefill runs at the L4's fp8 FLOPs, twice bf16's. The calibration's "
+    "own residuals on the L4 (docs/calibration.md: output tok/s -0.8% to +12%, TTFT p50 -16% to +12%) are not "
+    "in the brackets, which hold only the spread between seeds (none on the virtual clock): a difference between "
+    "variants smaller than those residuals is not resolved by this run."
+)
+
+
 def _reading(r: QuantResult) -> str:
     lines = ["## What the numbers mean", ""]
     ran = [v for v in r.variants if v.error is None]
@@ -181,6 +194,8 @@ def _reading(r: QuantResult) -> str:
     for v in r.variants:
         if v.error is not None:
             lines.append(f"- **{v.variant}** did not run: {v.error}")
+    if r.params.target_kind == "sim":
+        lines.append(SIMULATED_QUANTIZATION)
     if base is not None and base.quality is not None and r.params.target_kind != "sim":
         q = base.quality
         lines.append(
