@@ -229,6 +229,7 @@ def local_server() -> Iterator[tuple[str, dict[str, list]]]:
     state: dict = {}
 
     async def handle(reader: asyncio.StreamReader, writer: Writer) -> None:
+        truth.setdefault("connections", []).append(1)
         try:
             while True:
                 head = await reader.readuntil(b"\r\n\r\n")
@@ -648,3 +649,19 @@ def test_a_scheduled_ramp_runs_every_arrival_on_its_schedule():
     assert [r.scheduled - t0 for r in run.records] == pytest.approx(offsets, abs=2e-6)
     # A ramp from zero sends its arrivals late in it: fewer than a quarter in its first half (by hand: 1/4).
     assert sum(x < 0.5 for x in offsets) < 12
+
+
+def test_open_loop_requests_reuse_freed_connections_or_each_open_their_own():
+    """Behind a Service, which balances connections, this decides which replica a request reaches: reused,
+    the connection freed last carries the next request; per request, each opens and closes its own."""
+    counts = {}
+    for policy in ("reuse", "per-request"):
+        with local_server() as (base, truth):
+            spec = _spec(f"{base}/ok", concurrency=None, rate=100.0, requests=40, warmup=0, seed=2, connections=policy)
+            run = run_load(spec)
+        assert len([r for r in run.records if r.ok]) == 40
+        counts[policy] = len(truth["connections"])
+    # One more each: the connection that found the server's address (core.plan.resolve) before the run.
+    assert counts["per-request"] == 41 and counts["reuse"] < 41
+    with pytest.raises(LoadgenError, match="per-request is for open-loop arrivals"):
+        _spec("http://127.0.0.1:9", concurrency=2, connections="per-request")

@@ -61,6 +61,8 @@ class LoadSpec(BaseModel):
     # `requests` are the arrivals it offers on average (`scheduled_requests`), placed as a Poisson
     # process with that rate places them; no warm-up unless one is given (the first are the measurement).
     schedule: list[tuple[float, float]] | None = None
+    # Open loop only: each request on the connection freed last ("reuse"), or on one of its own.
+    connections: Literal["reuse", "per-request"] = "reuse"
     requests: int = Field(..., ge=1)
     duration_s: float | None = Field(None, gt=0)
     warmup: int | None = Field(None, ge=0)
@@ -84,6 +86,9 @@ class LoadSpec(BaseModel):
                 f"Poisson) or schedule (open loop, a rate over time), got concurrency={self.concurrency} "
                 f"rate={self.rate} schedule={self.schedule}"
             )
+        if self.connections == "per-request" and self.concurrency is not None:
+            raise LoadgenError(f"load spec for {self.base_url}: connections per-request is for open-loop arrivals "
+                               "(rate or schedule); a closed loop's clients each keep their connection")  # fmt: skip
         if self.schedule is not None:
             knots = [list(k) for k in self.schedule]
             if problem := schedule_problem(knots):
@@ -135,6 +140,7 @@ class LoadSpec(BaseModel):
             concurrency=self.concurrency,
             rate=self.rate,
             schedule=None if self.schedule is None else [list(k) for k in self.schedule],
+            connections=self.connections,
             duration_s=self.duration_s,
             seed=self.seed,
             connect_s=self.timeouts.connect_s,

@@ -89,6 +89,8 @@ class AutoscaleParams(BaseModel):
     rise_seconds: float = Field(0.0, ge=0, description="seconds from base to peak: 0 is a step, more a linear ramp")
     burst_seconds: float = Field(600.0, gt=0, description="seconds at the peak; then no traffic")
     arms: list[Arm] = Field(["fixed", "autoscaled"], min_length=1)
+    # How requests meet the Service, which balances connections: on the one freed last, or each its own.
+    connections: Literal["reuse", "per-request"] = "reuse"
     watch_s: float = Field(5.0, gt=0, description="how often the cluster is read")
     settle_timeout_s: float | None = Field(None, gt=0, description="longest wait for the fleet's floor after "
                                            "the burst (None: the scale-down window plus the node's removal)")  # fmt: skip
@@ -394,7 +396,7 @@ def one_arm(arm: Arm, params: G6Params, own: AutoscaleParams, base_url: str, how
     floor = 1 if arm == "fixed" else policy.min_replicas
     schedule = own.schedule()
     spec = load_spec(params, base_url, schedule=schedule, requests=scheduled_requests(schedule), warmup=0,
-                     duration_s=None, seed=point_seed(params.seed, "autoscale", arm))  # fmt: skip
+                     duration_s=None, seed=point_seed(params.seed, "autoscale", arm), connections=own.connections)  # fmt: skip
 
     def at_floor(s: Sample) -> bool:
         return s.desired == floor and s.ready == floor and s.pods == floor

@@ -58,6 +58,10 @@ class Autoscale(Experiment[AutoscaleParams, AutoscaleOutcome]):
                            help=f"seconds at the peak rate; then no traffic (default {DEFAULTS.burst_seconds:g})")
         group.add_argument("--arms", type=_arms, help="comma-separated: fixed (the ScaledObject paused at one "
                            "replica), autoscaled (default fixed,autoscaled, in that order)")  # fmt: skip
+        group.add_argument("--connections", choices=("reuse", "per-request"),
+                           help="reuse: each request on the connection freed last, as an HTTP client's pool sends "
+                           "them; per-request: a connection of its own each, as separate users (default reuse). A "
+                           "Service balances connections, so this decides how requests spread over replicas")  # fmt: skip
         group.add_argument("--watch-seconds", type=positive, dest="watch_s", metavar="SECONDS",
                            help=f"how often the cluster is read (default {DEFAULTS.watch_s:g})")
         group.add_argument("--settle-timeout", type=positive, dest="settle_timeout_s", metavar="SECONDS",
@@ -85,7 +89,7 @@ class Autoscale(Experiment[AutoscaleParams, AutoscaleOutcome]):
     def planned(self, params: G6Params, own: AutoscaleParams, base_url: str) -> list[LoadSpec]:
         schedule = own.schedule()
         return [load_spec(params, base_url, schedule=schedule, requests=scheduled_requests(schedule), warmup=0,
-                          duration_s=None)]  # fmt: skip
+                          duration_s=None, connections=own.connections)]  # fmt: skip
 
     def outcome(self, own: AutoscaleParams) -> AutoscaleOutcome:
         return AutoscaleOutcome(params=own)

@@ -86,7 +86,8 @@ def _spread(r: AutoscaleResult) -> str | None:
                  "arrivals outpace the first replica, every connection it frees is taken again at once, so its "
                  "backlog stays until the burst ends and the new replica gets only what finds no free connection. "
                  "A request-level balancer in front (GKE's Inference Gateway, or any L7 proxy) or clients that do "
-                 "not reuse connections let a new replica drain the backlog.")  # fmt: skip
+                 "not reuse connections (`--connections per-request` sends so) let a new replica drain the "
+                 "backlog.")  # fmt: skip
     return text + "\n"
 
 
@@ -120,7 +121,9 @@ def render_autoscale_report(r: AutoscaleResult) -> str:
         "## What was run\n",
         f"- Command: `{' '.join(m.command)}`",
         f"- Schedule, each arm: {_schedule_text(r)}; {p.input_len.describe()} prompt and {p.output_len.describe()} "
-        "output tokens per request, prompts of its own for each arm.",
+        "output tokens per request, prompts of its own for each arm; "
+        + ("each request on the keep-alive connection freed last (an HTTP client's pool)." if r.autoscale.connections
+           == "reuse" else "each request on a connection of its own, closed after it (separate users)."),
         f"- Policy: {_policy_text(r)}.",
         "- Arms: " + "; ".join({"fixed": "`fixed`: the ScaledObject paused at one replica (KEDA's "
                                 "autoscaling.keda.sh/paused-replicas), resumed after",

@@ -14,6 +14,7 @@ from dataclasses import asdict, dataclass, field
 from urllib.parse import urlsplit
 
 
+CONNECTIONS = ("reuse", "per-request")
 # Token ids away from the special-token range of common vocabularies (all are > 32k entries).
 TOKEN_ID_RANGE = (1000, 30000)
 
@@ -47,6 +48,10 @@ class Plan:
     schedule: list[list[float]] | None = None
     duration_s: float | None = None
     seed: int = 0
+    # Open loop: "reuse" sends each request on the connection freed last (an HTTP client's pool), "per-request"
+    # opens one per request and closes it after (users each on a connection of their own): behind a Service,
+    # which balances connections, the two spread requests over replicas differently.
+    connections: str = "reuse"
     connect_s: float = 5.0
     first_token_s: float = 120.0
     total_s: float = 600.0
@@ -61,6 +66,8 @@ class Plan:
             raise PlanError(f"plan: {exc}") from None
         if sum(x is not None for x in (plan.concurrency, plan.rate, plan.schedule)) != 1:
             raise PlanError("plan: give exactly one of concurrency, rate and schedule")
+        if plan.connections not in CONNECTIONS:
+            raise PlanError(f"plan: connections {plan.connections!r} is not one of {', '.join(CONNECTIONS)}")
         if plan.schedule is not None and (problem := schedule_problem(plan.schedule)):
             raise PlanError(f"plan: schedule: {problem}")
         if not len(plan.input_lens) == len(plan.output_lens) == plan.total:

@@ -350,7 +350,10 @@ class Worker:
             self._next(conn, seen)
         else:
             if conn is not None and not conn.closed:
-                self.idle.append(conn)
+                if self.plan.connections == "reuse":
+                    self.idle.append(conn)
+                else:
+                    conn.close()
             self._check_done()
 
     def _check_done(self) -> None:
