@@ -90,11 +90,11 @@ lab-local: venv ## a lab's benchmark, unchanged, against a local cluster shaped 
 # the vLLM Service. Small batches (max-num-seqs 8) so a queue forms at a rate 2 cores can drive.
 AUTOSCALE_LOCAL := --set gpu_max_nodes=2 --set autoscaling.enabled=true --set autoscaling.max_replicas=2 \
 	--set autoscaling.scale_down_stabilization_s=60 --set vllm.cpu=0.5 --set vllm.max_num_seqs=8
-g6-autoscale-local: venv ## g6's autoscale experiment on the local cluster's real node: KEDA scaling vLLM stand-ins on their queue (about 25 minutes); report in $(OUT)/
+g6-autoscale-local: venv ## g6's autoscale experiment on the local cluster's real node: KEDA scaling vLLM stand-ins on their queue (about 15 minutes; CONNECTIONS=per-request for a connection per request); report in $(OUT)/
 	$(BIN)/python -m tests.upstream fetch
 	$(BIN)/python -m localcluster bench --lab g6 --real-node --whole-gpu-pool --client-on-host vllm $(AUTOSCALE_LOCAL) \
 		--out $(OUT) -- --experiment autoscale --base-rate 1 --peak-rate 12 --lead-seconds 30 --burst-seconds 240 \
-		--output-len 64 --slo-ttft-ms 2000 --settle-timeout 600
+		--output-len 64 --slo-ttft-ms 2000 --settle-timeout 600 --connections $(or $(CONNECTIONS),reuse)
 
 plan: venv ## offline plan of a lab, no cloud: make plan LAB=g6 (default dev)
 	$(RUN)$(BIN)/python -m stacks.plan $(or $(LAB),dev)

@@ -332,10 +332,10 @@ class Watcher:
         while not (self.samples and done(self.samples[-1])):
             if time.monotonic() >= deadline:
                 return False
-            now_ = _fleet(self.samples[-1]) if self.samples else "not read yet"
-            if now_ != said:
-                self.log(f"g6: autoscale: waiting for {what}: {now_}")
-                said = now_
+            seen = _fleet(self.samples[-1]) if self.samples else "not read yet"
+            if seen != said:
+                self.log(f"g6: autoscale: waiting for {what}: {seen}")
+                said = seen
             time.sleep(self.interval_s)
         return True
 
