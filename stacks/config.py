@@ -11,7 +11,7 @@ from __future__ import annotations
 import hashlib
 import ipaddress
 import re
-from typing import Literal
+from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationInfo, field_validator, model_validator
 
@@ -240,9 +240,12 @@ class LabConfig(Frozen):
     def sha256(self) -> str:
         """Digest of the whole validated config (defaults included): which config a report ran against.
         Keys added after reports recorded digests are left out while they change nothing (a gke target,
-        autoscaling off), so a config keeps the digest it had before the key existed."""
+        autoscaling off, vLLM's CPU at its default), so a config keeps the digest it had before the key existed."""
         unchanged = {"cluster": not self.cluster.existing, "autoscaling": not self.autoscaling.enabled}
-        dump = self.model_dump_json(exclude={k for k, same in unchanged.items() if same} or None)
+        exclude: dict[str, Any] = {k: True for k, same in unchanged.items() if same}
+        if self.vllm.cpu == type(self.vllm).model_fields["cpu"].default:
+            exclude["vllm"] = {"cpu"}
+        dump = self.model_dump_json(exclude=exclude or None)
         return hashlib.sha256(dump.encode()).hexdigest()
 
     @property

@@ -30,6 +30,12 @@ def test_the_default_target_keeps_the_digest_reports_recorded_before_the_key_exi
     assert cfg.cluster.target == "gke" and cfg.sha256 == digest
 
 
+def test_a_key_added_later_changes_the_digest_once_it_is_set():
+    # vllm.cpu came after reports recorded digests: at its default the digest is the one recorded, set it is not.
+    assert load_config("g6", changes={"vllm": {"cpu": 2.0}}).sha256 == load_config("g6").sha256
+    assert load_config("g6", changes={"vllm": {"cpu": 0.5}}).sha256 != load_config("g6").sha256
+
+
 def _walk(value, key=None):
     if isinstance(value, dict):
         for k, v in value.items():
