@@ -114,6 +114,7 @@ def test_the_autoscaled_arm_is_measured_from_its_record_alone():
     assert s.replica_minutes == pytest.approx(56.5) and s.extra_node_minutes == pytest.approx(24.5)
     # Above the floor of 1: 2 x (60 + 390 + 450) = 1,800 s.
     assert s.extra_replica_minutes == pytest.approx(30.0)
+    assert s.scale_ups == 1
     assert s.extra_cost_usd == pytest.approx(1470 / 3600 * 0.30, abs=1e-4)
     assert s.settled
     # The queue's integral per replica: 30 x 60 = 1,800 and 10 x 60 / 2 = 300 of 2,100.
@@ -131,6 +132,18 @@ def test_each_new_replica_has_its_start_phase_by_phase_and_a_full_pool_says_pend
     assert stuck.ready_s is None and QUOTA in stuck.waiting_for
     assert a.pending_label(stuck.waiting_for) == "pending: quota"
     assert a.pending_label("the image did not pull (ErrImagePull): not found") == "pending"
+
+
+def test_a_fleet_that_scales_down_under_the_same_load_and_back_is_said_to_cycle():
+    """On the queue, a fleet that keeps up empties it, so the HPA drops to the floor and the queue rebuilds: two
+    rises in one burst are named, with why; one rise is not."""
+    rec = autoscaled_record()
+    cycled = rec.model_copy(update={"samples": [*rec.samples[:5], sample(1000, 2, 2, 0, 2, 2), sample(1590, 1, 1, 0, 1, 1)]})
+    outcome = a.AutoscaleOutcome(params=a.AutoscaleParams(peak_rate=8), policy=POLICY, records=[cycled])
+    report = render_autoscale_report(a.autoscale_result(_meta(), _params(), outcome, PRICE, None))
+    assert "The fleet left its floor 2 times in one burst" in report and "ceil(waiting / 10)" in report
+    outcome.records = [rec]
+    assert "left its floor" not in render_autoscale_report(a.autoscale_result(_meta(), _params(), outcome, PRICE, None))
 
 
 def test_a_lost_request_is_counted_and_said_and_the_run_is_not_complete(tmp_path):
@@ -372,20 +385,23 @@ def test_the_gpu_pool_s_nodes_are_found_by_the_pool_s_own_node_selector():
     assert cs.vllm_where(existing).gpu_pool == "cloud.google.com/gke-accelerator=nvidia-l4"
 
 
-def test_the_shipped_local_example_shows_the_fleet_rise_and_fall_back_with_every_request_counted():
-    """examples/g6-autoscale-local: KEDA, the HPA and the replicas were real on the local cluster's node. Its
-    fleet rose above one replica under the burst and was back at its floor after it, the queue beside it, no
-    request lost, and its report and figures are what its records say."""
-    folder = Path(__file__).parents[1] / "examples" / "g6-autoscale-local"
-    r = a.AutoscaleResult.model_validate_json((folder / "result.json").read_text())
+@pytest.mark.parametrize("folder", ["g6-autoscale-local", "g6-autoscale-local-per-request"])
+def test_the_shipped_local_examples_show_the_fleet_rise_and_fall_back_with_every_request_counted(folder):
+    """examples/g6-autoscale-local[-per-request]: KEDA, the HPA and the replicas were real on the local cluster's
+    node. The fleet rose above one replica under the burst and was back at its floor after it, the queue beside
+    it, no request lost, and each report and its figures are what its records say."""
+    path = Path(__file__).parents[1] / "examples" / folder
+    r = a.AutoscaleResult.model_validate_json((path / "result.json").read_text())
     arms = {rec.arm: rec for rec in r.arms}
     auto = arms["autoscaled"]
     assert max(x.ready for x in auto.samples) >= 2 and max(x.hpa_desired or 0 for x in auto.samples) >= 2
     assert (auto.samples[-1].desired, auto.samples[-1].ready) == (auto.floor, auto.floor) and auto.settled_at_s
     assert max(v for _, v in auto.queue) > r.policy.target  # the queue that made it grow, from Prometheus
-    assert all(x.hpa_desired is None for x in arms["fixed"].samples)  # paused: no HPA
+    # Paused at one: no HPA after the first read (this run's read the HPA before KEDA had removed it) and one replica.
+    assert all(x.hpa_desired is None for x in arms["fixed"].samples[1:]) and {x.desired for x in arms["fixed"].samples} == {1}
     for rec in r.arms:
         assert len(rec.requests) == rec.planned_requests
     assert [a.summarise(rec, r.gpu_price) for rec in r.arms] == r.summary
-    assert (folder / "report.md").read_text() == render_autoscale_report(r)
+    assert (path / "report.md").read_text() == render_autoscale_report(r)
     assert r.meta.simulation is not None and any("KEDA v2.20.2" in line for line in r.meta.simulation.real)
+    assert f"--connections {r.autoscale.connections}" in " ".join(r.meta.command) or r.autoscale.connections == "reuse"

@@ -189,6 +189,7 @@ class ArmSummary(BaseModel):
     short_requests: int
     peak_desired: int
     peak_ready: int
+    scale_ups: int  # times the replicas wanted rose from the floor (more than one in a burst: the fleet cycled)
     first_wanted_s: float | None  # more replicas wanted than the floor: the first read, or a new pod's creation
     first_served_s: float | None  # more replicas ready than the floor: the first read, or a new pod's Ready
     replica_minutes: float  # pods holding (or waiting for) a GPU, integrated over the arm
@@ -399,7 +400,9 @@ def one_arm(arm: Arm, params: G6Params, own: AutoscaleParams, base_url: str, how
                      duration_s=None, seed=point_seed(params.seed, "autoscale", arm), connections=own.connections)  # fmt: skip
 
     def at_floor(s: Sample) -> bool:
-        return s.desired == floor and s.ready == floor and s.pods == floor
+        # Paused, KEDA has removed its HPA: until then the HPA could still scale the fixed arm.
+        paused = arm == "autoscaled" or s.hpa_desired is None
+        return s.desired == floor and s.ready == floor and s.pods == floor and paused
 
     pause = paused_at(cluster, w, policy, 1, log) if arm == "fixed" else nullcontext()
     with pause, Watcher(cluster, w, policy, own.watch_s, log, fleet.clock) as watch:
@@ -536,6 +539,7 @@ def summarise(rec: ArmRecord, price: GpuPrice | None) -> ArmSummary:
         short_ttft_p99_ms=_p99([r.ttft_ms for r in short if r.ttft_ms is not None]), short_requests=len(short),
         peak_desired=max((x.desired for x in rec.samples), default=0),
         peak_ready=max((x.ready for x in rec.samples), default=0),
+        scale_ups=sum(1 for a, b in zip(rec.samples, rec.samples[1:]) if a.desired <= rec.floor < b.desired),
         first_wanted_s=wanted, first_served_s=served,
         replica_minutes=round(_integral(rec, lambda x: x.pods) / 60, 2),
         extra_replica_minutes=round(_integral(rec, lambda x: max(0, x.pods - rec.floor)) / 60, 2),

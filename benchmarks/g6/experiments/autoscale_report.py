@@ -73,6 +73,19 @@ def _verdict(r: AutoscaleResult) -> str | None:
 UNEVEN = 0.75
 
 
+def _cycles(r: AutoscaleResult) -> str | None:
+    """A fleet that scaled down under an unchanged load and came back, and why a queue target does that."""
+    auto = next((s for s in r.summary if s.arm == "autoscaled"), None)
+    if auto is None or auto.scale_ups < 2 or r.policy.metric != "vllm:num_requests_waiting":
+        return None
+    return (f"The fleet left its floor {auto.scale_ups} times in one burst. Scaling on waiting requests: once the "
+            f"replicas keep up the queue is empty, the HPA's desired replicas, ceil(waiting / {r.policy.target:g}), "
+            f"fall to the floor, it scales down after its {r.policy.scale_down_stabilization_s} s window, and the "
+            "queue rebuilds on the replicas left. A longer scale-down window (HPA's default 300 s) spaces the "
+            "cycles; scaling on `num_requests_running` (the batch, which stays as long as the load does) holds the "
+            "fleet.\n")  # fmt: skip
+
+
 def _spread(r: AutoscaleResult) -> str | None:
     """How the fleet's queue was spread over its replicas, and why when it was not."""
     auto = next((s for s in r.summary if s.arm == "autoscaled"), None)
@@ -80,7 +93,7 @@ def _spread(r: AutoscaleResult) -> str | None:
         return None
     shares = ", ".join(f"`{pod}` {share:.0%}" for pod, share in sorted(auto.queue_share.items(), key=lambda x: -x[1]))
     text = f"Each replica's share of the autoscaled fleet's queue (waiting requests x time): {shares}."
-    if max(auto.queue_share.values()) > UNEVEN:
+    if max(auto.queue_share.values()) > UNEVEN and r.autoscale.connections == "reuse":
         text += (" The Service balances connections, not requests (kube-proxy picks a pod per new connection), and "
                  "a client that reuses its keep-alive connections sends each request on the one freed last: while "
                  "arrivals outpace the first replica, every connection it frees is taken again at once, so its "
@@ -138,6 +151,7 @@ def render_autoscale_report(r: AutoscaleResult) -> str:
         "the arm's first count, at the node's hourly price, until the run's end.\n",
         _arms_table(r.summary),
         *([spread] if (spread := _spread(r)) else []),
+        *([cycles] if (cycles := _cycles(r)) else []),
         f"Plot: `{PLOT}` (replicas, GPU nodes and the queue over time; every request's TTFT beneath).\n",
         "## Each new replica, phase by phase\n",
         "From the pod's creation (when the ReplicaSet acted on the HPA) to Ready (its /health probe; the Service "
