@@ -35,7 +35,7 @@ from pydantic import BaseModel, ConfigDict, Field
 
 from benchmarks.cluster import Cluster, KubeApiError
 from benchmarks.g6.errors import G6Error
-from benchmarks.g6.experiments.cold_start import CONTAINER, DEPLOYMENT, Where, _gpu_nodes, _pods
+from benchmarks.g6.experiments.cold_start import CONTAINER, Where, _gpu_nodes, _pods, deployment
 from benchmarks.g6.result import ExperimentResult, GpuPrice
 from benchmarks.g6.config import G6Params
 from benchmarks.g6.sweep import Measurement, Outcome, Target, interruptible, load_spec, point_seed
@@ -262,13 +262,6 @@ def _hpa(cluster: Cluster, w: Where, policy: ScalingPolicy) -> dict[str, Any] | 
     return next((h for h in cluster.list(*HPA, w.namespace) if h["metadata"]["name"] == name), None) if name else None
 
 
-def _desired(cluster: Cluster, w: Where) -> dict[str, Any]:
-    found = [d for d in cluster.list(*DEPLOYMENT, w.namespace) if d["metadata"]["name"] == w.deployment]
-    if not found:
-        raise KubeApiError(f"no Deployment {w.namespace}/{w.deployment}: is vllm.enabled in the stack?")
-    return found[0]
-
-
 class Watcher:
     """Reads the fleet every `interval_s` on a thread of its own until stopped, keeping every pod and node
     seen and each pod's log as it turned Ready (a pod scaled away takes its log with it)."""
@@ -285,7 +278,7 @@ class Watcher:
         self._thread = threading.Thread(target=self._loop, name="g6-autoscale-watch", daemon=True)
 
     def read(self) -> Sample:
-        deployment = _desired(self.cluster, self.w)
+        vllm = deployment(self.cluster, self.w)
         pods = _pods(self.cluster, self.w)
         nodes = _gpu_nodes(self.cluster, self.w)
         hpa = _hpa(self.cluster, self.w, self.policy)
@@ -301,7 +294,7 @@ class Watcher:
         metrics = ((hpa or {}).get("status") or {}).get("currentMetrics") or []
         current = ((metrics[0].get("external") or {}).get("current") or {}) if metrics else {}
         sample = Sample(
-            at=self.clock(), desired=int((deployment.get("spec") or {}).get("replicas") or 0), pods=len(live),
+            at=self.clock(), desired=int((vllm.get("spec") or {}).get("replicas") or 0), pods=len(live),
             pending=sum(1 for p in live if condition_time(p, "PodScheduled") is None),
             ready=sum(1 for p in live if _ready(p)), gpu_nodes=len(nodes),
             hpa_desired=None if hpa is None else int((hpa.get("status") or {}).get("desiredReplicas") or 0),

@@ -223,11 +223,16 @@ def now() -> datetime:
 Clock = Callable[[], datetime]
 
 
-def _replicas(cluster: Cluster, w: Where) -> int:
+def deployment(cluster: Cluster, w: Where) -> dict[str, Any]:
+    """The stack's vLLM Deployment as the API has it; KubeApiError when the stack has none."""
     found = [d for d in cluster.list(*DEPLOYMENT, w.namespace) if d["metadata"]["name"] == w.deployment]
     if not found:
         raise KubeApiError(f"no Deployment {w.namespace}/{w.deployment}: is vllm.enabled in the stack?")
-    return int((found[0].get("spec") or {}).get("replicas") or 0)
+    return found[0]
+
+
+def _replicas(cluster: Cluster, w: Where) -> int:
+    return int((deployment(cluster, w).get("spec") or {}).get("replicas") or 0)
 
 
 def _scale(cluster: Cluster, w: Where, replicas: int) -> None:
