@@ -38,6 +38,10 @@ class KubeApiError(BenchmarkError):
     """The cluster could not be reached or refused an operation; says which and why."""
 
 
+class Gone(KubeApiError):
+    """The object is not there (HTTP 404): deleted since it was listed, as a finished pod may be at once."""
+
+
 class WaitTimeout(KubeApiError):
     """A wait ran past its deadline; the message says what was awaited and what was last seen."""
 
@@ -174,7 +178,8 @@ class KubeCluster:
                 name, namespace, container=container, _request_timeout=self._timeout
             )
         except Exception as e:
-            raise KubeApiError(f"reading the log of pod {namespace}/{name} failed: {brief(e)}") from e
+            kind = Gone if getattr(e, "status", None) == 404 else KubeApiError
+            raise kind(f"reading the log of pod {namespace}/{name} failed: {brief(e)}") from e
 
     def follow_log(self, namespace: str, name: str, container: str | None = None) -> Iterator[str]:
         """The pod's log line by line as it is written, until the container ends (`kubectl logs -f`).

@@ -38,6 +38,9 @@ class HelmReleaseArgs:
     timeout_s: int = 900
     skip_crds: bool = False
     source: ChartSource = "install"
+    # The lock folders of the CRDs of the subcharts these values install (a dependency's, as Trainer's
+    # JobSet), which with source `upstream-crds` stand in for them beside the chart's own.
+    subchart_crds: tuple[str, ...] = ()
 
 
 class HelmRelease(pulumi.ComponentResource):
@@ -57,7 +60,8 @@ class HelmRelease(pulumi.ComponentResource):
             depends.append(self.namespace)
         if args.source == "upstream-crds":
             # CRDs are cluster-scoped: they need nothing first, not even the namespace.
-            self.release: pulumi.Resource = UpstreamCrds(f"{name}-crds", args.chart.crds, opts=pulumi.ResourceOptions(parent=self))
+            crds = args.chart.crds + args.subchart_crds
+            self.release: pulumi.Resource = UpstreamCrds(f"{name}-crds", crds, opts=pulumi.ResourceOptions(parent=self))
             self.register_outputs({})
         else:
             release = self._release(name, args, depends)

@@ -20,7 +20,7 @@ from components.kueue import jobset_values
 from components.namespaces import namespace
 from components.naming import StackId, k8s_labels
 from components.upstream_crds import UpstreamCrds
-from components.versions import KUBEFLOW_TRAINER, TRAINING_OPERATOR_CRDS, TRAINING_OPERATOR_KUSTOMIZE
+from components.versions import JOBSET, KUBEFLOW_TRAINER, TRAINING_OPERATOR_CRDS, TRAINING_OPERATOR_KUSTOMIZE
 
 Api = Literal["trainer-v2", "v1"]
 OPERATOR_NAMESPACE: dict[Api, str] = {
@@ -75,6 +75,7 @@ class TrainingOperator(pulumi.ComponentResource):
                     # (`apk add kubectl`) with no security settings of their own (templates/runtimes/).
                     pod_security="baseline",
                     source=args.charts,
+                    subchart_crds=JOBSET.crds if args.jobset is None else (),
                 ),
                 opts=pulumi.ResourceOptions(parent=self, depends_on=[args.jobset] if args.jobset else []),
             )

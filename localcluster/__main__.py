@@ -168,13 +168,14 @@ def main(argv: list[str] | None = None) -> int:
                                "every GPU the pool could (gpu_max_nodes x per node), kwok plays no GPU node")  # fmt: skip
     bench_command.add_argument("--client-on-host", metavar="ENDPOINT", help="the benchmark on this host, through the "
                                "Service of the lab's endpoint ENDPOINT (its ClusterIP, routed to the real node) and "
-                               "the node's Prometheus, instead of a Job on kwok's system nodes")  # fmt: skip
+                               "the node's Prometheus, instead of a Job on kwok's system nodes (g6's default with --real-node)")  # fmt: skip
     args = parser.parse_args(argv)
     if args.command == "bench":
         if (args.whole_gpu_pool or args.client_on_host) and not args.real_node:
             parser.error("--whole-gpu-pool and --client-on-host need --real-node")
         try:
-            local = bench.LocalRun(bench.settings(args.set), args.whole_gpu_pool, args.client_on_host)
+            client = args.client_on_host or (bench.LOAD_FROM_HOST.get(args.lab) if args.real_node else None)
+            local = bench.LocalRun(bench.settings(args.set), args.whole_gpu_pool, client)
         except bench.BenchError as e:
             parser.error(str(e))
         return bench.main(args.lab, args.out, args.job_seconds, benchmark_args, args.real_node, local)

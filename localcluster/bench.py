@@ -46,6 +46,11 @@ MODULES = ("kube", "kwok", "pulumi", "pulumi-kubernetes")
 CONTROLLERS_TIMEOUT_S = 240.0
 
 
+# Labs whose benchmark sends its load from a Job on the system pool, which is kwok's here (only the GPU pool's
+# node is real): with --real-node the load goes from this host through the Service of this endpoint instead.
+LOAD_FROM_HOST = {"g6": "vllm"}
+
+
 class BenchError(Exception):
     """The local run could not be set up (the lab's `pulumi up`, a controller that never got ready)."""
 

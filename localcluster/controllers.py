@@ -74,6 +74,9 @@ class Controller:
     # CRD bases do not), and whether it must manage its own certificate (see KUEUE).
     conversion: tuple[str, ...] = ()
     own_certificate: bool = False
+    # Files of its source whose objects its chart applies once it runs (Trainer's post-install hook Job
+    # applies the built-in runtimes the values enable): applied once its webhooks are registered.
+    installs: tuple[str, ...] = ()
 
     def source_dir(self, gomod: Path) -> Path:
         """The controller's source at the version its build module pins, in Go's module cache."""
@@ -101,6 +104,9 @@ TRAINER = Controller(
     "trainer", "trainer", "trainer-controller-manager", "github.com/kubeflow/trainer/v2",
     "manifests/base/webhook/manifests.yaml", "manifests/base/crds", "trainer.kubeflow.org", "kubeflow-system",
     "trainjobs.trainer.kubeflow.org",
+    # The one runtime components.training_operator enables (runtimes.torchDistributed), its plain manifest
+    # (the chart's files/runtimes/ copy is the same object templated with labels).
+    installs=("manifests/base/runtimes/torch_distributed.yaml",),
 )  # fmt: skip
 CONTROLLERS = {c.name: c for c in (JOBSET, KUEUE, TRAINER)}  # start order: the job kinds Kueue manages first
 
@@ -371,11 +377,25 @@ class LabControllers:
             if answer.status_code != 201:
                 self._stop_one(controller.name, remove_crds=True)
                 raise ControllerError(f"{doc['kind']} {doc['metadata']['name']} refused: {answer.status_code} {answer.text}")
+        for path in controller.installs:
+            self._install(controller, path)
         version = MODULES[controller.module].versions()[controller.source]
         declare(self.client, {f"{REAL}{controller.name}": f"{controller.name} {version} controller manager "
                               f"({controller.source}), a process beside the API server, its webhooks on loopback"})  # fmt: skip
         self.ready.add(controller.name)
         self.say(f"{controller.name}: ready, webhooks on {LOOPBACK}:{ports.webhook} (log {component.log})")
+
+    def _install(self, controller: Controller, path: str) -> None:
+        """The objects of a file of its source created (kept if there already), their collections found by
+        discovery as any client finds them."""
+        for doc in yaml.safe_load_all((self._sources[controller.name] / path).read_text()):
+            group_version, kind, name = doc["apiVersion"], doc["kind"], doc["metadata"]["name"]
+            resources = self.client.get(f"/apis/{group_version}").json()["resources"]
+            plural = next(r["name"] for r in resources if r["kind"] == kind and "/" not in r["name"])
+            answer = self.client.post(f"/apis/{group_version}/{plural}", json=doc)
+            if answer.status_code not in (201, 409):
+                raise ControllerError(f"{controller.name}: {kind} {name} from {path} refused: {answer.status_code} {answer.text}")
+            self.say(f"{controller.name}: {kind} {name} applied from its source ({path}), as its chart's hook would")
 
     def _own_certificate(self, controller: Controller, cert_dir: Path) -> bytes:
         """The Secret its certificate rotator reads (replaced), with a pair for its Service and 127.0.0.1,

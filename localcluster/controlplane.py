@@ -30,7 +30,7 @@ import httpx
 import yaml
 
 from facts.simulation import REAL, SIMULATED, STATEMENT_NAME, STATEMENT_NAMESPACE
-from localcluster import certs, nodes, realnode
+from localcluster import certs, images, nodes, realnode
 from localcluster.build import MODULES, Built
 from stacks.config import LabConfig
 
@@ -209,7 +209,8 @@ class ControlPlane:
             self.state / "node", self.built, self.server, pki, realnode_labels(self.lab),
             realnode.Addresses.of(self.lab.subnet_cidr, self.lab.pods_cidr, self.lab.services_cidr),
             kubeconfigs, say=self.say, launch=self.start_process,
-            gpus=self.lab.pool_capacity.per_node * (self.lab.gpu_max_nodes if self.whole_gpu_pool else 1),
+            gpus_per_node=self.lab.pool_capacity.per_node, pool_nodes=self.lab.gpu_max_nodes if self.whole_gpu_pool else 1,
+            images=images.for_lab(self.lab),
         )  # fmt: skip
         self.node.start()
 

@@ -29,6 +29,7 @@ from pathlib import Path
 
 from components.versions import PYTORCH_IMAGE, SCRIPTS_PYTHON_IMAGE, TRITON_IMAGE, VLLM_IMAGES
 from localcluster.build import REPO
+from stacks.config import LabConfig
 
 CACHE = REPO / ".cache" / "images"
 SUITE = "bookworm"  # Debian 12: its python3 is 3.11, the project's own Python
@@ -42,6 +43,8 @@ PAUSE = "registry.k8s.io/pause:3.10.2"
 BUSYBOX = "docker.io/library/busybox:1.37.0"
 PROJECT_IN_IMAGE = "/opt/gke-ml-labs"  # where the vLLM stand-in carries the project's simulator
 REFERENCE_ANNOTATION = "io.containerd.image.name"  # the name `ctr images import` gives the image
+
+TORCHRUN_STD = '"$1/usr/lib/python3/dist-packages/torch/distributed/elastic/multiprocessing/api.py"'
 
 Say = Callable[[str], None]
 
@@ -61,6 +64,8 @@ class StandIn:
     cmd: tuple[str, ...] = ()
     env: tuple[str, ...] = ("PATH=/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin",)
     files: dict[str, Path] = field(default_factory=dict)  # path in the image -> a file or folder of ours
+    on_demand: bool = False  # built and imported only when a lab's pods name it (for_lab)
+    hooks: tuple[str, ...] = ()  # shell run on the finished root filesystem ("$1"), each said why where it is set
 
     @property
     def name(self) -> str:
@@ -68,7 +73,7 @@ class StandIn:
 
     def key(self) -> str:
         digest = hashlib.sha256()
-        for part in (RECIPE, SUITE, self.name, self.stands_in_for, *self.debs, "|", *self.pip, "|", *self.cmd, *self.env):
+        for part in (RECIPE, SUITE, self.name, self.stands_in_for, *self.debs, "|", *self.pip, "|", *self.cmd, *self.env, "|", *self.hooks):
             digest.update(part.encode() + b"\0")
         for target, source in sorted(self.files.items()):
             digest.update(target.encode() + b"\0")
@@ -129,6 +134,22 @@ STAND_INS: dict[str, StandIn] = {
             },
             cmd=("vllm", "serve"),
         ),
+        # Debian's own CPU build of PyTorch (1.13.1, with gloo): PyPI serves only the CUDA wheel, whose ~3 GB of
+        # CUDA libraries it cannot import without. A 485 MiB archive, so built and imported only for a lab that runs it.
+        StandIn(
+            PYTORCH_IMAGE,  # the g4 and g8 pods name the same tag (benchmarks.kube.images.PYTORCH_CUDA)
+            "the official PyTorch image (2.5.1, CUDA 12.4): here Debian 12's CPU build of PyTorch 1.13.1 with gloo, "
+            "its torchrun and python3; no CUDA, so torch.cuda.is_available() is False",
+            debs=("python3-torch", "python-is-python3", "ca-certificates"),
+            cmd=("python3",),
+            on_demand=True,
+            # torch 1.13 under Python 3.11 (Debian's pairing): torchrun's Std.from_str finds its value by
+            # iterating the IntFlag, which 3.11 no longer does for 0 (NONE) or 3 (ALL), so every torchrun dies
+            # with "'NoneType' object has no attribute 'get'". torch 2.0 looks the member up by value instead;
+            # so does this.
+            hooks=(f"sed -i 's/for s in Std:/for s in Std.__members__.values():/' {TORCHRUN_STD} && "
+                   f"grep -q 'for s in Std.__members__.values():' {TORCHRUN_STD}",),
+        ),
         # Every pod's sandbox (containerd's pinned `sandbox` image, its default in containerd 2.4): it only
         # holds the pod's namespaces open.
         StandIn(
@@ -147,13 +168,21 @@ STAND_INS: dict[str, StandIn] = {
 }
 
 
+ALWAYS = tuple(name for name, s in STAND_INS.items() if not s.on_demand)  # what every real node imports
+
 # The images the labs' pods name that have no stand-in yet, and why: a pod of them on the real node waits in
 # ErrImageNeverPull-like failure (nothing can be pulled), so its lab says so.
 NO_STAND_IN: dict[str, str] = {
-    normalise(PYTORCH_IMAGE): "not built yet: the CPU torch stand-in for g4's gloo rendezvous and g8's trainer",
     normalise(VLLM_IMAGES["12"]): "the CUDA 12 build of vLLM: its stand-in would be the CUDA 13 one's, which g6 runs by default",
     normalise(TRITON_IMAGE): "Triton's server cannot be stood in for by anything built here (g5)",
 }
+
+
+def for_lab(lab: LabConfig) -> tuple[str, ...]:
+    """The stand-ins a lab's real node imports: every one but those built on demand, and PyTorch's for a lab
+    whose pods train (g4's job, g8's checkpointed trainer)."""
+    trains = lab.training_operator.enabled or lab.checkpoints.enabled
+    return ALWAYS + ((normalise(PYTORCH_IMAGE),) if trains else ())
 
 
 def _run(command: list[str], what: str, image: StandIn) -> None:
@@ -184,6 +213,7 @@ def _rootfs(image: StandIn, tar_path: Path) -> None:
         hooks.append(f'cp -r "{wheels}" "$1/tmp/wheels"')
         hooks.append(f'chroot "$1" python3 -m pip install -q --no-index --find-links /tmp/wheels --break-system-packages {pins}')
         hooks.append('rm -rf "$1/tmp/wheels"')
+    hooks.extend(image.hooks)
     for target, source in image.files.items():
         hooks.append(f'mkdir -p "$1{Path(target).parent}" && cp -r "{source}" "$1{target}"')
     hooks.append('find "$1/opt" -name __pycache__ -prune -exec rm -rf {} + 2>/dev/null; true')
@@ -245,11 +275,12 @@ def _oci_archive(image: StandIn, rootfs_tar: Path, archive: Path) -> None:
         partial.rename(archive)
 
 
-def ensure(names: Iterable[str] = tuple(STAND_INS), say: Say = print) -> dict[str, Path]:
-    """Each named stand-in's OCI archive, built where missing (minutes), reused where present."""
+def ensure(names: Iterable[str] = (), say: Say = print) -> dict[str, Path]:
+    """Each named stand-in's OCI archive (none named: those not built on demand), built where missing
+    (minutes), reused where present."""
     CACHE.mkdir(parents=True, exist_ok=True)
     archives = {}
-    for name in names:
+    for name in names or ALWAYS:
         image = STAND_INS[normalise(name)]
         if not image.archive.is_file():
             say(f"building stand-in {image.name} from Debian {SUITE} ({', '.join(image.debs)}"
@@ -259,6 +290,9 @@ def ensure(names: Iterable[str] = tuple(STAND_INS), say: Say = print) -> dict[st
                 _rootfs(image, rootfs)
                 _oci_archive(image, rootfs, image.archive)
             say(f"  {image.name}: {image.archive.stat().st_size / 2**20:.0f} MiB")
+            for stale in CACHE.glob(image.archive.name.replace(image.key(), "?" * len(image.key()))):
+                if stale != image.archive:  # the same image as an earlier recipe or project tree made it
+                    stale.unlink()
         archives[image.name] = image.archive
     return archives
 
@@ -274,7 +308,7 @@ def manifest_labels(archive: Path) -> dict[str, str]:
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m localcluster.images", description=__doc__.split("\n\n")[0])
-    parser.add_argument("images", nargs="*", default=list(STAND_INS), help="references (default: every stand-in)")
+    parser.add_argument("images", nargs="*", help="references (default: every stand-in not built on demand)")
     args = parser.parse_args(argv)
     try:
         for name, archive in ensure(args.images).items():

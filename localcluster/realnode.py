@@ -208,7 +208,9 @@ class RealNode:
     say: Say = print
     # The control plane's: starts a process (name, command, environment) it tracks and stops.
     launch: Callable[[str, list[str], dict[str, str]], Any] | None = None
-    gpus: int = 1  # nvidia.com/gpu it advertises: one L4, or every L4 of a pool it stands for whole
+    gpus_per_node: int = 1  # nvidia.com/gpu one node of the pool advertises (its time-sharing replicas)
+    pool_nodes: int = 1  # how many of the pool's nodes it stands for: its first, or all of them at once
+    images: tuple[str, ...] = images.ALWAYS  # the stand-ins it imports (images.for_lab)
     holder: subprocess.Popen | None = None
     forwarder: _Forwarder | None = None
 
@@ -216,9 +218,20 @@ class RealNode:
     def name(self) -> str:
         return nodes.REAL_NODE_NAME
 
+    @property
+    def gpus(self) -> int:
+        """nvidia.com/gpu it advertises."""
+        return self.gpus_per_node * self.pool_nodes
+
     # ------------------------------------------------------------------------------------------- start
 
     def start(self) -> None:
+        # The kubelet binds a Unix socket under its root (pod-resources/<10 digits>); a socket path has at most
+        # 107 bytes, and past that the kubelet dies with "bind: invalid argument".
+        socket_path = self.state / "kubelet" / "pod-resources" / ("0" * 10)
+        if len(str(socket_path).encode()) > 107:
+            raise NodeError(f"the real node's folder {self.state} is too deep for the kubelet's Unix sockets "
+                            f"({len(str(socket_path).encode())} bytes of at most 107): give the cluster a shorter folder")  # fmt: skip
         if Path(f"/sys/class/net/{HOST_LINK}").exists():
             raise NodeError(f"a network device {HOST_LINK} exists: another local cluster's real node is running "
                             "(`make cluster-down`), or one was left (ip link delete " + HOST_LINK + ")")  # fmt: skip
@@ -363,11 +376,11 @@ class RealNode:
         }  # fmt: skip
 
     def _import_stand_ins(self) -> None:
-        """Every stand-in image into the node's containerd, under the reference the manifests use."""
+        """The lab's stand-in images into the node's containerd, under the references the manifests use."""
         ctr = [str(self.built.binary("ctr")), f"--address={self.containerd_socket}", "--namespace=k8s.io"]
-        for archive in images.ensure(say=self.say).values():
+        for archive in images.ensure(self.images, say=self.say).values():
             _run(*self._enter(), *ctr, "images", "import", str(archive))
-        self.say(f"  containerd: {len(images.STAND_INS)} stand-in images imported")
+        self.say(f"  containerd: {len(self.images)} stand-in images imported")
 
     def _start_kubelet(self) -> None:
         folder = self.state / "kubelet"
@@ -477,14 +490,15 @@ class RealNode:
         runc = MODULES["runc"].versions()["github.com/opencontainers/runc"]
         cni = MODULES["cni"].versions()["github.com/containernetworking/plugins"]
         coredns = MODULES["coredns"].versions()["github.com/coredns/coredns"]
-        stand_ins = "; ".join(f"{s.name} ({s.stands_in_for})" for s in images.STAND_INS.values())
+        stand_ins = "; ".join(f"{s.name} ({s.stands_in_for})" for s in map(images.STAND_INS.get, self.images))
         return {
             f"{REAL}node": f"{self.name}: kubelet and kube-proxy {kube}, containerd {containerd}, runc {runc}, CNI plugins "
             f"{cni} (bridge, host-local, loopback, portmap), CoreDNS {coredns}: its pods' containers execute, their "
             "probes, logs, Services and cluster DNS are real",
             f"{SIMULATED}gpu": f"{self.name} advertises {self.gpus} {GPU_RESOURCE} on its status with no device behind "
-            "it; its CPU and memory are this machine's, not the machine type's"
-            + ("" if self.gpus == 1 else f"; it stands for the GPU pool's {self.gpus} nodes at once, so a new replica "
+            "it and no driver, so its pods find no nvidia-smi (GKE mounts the driver's) and the driver and CUDA "
+            "versions stay 'not known'; its CPU and memory are this machine's, not the machine type's"
+            + ("" if self.pool_nodes == 1 else f"; it stands for the GPU pool's {self.pool_nodes} nodes at once, so a new replica "
                "finds its GPU without a node to add"),
             f"{SIMULATED}images": f"no image is pulled: stand-ins built here from Debian's packages and PyPI run under "
             f"the references the manifests name: {stand_ins}",

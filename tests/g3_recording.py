@@ -379,14 +379,17 @@ def _pod_status(w: WorkerPlan, spec: dict[str, Any], lifted: float | None, t: fl
         container.update(ready=False, started=False, state={"waiting": {"reason": "ContainerCreating"}})
     ready_since = w.ended if ended else w.started
     phase = ("Succeeded" if ok else "Failed") if ended else ("Running" if started else "Pending")
+    # As the kubelet (1.35) words them, read on the real node (examples/g3-real-node): a pod not yet started
+    # names its unready containers; an ended one has its sandbox gone and says how it ended.
+    unready = ("PodCompleted" if ok else "PodFailed", None) if ended else ("ContainersNotReady",
+                                                                           "containers with unready status: [worker]")
     conditions = [
-        cond("PodReadyToStartContainers", "True", w.placed + 1.2) if started else cond("PodReadyToStartContainers", "False", w.placed),
-        cond("Initialized", "True", w.placed),
-        cond("Ready", "True", w.started) if started and not ended else cond("Ready", "False", ready_since or w.placed,
-                                                                            "PodCompleted" if ended else "ContainersNotReady"),
-        cond("ContainersReady", "True", w.started) if started and not ended else cond("ContainersReady", "False",
-                                                                                      ready_since or w.placed,
-                                                                                      "PodCompleted" if ended else "ContainersNotReady"),
+        cond("PodReadyToStartContainers", "True", w.placed + 1.2) if started and not ended
+        else cond("PodReadyToStartContainers", "False", ready_since or w.placed),
+        cond("Initialized", "True", w.placed, "PodCompleted" if ended and ok else None),
+        cond("Ready", "True", w.started) if started and not ended else cond("Ready", "False", ready_since or w.placed, *unready),
+        cond("ContainersReady", "True", w.started) if started and not ended
+        else cond("ContainersReady", "False", ready_since or w.placed, *unready),
         cond("PodScheduled", "True", w.placed),
     ]  # fmt: skip
     return {"phase": phase, "qosClass": "Guaranteed", "conditions": conditions, "hostIP": "10.10.0.1",

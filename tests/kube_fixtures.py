@@ -123,7 +123,10 @@ def kueue_conditions(
     Kueue 0.19 (default feature gates) writes reason Pending when the quota is short and Waiting when
     waitForPodsReady.blockAdmission holds it. PodsReady turns True with reason Started; Finished copies
     the job's own message (`finished_message`: a JobSet's is "jobset completed successfully") and goes
-    before PodsReady, as Kueue 0.19.2 wrote them on the local cluster (examples/g3-local).
+    before PodsReady, as Kueue 0.19.2 wrote them on the local cluster (examples/g3-local). Once finished,
+    PodsReady reads reason Recovered since the finish: a kubelet marks a completed pod not Ready, Kueue
+    turns PodsReady False (WaitForRecovery), then True again as Recovered once the job counts its
+    finished pods (pkg/controller/jobframework/reconciler.go; examples/g3-real-node, a real kubelet).
     """
     if quota_reserved is None:
         waiting = {"type": "QuotaReserved", "status": "False", "reason": pending_reason, "message": pending_message,
@@ -145,9 +148,9 @@ def kueue_conditions(
         conditions.append({"type": "Finished", "status": "True", "reason": "Succeeded",
                            "message": finished_message, "lastTransitionTime": api_time(finished)})  # fmt: skip
     if pods_ready:
-        conditions.append({"type": "PodsReady", "status": "True", "reason": "Started",
+        conditions.append({"type": "PodsReady", "status": "True", "reason": "Recovered" if finished else "Started",
                            "message": "All pods reached readiness and the workload is running",
-                           "lastTransitionTime": api_time(pods_ready)})  # fmt: skip
+                           "lastTransitionTime": api_time(finished or pods_ready)})  # fmt: skip
     else:
         conditions.append({"type": "PodsReady", "status": "False", "reason": "WaitForStart",
                            "message": "Not all pods are ready or succeeded",

@@ -129,8 +129,8 @@ def test_an_on_demand_node_and_a_cluster_without_gpu_node_say_so():
 
 def test_offline_the_evidence_says_simulator_or_not_known():
     params = run.resolve_params(cli.parse(["--sim", "--model", "Qwen/Qwen2.5-1.5B-Instruct"]), None)
-    sim = run.run_evidence(params, None, run.ClientSide(None, None, None), STARTED)
-    assert sim.model_dump() == {k: SIMULATOR for k in KEYS}
+    sim, simulation = run.run_evidence(params, None, run.ClientSide(None, None, None), STARTED, print)
+    assert sim.model_dump() == {k: SIMULATOR for k in KEYS} and simulation is None
     # A result written before meta.evidence existed reads as not known, never as a made-up value.
     old = json.loads(RunMeta(lab="g6", target="t", model="m", started_at=STARTED, finished_at=FINISHED,
                              client_host_cpus=2, tool_version="0.1.0", command=[]).model_dump_json())  # fmt: skip

@@ -259,6 +259,62 @@ def test_saved_outputs_give_model_and_server_parameters(tmp_path, sim_url):
     assert [s.max_num_seqs for s in result.sizing] == [16]
 
 
+def _on_the_local_cluster(tmp_path: Path, monkeypatch, url: str, *extra: str) -> Path:
+    """A g6 run from this machine (--outputs, --target) against a cluster that states what it simulates, as
+    `make lab-local LAB=g6` runs it; its results folder."""
+    from benchmarks.cluster import KubeCluster
+    from facts.simulation import STATEMENT_NAME, STATEMENT_NAMESPACE
+    from labs_fakes import FakeCluster
+
+    kwok_node = {"metadata": {"name": "system-0", "annotations": {"kwok.x-k8s.io/node": "fake"},
+                              "labels": {"cloud.google.com/gke-nodepool": "system"}}, "status": {}}  # fmt: skip
+    statement = {"metadata": {"name": STATEMENT_NAME, "namespace": STATEMENT_NAMESPACE},
+                 "data": {"real.node": "gpu-0: kubelet and kube-proxy v1.35.4", "simulated.gpu": "no device"}}  # fmt: skip
+    answers = {"Node": [kwok_node], "ConfigMap": [statement]}
+    cluster = FakeCluster(lambda api_version, kind, namespace, selector: answers.get(kind, []))
+    monkeypatch.setattr(KubeCluster, "from_kubeconfig", staticmethod(lambda *a, **k: cluster))
+    tmp_path.mkdir(parents=True, exist_ok=True)
+    path = tmp_path / "outputs.json"
+    outputs = program_outputs("g6")  # what the stack file exports: the stand-in serves its settings
+    outputs["benchmark"] = {**outputs["benchmark"], "model": MODEL, "max_num_seqs": 16}
+    path.write_text(json.dumps({**outputs, "kubeconfig": "a kubeconfig"}))
+    rc = main(["--outputs", str(path), "--target", url, "--concurrency", "2", "--requests", "4",
+               "--out", str(tmp_path / "out"), *SMALL, *extra])  # fmt: skip
+    assert rc == 0
+    return _only_folder(tmp_path / "out")
+
+
+def test_load_from_this_machine_still_reports_what_the_stack_s_cluster_ran_and_simulated(tmp_path, monkeypatch, sim_url):
+    """`make lab-local LAB=g6` sends the load from the host (--target) to the stack's Service: what ran and
+    what the local cluster simulated are read from the stack's cluster all the same, and said under the
+    title, before any figure (the first such run's report had neither)."""
+    folder = _on_the_local_cluster(tmp_path, monkeypatch, sim_url)
+    result = load_result(G6Result, folder)
+    assert result.meta.evidence.gke_version == "v1.35.7-gke.1219000"  # the fake cluster's, as its API answered
+    assert result.meta.simulation is not None
+    assert result.meta.simulation.real == ["gpu-0: kubelet and kube-proxy v1.35.4"]
+    assert result.meta.simulation.simulated[0] == "no device" and "system-0" in result.meta.simulation.simulated[1]
+    report = (folder / "report.md").read_text()
+    assert report.index("## What was real and what was simulated") < report.index("## The answer")
+
+
+@pytest.mark.realtime
+def test_a_run_on_the_local_cluster_s_stand_in_is_held_to_the_oracle_and_can_disagree(tmp_path, monkeypatch, capsys):
+    """Its vLLM was the simulator's stand-in (no image is pulled there): the agreement check replays the same
+    plans as the --sim run of the stack's model and settings. A stand-in in real time agrees; one running
+    4x fast (its figures not GPU time) disagrees."""
+    from benchmarks.g6 import agreement
+
+    folders = {}
+    for speedup in (1.0, 4.0):
+        base = ServerSettings(model=MODEL)
+        with SimTarget(gpu="l4", speedup=speedup, seed=1, base=base).serving(ServerSettings(max_num_seqs=16)) as server:
+            folders[speedup] = _on_the_local_cluster(tmp_path / str(speedup), monkeypatch, server.base_url)
+    assert agreement.main([str(folders[1.0])]) == 0, capsys.readouterr()
+    assert agreement.main([str(folders[4.0])]) == 1
+    assert "**no**" in capsys.readouterr().out
+
+
 def test_an_unset_value_is_removed_again_after_ctrl_c(tmp_path, monkeypatch, sim_url):
     state = fake_pulumi(tmp_path, monkeypatch, _stack_outputs(tmp_path))
     target = StackTarget(PulumiStack("g6"), http_server(sim_url), Demand(MODEL, 64, "flags"), health_timeout_s=10)

@@ -105,3 +105,21 @@ def test_unknown_lab_lists_the_labs(capsys):
     assert benchmarks_main(["g9"]) == 2
     err = capsys.readouterr().err
     assert "unknown lab 'g9'" in err and "labs: g1, g2, g3, g4, g5, g6, g7, g8" in err
+
+
+def test_progress_off_a_terminal_says_when_each_point_starts_and_ends_once(capsys):
+    """In a log file or CI the live bars show nothing until the run ends: a line per point instead."""
+    from benchmarks.harness import RunProgress
+
+    progress = RunProgress()
+    with progress.running():
+        update = progress.point("mns=8 c=1 run 1", 64)
+        for done in (1, 32, 64, 64):
+            update(done)
+    lines = [ln for ln in capsys.readouterr().err.splitlines() if ln.startswith("mns=8 c=1 run 1:")]
+    assert lines[0] == "mns=8 c=1 run 1: started, 64 requests"
+    assert len(lines) == 2 and lines[1].startswith("mns=8 c=1 run 1: 64 of 64 in ")
+    quiet = RunProgress(enabled=False)
+    with quiet.running():
+        quiet.point("mns=8 c=8 run 1", 64)(64)
+    assert "mns=8 c=8" not in capsys.readouterr().err

@@ -126,8 +126,11 @@ def test_kueue_conditions_follow_kueue_order_and_validate_against_the_crd():
         ("QuotaReserved", "2026-11-29T10:00:01Z"),
         ("Admitted", "2026-11-29T10:00:04Z"),
         ("Finished", "2026-11-29T10:02:00Z"),  # before PodsReady, as Kueue 0.19.2 left them (examples/g3-local)
-        ("PodsReady", "2026-11-29T10:00:30Z"),
+        ("PodsReady", "2026-11-29T10:02:00Z"),  # Recovered at the finish (examples/g3-real-node)
     ]
+    assert conditions[-1]["reason"] == "Recovered"
+    running, _ = kf.kueue_conditions(T0, cluster_queue="gpu", pods_ready=T0 + timedelta(seconds=30))
+    assert (running[-1]["reason"], running[-1]["lastTransitionTime"]) == ("Started", "2026-11-29T10:00:30Z")
     workload = {
         "apiVersion": "kueue.x-k8s.io/v1beta2", "kind": "Workload",
         "metadata": {"name": "job-train-1a2b3", "namespace": "batch-jobs"},

@@ -371,38 +371,36 @@ def test_run_b_lifts_the_gates_round_robin_waits_for_the_first_placement_and_cut
     assert ("v1", "Namespace", None, selector) in cluster.deleted  # and the cleanup took the namespace
 
 
-# What the shipped fixture shows that the local run cannot, and why: each comes from a part the local
-# cluster simulates or from GKE's pool at zero (kwok's GPU node is there from the start).
+# What the shipped fixture shows that the run on the real node cannot, and why: GKE's GPU pool starts at zero
+# (the local GPU node is there from the start), so the first pods wait for a node and the next job for their
+# readiness (blockAdmission, a second or less locally: the real node's run did not catch it).
 ONLY_ON_GKE = {
-    # A kubelet pulls the image and starts containers: kwok writes neither condition.
-    ("Pod", "PodReadyToStartContainers", "False", "", ""),
-    ("Pod", "PodReadyToStartContainers", "True", "", ""),
-    ("Pod", "Ready", "False", "ContainersNotReady", ""),
-    ("Pod", "ContainersReady", "False", "ContainersNotReady", ""),
-    # The GPU pool at zero: the first pods find no GPU node until the autoscaler adds one.
     ("Pod", "PodScheduled", "False", "Unschedulable", fixture.NO_NODE),
-    # Workers that gave up at the barrier fail their jobs; kwok's workers run no barrier and succeed.
-    *{("JobSet", "Failed", "True", "FailedJobs",
-       f"jobset failed due to one or more job failures (first failed job: g3-{j}-RUN-worker-0)") for j in "abc"},
-}  # fmt: skip
+    ("Workload", "QuotaReserved", "False", "Waiting", "waiting for all admitted workloads to be in PodsReady condition"),
+}
 
 
-def test_the_shipped_recording_has_the_shapes_the_real_kueue_jobset_and_scheduler_wrote():
-    """examples/g3 comes from a built fixture (tests/g3_recording.py); examples/g3-local from a real run
-    of `make g3-local` (real kube-scheduler 1.35, Kueue 0.19.2, JobSet 0.12.0; kwok's nodes and pods).
-    Every condition the real controllers wrote there, with its reason and message, is in the fixture;
-    the fixture shows more only where the local cluster simulates (ONLY_ON_GKE); a finished Workload's
-    conditions are in the order the real Kueue left them."""
+def test_the_shipped_recording_has_the_shapes_the_real_kueue_jobset_scheduler_and_kubelet_wrote():
+    """examples/g3 comes from a built fixture (tests/g3_recording.py); examples/g3-real-node from a real run
+    of `make lab-local LAB=g3` (real kube-scheduler 1.35, Kueue 0.19.2, JobSet 0.12.0, and a real kubelet
+    running the workers' barrier). Every condition the real components wrote there, with its reason and
+    message, is in the fixture; the fixture shows more only where GKE's pool at zero differs
+    (ONLY_ON_GKE); a finished Workload's conditions are in the order the real Kueue left them. That
+    comparison corrected the fixture: the kubelet's words for a pod not yet started, failed or completed,
+    and Kueue's PodsReady Recovered once a job's pods have finished. examples/g3-local (kwok's pods) shows
+    nothing the fixture lacks either."""
     import json
 
-    import g3_shapes
+    import condition_shapes
 
     from benchmarks.labs import examples
 
-    built = json.loads(fixture.PATH.read_text())
-    real = json.loads(examples.recording_of("g3-local").read_text())
-    assert g3_shapes.shapes(real) <= g3_shapes.shapes(built), sorted(g3_shapes.shapes(real) - g3_shapes.shapes(built))
-    assert g3_shapes.shapes(built) - g3_shapes.shapes(real) == ONLY_ON_GKE
-    assert g3_shapes.workload_orders(real) == g3_shapes.workload_orders(built) == {
+    built = condition_shapes.shapes(json.loads(fixture.PATH.read_text()))
+    real = json.loads(examples.recording_of("g3-real-node").read_text())
+    assert condition_shapes.shapes(real) <= built, sorted(condition_shapes.shapes(real) - built)
+    assert built - condition_shapes.shapes(real) == ONLY_ON_GKE
+    kwok = json.loads(examples.recording_of("g3-local").read_text())
+    assert condition_shapes.shapes(kwok) <= built, sorted(condition_shapes.shapes(kwok) - built)
+    assert condition_shapes.workload_orders(real) == condition_shapes.workload_orders(json.loads(fixture.PATH.read_text())) == {
         ("QuotaReserved", "Admitted", "Finished", "PodsReady")
     }

@@ -5,7 +5,6 @@ The cluster itself (real processes) is tested by `make test-cluster` (tests/clus
 from __future__ import annotations
 
 import shutil
-from pathlib import Path
 
 import pytest
 import yaml
@@ -288,6 +287,19 @@ def test_every_image_the_labs_pods_name_has_a_stand_in_or_a_reason_it_has_none()
     assert set(images.STAND_INS) & set(images.NO_STAND_IN) == set()
 
 
+@pytest.mark.parametrize("lab, trains", [("g4", True), ("g8", True), ("g1", False), ("g3", False), ("g6", False)])
+def test_only_a_lab_whose_pods_train_imports_the_pytorch_stand_in(lab, trains):
+    """A 485 MiB archive, built and imported on demand: for g4's ranks and g8's trainer, which name its
+    image (benchmarks.kube.images.PYTORCH_CUDA); every other stand-in goes to every real node."""
+    from benchmarks.kube import images as lab_images
+
+    pytorch = images.normalise(lab_images.PYTORCH_CUDA)
+    wanted = images.for_lab(load_config(lab))
+    assert (pytorch in wanted) == trains
+    assert set(wanted) - {pytorch} == set(images.STAND_INS) - {pytorch}
+    assert pytorch not in images.ALWAYS and images.STAND_INS[pytorch].on_demand
+
+
 @pytest.mark.parametrize("reference, normalised", [
     ("python:3.12.8-slim", "docker.io/library/python:3.12.8-slim"),
     ("pytorch/pytorch:2.5.1-cuda12.4-cudnn9-runtime", "docker.io/pytorch/pytorch:2.5.1-cuda12.4-cudnn9-runtime"),
@@ -374,3 +386,13 @@ def test_keda_s_metrics_api_is_registered_on_a_service_the_lab_s_destroy_cannot_
     (subset,) = objects["Endpoints"]["subsets"]
     assert port["port"] == ref["port"] and port["targetPort"] == subset["ports"][0]["port"] == keda.SECURE_PORT
     assert subset["ports"][0]["name"] == port["name"] and subset["addresses"] == [{"ip": "10.10.0.2"}]
+
+
+def test_a_real_node_folder_too_deep_for_the_kubelet_s_sockets_is_refused_before_anything_starts(tmp_path):
+    """A Unix socket path holds at most 107 bytes: under a long pytest folder the kubelet died with "bind:
+    invalid argument" after the node's namespaces were up. Now one line, and nothing made."""
+    deep = tmp_path / ("x" * 80)
+    node = realnode.RealNode(deep, None, "https://127.0.0.1:6443", None, {}, None, {})  # type: ignore[arg-type]
+    with pytest.raises(realnode.NodeError, match=r"too deep for the kubelet's Unix sockets \(\d+ bytes of at most 107\)"):
+        node.start()
+    assert not deep.exists()

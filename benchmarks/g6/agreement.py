@@ -70,21 +70,40 @@ def slowed(result: object) -> list[str]:
             for p in points(result) if p.host_slowed and p.server is not None]  # fmt: skip
 
 
+# What ties a run to the stack or server it ran against; a stand-in run's replay drops them for --sim.
+_SERVER_FLAGS = ("--out", "--outputs", "--target", "--stack", "--prometheus")
+
+
+def _without(argv: list[str], flags: tuple[str, ...]) -> list[str]:
+    out = list(argv)
+    for flag in flags:
+        if flag in out:
+            del out[out.index(flag) : out.index(flag) + 2]
+    return out
+
+
 def replayed(folder: Path, out: Path) -> tuple[object, object]:
-    """(the saved result, the oracle's) of one folder: its command again with --virtual."""
+    """(the saved result, the oracle's) of one folder: its command again with --virtual. A run on the local
+    cluster (its result carries the cluster's statement: no image is pulled there, so its vLLM was the
+    simulator's stand-in) is replayed as the --sim run of the same model, server settings and plans."""
     try:
         data = json.loads((folder / "result.json").read_text())
     except (OSError, ValueError) as exc:
         raise AgreementError(f"{folder}: cannot read result.json: {exc}") from None
     params = G6Params.model_validate(data["params"])
-    if params.target_kind != "sim" or params.experiment not in EXPERIMENTS:
+    stand_in = params.target_kind != "sim" and bool(data["meta"].get("simulation"))
+    if (params.target_kind != "sim" and not stand_in) or params.experiment not in EXPERIMENTS:
         raise AgreementError(f"{folder}: a {params.experiment} run against {params.target_kind}: only --sim runs "
-                             "have an oracle")  # fmt: skip
+                             "and runs on the local cluster's vLLM stand-in have an oracle")  # fmt: skip
     model = EXPERIMENTS[params.experiment].result_model
     shipped = load_result(model, folder)
-    argv = list(data["meta"]["command"][4:])  # after `python -m benchmarks g6`
-    if "--out" in argv:
-        del argv[argv.index("--out") : argv.index("--out") + 2]
+    argv = _without(data["meta"]["command"][4:], _SERVER_FLAGS if stand_in else ("--out",))  # after `python -m benchmarks g6`
+    if stand_in:  # the server's settings as the stack's outputs gave them
+        argv += ["--sim", "--model", params.model, "--max-num-seqs", ",".join(map(str, params.max_num_seqs)),
+                 "--gpu", str(params.gpu), "--gpu-memory-utilization", f"{params.gpu_memory_utilization:g}",
+                 "--scrape-interval", f"{params.scrape_interval_s:g}"]
+        argv += ["--max-model-len", str(params.max_model_len)] if params.max_model_len else []
+        argv += ["--quantization", params.quantization] if params.quantization else []
     argv += ["--virtual", "--quiet", "--out", str(out)]
     with contextlib.redirect_stdout(io.StringIO()):  # the oracle's run prints its folder: a temporary one
         rc = execute(parse(argv), argv)
@@ -92,15 +111,19 @@ def replayed(folder: Path, out: Path) -> tuple[object, object]:
         raise AgreementError(f"{folder}: the oracle's run of its command failed")
     (done,) = out.iterdir()
     oracle = load_result(model, done)
-    if oracle.params.model_copy(update={"virtual": params.virtual}) != params:  # type: ignore[attr-defined]
-        raise AgreementError(f"{folder}: its command no longer gives the parameters it ran with: regenerate it")
+    server = ("virtual", "target_kind", "target", "stack", "client", "prometheus")
+    replay = oracle.params.model_copy(update={k: getattr(params, k) for k in server})  # type: ignore[attr-defined]
+    if replay != params:
+        differ = ", ".join(k for k in G6Params.model_fields if getattr(replay, k) != getattr(params, k))
+        raise AgreementError(f"{folder}: its command no longer gives the parameters it ran with ({differ}): regenerate it")
     return shipped, oracle
 
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m benchmarks.g6.agreement", description=__doc__,
                                      formatter_class=argparse.RawDescriptionHelpFormatter)  # fmt: skip
-    parser.add_argument("folders", nargs="+", type=Path, help="results folders of --sim runs (examples/g6-*-sim)")
+    parser.add_argument("folders", nargs="+", type=Path, help="results folders of --sim runs (examples/g6-*-sim), or "
+                        "of runs on the local cluster's vLLM stand-in (make lab-local LAB=g6)")
     args = parser.parse_args(argv)
     disagree = 0
     for folder in args.folders:

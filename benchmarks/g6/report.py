@@ -10,6 +10,7 @@ from benchmarks.g6.shape import asked_text, realised_section
 from benchmarks.harness import RunMeta
 from benchmarks.harness.markdown import num, table
 from benchmarks.kube.evidence import markdown as evidence_section
+from benchmarks.kube.evidence import simulation_markdown
 from benchmarks.kube.phases_report import waited_first
 from benchmarks.loadgen import Summary
 from benchmarks.loadgen.reruns import Rerun
@@ -214,9 +215,10 @@ def errors_section(errors: list[str]) -> str:
 
 
 def title(heading: str, m: RunMeta, p: G6Params) -> str:
-    """A report's first lines: what it answers, the model, the server and when."""
+    """A report's first lines: what it answers, the model, the server and when; on a cluster that simulates
+    part of itself (the local one), what was real and what simulated, before any figure."""
     return (f"# Lab g6: {heading}\n\nModel `{p.model}` served by {target_text(p)}; {m.started_at.isoformat()} to "
-            f"{m.finished_at.isoformat()}.\n")  # fmt: skip
+            f"{m.finished_at.isoformat()}.\n" + (f"\n{simulation_markdown(m.simulation)}" if m.simulation else ""))  # fmt: skip
 
 
 def _header(r: G6Result) -> str:

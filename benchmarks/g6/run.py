@@ -6,6 +6,7 @@ hands over."""
 from __future__ import annotations
 
 import sys
+from collections.abc import Callable
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any, NamedTuple
@@ -13,7 +14,8 @@ from typing import Any, NamedTuple
 from pydantic import ValidationError
 
 from benchmarks.errors import BenchmarkError
-from benchmarks.g6.client import ClientSide, client_side
+from benchmarks.cluster import KubeApiError, KubeCluster, new_run_id
+from benchmarks.g6.client import ClientSide, client_side, vllm_endpoint
 from benchmarks.g6.config import LAB, G6Params
 from benchmarks.g6.experiment import Drive, Ending, Experiment
 from benchmarks.g6.experiments.cold_start import FirstServing, vllm_where
@@ -28,8 +30,9 @@ from benchmarks.g6.targets import SimTarget
 from benchmarks.g6.virtual import VirtualRunner, VirtualTarget
 from benchmarks.harness import RunMeta, RunProgress, new_run_folder, save_result, tool_version
 from benchmarks.harness.outputs import problems
-from benchmarks.harness.results import SIMULATOR, Evidence, client_cpus
+from benchmarks.harness.results import SIMULATOR, Evidence, Simulation, client_cpus
 from benchmarks.harness.signals import Interrupted, shielded, sigterm_raises
+from benchmarks.kube.evidence import cluster_statement, simulation_of
 from benchmarks.kube.evidence import collect as collect_evidence
 from benchmarks.kube.phases import ColdStartPhases
 from facts.catalogue import ServingError
@@ -62,14 +65,27 @@ def choose(inv: Invocation) -> Chosen:
     return Chosen(experiment, own, params, outputs)
 
 
-def run_evidence(params: G6Params, outputs: dict[str, Any] | None, client: ClientSide, started: datetime) -> Evidence:
-    """What really ran: read from the cluster for an in-cluster run; "simulator" or "not known" otherwise."""
+def run_evidence(params: G6Params, outputs: dict[str, Any] | None, client: ClientSide, started: datetime,
+                 log: Callable[[str], None]) -> tuple[Evidence, Simulation | None]:  # fmt: skip
+    """What really ran, and what of the cluster was simulated in its own words (None on GKE): read from the
+    stack's cluster wherever the load came from (a Job there, or this machine through --target); "simulator"
+    or "not known" without a stack or a cluster this machine can read (never at the cost of the figures)."""
     if params.target_kind == "sim":
-        return Evidence.offline(SIMULATOR)
-    if outputs is None or not isinstance(client.runner, ClusterRunner):
-        return Evidence.offline()
+        return Evidence.offline(SIMULATOR), None
+    if outputs is None or isinstance(client.runner, VirtualRunner):
+        return Evidence.offline(), None
     runner = client.runner
-    return collect_evidence(runner.cluster, outputs, [runner.namespace], runner.run_id, started, datetime.now(UTC))
+    try:
+        if isinstance(runner, ClusterRunner):
+            cluster, namespaces, run_id = runner.cluster, [runner.namespace], runner.run_id
+        else:
+            cluster = KubeCluster.from_kubeconfig(outputs.get("kubeconfig") or "")
+            namespaces, run_id = [vllm_endpoint(outputs).namespace], new_run_id(LAB)
+        evidence = collect_evidence(cluster, outputs, namespaces, run_id, started, datetime.now(UTC), log)
+        return evidence, simulation_of(cluster_statement(cluster), cluster.list("v1", "Node"))
+    except KubeApiError as e:
+        log(f"g6: what ran is 'not known': the stack's cluster could not be read ({e})")
+        return Evidence.offline(), None
 
 
 def execute(inv: Invocation, argv: list[str]) -> int:
@@ -144,13 +160,13 @@ def _run(inv: Invocation, argv: list[str], started: datetime) -> int:
     if outcome.interrupted:
         outcome.errors.append(f"interrupted ({outcome.interrupted}) after {outcome.done()}: the rest was not measured")
     try:
-        evidence = run_evidence(params, outputs, client, started)
+        evidence, simulation = run_evidence(params, outputs, client, started, progress.log)
     except (KeyboardInterrupt, Interrupted):  # what was measured matters more than the evidence
-        evidence = Evidence.offline()
+        evidence, simulation = Evidence.offline(), None
     # A second Ctrl-C must not lose what the first one kept.
     with shielded(lambda name: print(f"g6: {name} received; writing the results first", file=sys.stderr)):
         waited = first.waited(started) if first is not None else None
-        folder, ok = write_results(inv, argv, started, chosen, outcome, price, evidence, waited)
+        folder, ok = write_results(inv, argv, started, chosen, outcome, price, evidence, waited, simulation)
     if outcome.interrupted:
         print(f"g6: interrupted after {outcome.done()}; partial results in {folder}", file=sys.stderr)
     if failure:
@@ -164,10 +180,11 @@ def _run(inv: Invocation, argv: list[str], started: datetime) -> int:
 
 def write_results(
     inv: Invocation, argv: list[str], started: datetime, chosen: Chosen, outcome: Outcome, price: GpuPrice | None,
-    evidence: Evidence, waited: ColdStartPhases | None = None,
+    evidence: Evidence, waited: ColdStartPhases | None = None, simulation: Simulation | None = None,
 ) -> tuple[Path, bool]:  # fmt: skip
     """result.json, report.md and the plots of what `outcome` holds; the folder, and whether every part of
-    the run completed. `waited`: the GPU node the run brought up, phase by phase, which opens the report."""
+    the run completed. `waited`: the GPU node the run brought up, phase by phase, which opens the report;
+    `simulation`: what of the cluster was simulated (a local cluster's), said before any figure."""
     experiment, own, params, outputs = chosen
     meta = RunMeta(
         lab=LAB,
@@ -181,6 +198,7 @@ def write_results(
         server_versions=outcome.server_versions,
         errors=outcome.errors,
         evidence=evidence,
+        simulation=simulation,
     )
     seconds = (datetime.now(UTC) - started).total_seconds()
     cost = cost_section(outputs, params, seconds, price, session=not experiment.measures_cold_start)

@@ -1,8 +1,10 @@
-"""Progress display while a benchmark runs (rich; silent when stderr is not a terminal)."""
+"""Progress display while a benchmark runs: rich's bars on a terminal; elsewhere (a log file, CI, `make`
+piped) a line as each point starts and ends, since a live display there shows nothing until the run ends."""
 
 from __future__ import annotations
 
 import sys
+import time
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 
@@ -41,4 +43,15 @@ class RunProgress:
 
     def point(self, label: str, total: int) -> Callable[[int], None]:
         task = self._progress.add_task(label, total=total)
-        return lambda done: self._progress.update(task, completed=done)
+        if not self._enabled or self._progress.console.is_terminal:
+            return lambda done: self._progress.update(task, completed=done)
+        self.log(f"{label}: started, {total} requests")
+        started, said = time.monotonic(), []
+
+        def update(done: int) -> None:
+            self._progress.update(task, completed=done)
+            if done >= total and not said:
+                said.append(done)
+                self.log(f"{label}: {done} of {total} in {time.monotonic() - started:.0f} s")
+
+        return update

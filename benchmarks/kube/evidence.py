@@ -28,7 +28,7 @@ from benchmarks.kube.objects import GPU, allocatable_gpus
 from benchmarks.kube.record import warning_summary
 from benchmarks.kube.stack import gpu_placement
 from benchmarks.kube.timeline import event_time, phase
-from facts.simulation import KWOK_NODE_ANNOTATION, REAL, SIMULATED
+from facts.simulation import KWOK_NODE_ANNOTATION, REAL, SIMULATED, STATEMENT_NAME, STATEMENT_NAMESPACE
 
 # GKE's node labels (cloud.google.com/kubernetes-engine/docs: node labels) and the well-known ones.
 ACCELERATOR_LABEL = "cloud.google.com/gke-accelerator"
@@ -47,6 +47,15 @@ _NORMAL_TROUBLE = {("Node", "NodeNotReady"), ("Node", "RemovingNode"), ("Node", 
 # The billing export lags the usage by hours and the GPU node bills until the autoscaler removes it
 # (about 10 minutes after its last pod): the cost window runs an hour past the run.
 _COST_TAIL = timedelta(hours=1)
+
+
+def cluster_statement(cluster: Cluster) -> dict[str, str]:
+    """The cluster's own statement of what it simulates (the local control plane writes one; GKE none)."""
+    try:
+        found = cluster.list("v1", "ConfigMap", STATEMENT_NAMESPACE)
+    except Exception:  # a user who may not list ConfigMaps there: a real cluster says nothing anyway
+        return {}
+    return next((dict(c.get("data") or {}) for c in found if c["metadata"]["name"] == STATEMENT_NAME), {})
 
 
 def simulation_of(statement: dict[str, str], nodes: list[dict[str, Any]]) -> Simulation | None:

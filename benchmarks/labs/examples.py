@@ -24,11 +24,15 @@ REPO = Path(__file__).resolve().parents[2]
 FIXTURES = REPO / "tests" / "data" / "labs"
 LABS = ("g1", "g2", "g3", "g4", "g5", "g7", "g8")
 # Further examples of a lab on another configuration: example name -> the lab whose benchmark wrote it.
-VARIANTS = {"g5-triton": "g5", "g4-v1": "g4", "g3-local": "g3"}
+VARIANTS = {"g5-triton": "g5", "g4-v1": "g4", "g3-local": "g3", "g3-real-node": "g3", "g4-real-node": "g4"}
 # Examples measured from a real run's recording.json, and what ran it.
 RECORDED = {
     "g3-local": "recording of `make g3-local`: the real kube-scheduler, Kueue and JobSet on kwok's simulated nodes "
     "and pods (see What was real and what was simulated)",
+    "g3-real-node": "recording of `make lab-local LAB=g3`: the real kube-scheduler, Kueue and JobSet, the workers' "
+    "barrier run by a real kubelet on the GPU pool's real node (see What was real and what was simulated)",
+    "g4-real-node": "recording of `make lab-local LAB=g4`: the real Trainer and JobSet controllers, both ranks run by a "
+    "real kubelet in the PyTorch stand-in on the GPU pool's real node (see What was real and what was simulated)",
 }
 
 

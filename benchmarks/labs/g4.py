@@ -19,7 +19,7 @@ import time
 from pathlib import Path
 from typing import Any, Literal
 
-from benchmarks.cluster import WaitTimeout, run_selector, wait_until
+from benchmarks.cluster import Gone, WaitTimeout, run_selector, wait_until
 from benchmarks.kube import images, objects
 from benchmarks.kube.errors import LabError
 from benchmarks.kube.record import Recording, Snapshot
@@ -242,7 +242,10 @@ def record(session: LabSession, args: argparse.Namespace) -> Recording:
         pods = cluster.list("v1", "Pod", p.namespace, pod_selector)
         for pod in pods:
             if phase(pod) in ("Running", "Succeeded", "Failed"):
-                text = cluster.pod_log(p.namespace, pod["metadata"]["name"])
+                try:
+                    text = cluster.pod_log(p.namespace, pod["metadata"]["name"])
+                except Gone:  # deleted since listed (its TrainJob's deletion takes it at once): its last log stays
+                    continue
                 if text:
                     logs[pod["metadata"]["name"]] = text
         found = {_jobs_key(p.api): cluster.list(*job_kind, p.namespace, selector), "pods": pods}

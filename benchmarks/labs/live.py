@@ -14,11 +14,10 @@ from benchmarks.errors import BenchmarkError
 from benchmarks.harness import new_run_folder, read_outputs, tool_version
 from benchmarks.harness.results import client_cpus
 from benchmarks.kube.errors import LabError
-from benchmarks.kube.evidence import final_pods, node_events, run_nvidia_smi
+from benchmarks.kube.evidence import cluster_statement, final_pods, node_events, run_nvidia_smi
 from benchmarks.kube.record import Recording, Snapshot, helm_chart_versions, public_outputs, save_recording
 from benchmarks.labs.report import write_results
 from benchmarks.labs.result import LabResult
-from facts.simulation import STATEMENT_NAME, STATEMENT_NAMESPACE
 from stacks.output_folder import OutputFolderError, prepare
 
 
@@ -88,7 +87,7 @@ class LabSession:
             logs=parts.pop("logs", self.logs),
             client={**self.client_facts, **self.client, **parts.pop("client", {})},
             nvidia_smi=self.nvidia_smi,
-            cluster_statement=self._statement(),
+            cluster_statement=cluster_statement(self.cluster),
             **parts,
         )
 
@@ -108,14 +107,6 @@ class LabSession:
         except Exception as e:  # as the cost line: the evidence must never cost the measurement
             update["notes"] = rec.notes + [f"evidence not fully read from the cluster: {e}"]
         return rec.model_copy(update=update)
-
-    def _statement(self) -> dict[str, str]:
-        """The cluster's own statement of what it simulates (the local control plane writes one; GKE none)."""
-        try:
-            found = self.cluster.list("v1", "ConfigMap", STATEMENT_NAMESPACE)
-        except Exception:  # a user who may not list ConfigMaps there: a real cluster says nothing anyway
-            return {}
-        return next((dict(c.get("data") or {}) for c in found if c["metadata"]["name"] == STATEMENT_NAME), {})
 
     def _charts(self) -> dict[str, str]:
         """Helm releases read from the cluster; a user who may not list Secrets still gets a report."""

@@ -42,8 +42,6 @@ from benchmarks.g6.sweep import Measurement, Outcome, Target, interruptible, loa
 from benchmarks.g6.targets import ServerSettings
 from benchmarks.harness import RunMeta
 from benchmarks.harness.signals import shielded
-from benchmarks.harness.results import Simulation
-from benchmarks.kube.evidence import simulation_of
 from benchmarks.kube.phases import VLLM_LOG, ColdStartPhases, extract, failure, pod_events
 from benchmarks.kube.timeline import condition_time, parse_time
 from benchmarks.loadgen import LoadRun, Slo
@@ -51,7 +49,6 @@ from benchmarks.loadgen.core import arrival_offsets
 from benchmarks.loadgen.spec import scheduled_requests
 from benchmarks.loadgen.stats import meets_slo
 from benchmarks.metrics import MetricsError, PrometheusClient
-from facts.simulation import STATEMENT_NAME, STATEMENT_NAMESPACE
 
 Arm = Literal["fixed", "autoscaled"]
 SCALED_OBJECT = ("keda.sh/v1alpha1", "ScaledObject")
@@ -215,7 +212,6 @@ class AutoscaleOutcome(Outcome):
     params: AutoscaleParams | None = None
     policy: ScalingPolicy | None = None
     records: list[ArmRecord] = field(default_factory=list)
-    simulation: Simulation | None = None
 
     @property
     def measured(self) -> int:
@@ -376,9 +372,6 @@ class Fleet:
 def run_autoscale(params: G6Params, own: AutoscaleParams, target: Target, how: Measurement, fleet: Fleet,
                   outcome: AutoscaleOutcome, log: Callable[[str], None]) -> None:  # fmt: skip
     """Every arm into `outcome`; stops at Ctrl-C or SIGTERM with the arms it has (see `interruptible`)."""
-    statement = next((c.get("data") or {} for c in fleet.cluster.list("v1", "ConfigMap", STATEMENT_NAMESPACE)
-                      if c["metadata"]["name"] == STATEMENT_NAME), {})  # fmt: skip
-    outcome.simulation = simulation_of(statement, fleet.cluster.list("v1", "Node"))
     with interruptible(outcome), target.serving(ServerSettings()) as server:
         for arm in own.arms:
             outcome.records.append(one_arm(arm, params, own, server.base_url, how, fleet, outcome.errors, log))
@@ -503,8 +496,7 @@ def autoscale_result(meta: RunMeta, params: G6Params, outcome: AutoscaleOutcome,
                      cost: str | None) -> AutoscaleResult:  # fmt: skip
     assert outcome.params is not None and outcome.policy is not None
     summary = [summarise(r, price) for r in outcome.records]
-    # What of the cluster was simulated, in its own words (facts.simulation): none on GKE.
-    meta = meta.model_copy(update={"errors": [*meta.errors, *shortfalls(summary)], "simulation": outcome.simulation})
+    meta = meta.model_copy(update={"errors": [*meta.errors, *shortfalls(summary)]})
     return AutoscaleResult(meta=meta, params=params, gpu_price=price, cost=cost, autoscale=outcome.params,
                            policy=outcome.policy, arms=outcome.records, summary=summary)  # fmt: skip
 

@@ -10,10 +10,9 @@ matplotlib.use("Agg")
 import matplotlib.pyplot as plt  # noqa: E402  (the backend must be chosen first)
 
 from benchmarks.g6.experiments.autoscale import ArmRecord, ArmSummary, AutoscaleResult, pending_label  # noqa: E402
-from benchmarks.g6.report import errors_section, target_text  # noqa: E402
+from benchmarks.g6.report import errors_section, title  # noqa: E402
 from benchmarks.harness.markdown import num, table  # noqa: E402
 from benchmarks.kube.evidence import markdown as evidence_section  # noqa: E402
-from benchmarks.kube.evidence import simulation_markdown  # noqa: E402
 
 PLOT = "autoscale-timeline.png"
 
@@ -118,15 +117,10 @@ def _replicas_table(summary: list[ArmSummary]) -> str:
 
 def render_autoscale_report(r: AutoscaleResult) -> str:
     m, p = r.meta, r.params
-    out = [
-        f"# Lab g6: the vLLM fleet autoscaled on its queue, under a burst\n\nModel `{p.model}` served by {target_text(p)}; "
-        f"{m.started_at.isoformat()} to {m.finished_at.isoformat()}.\n",
-    ]
+    out = [title("the vLLM fleet autoscaled on its queue, under a burst", m, p)]
     verdict = _verdict(r)
     if verdict:
         out.append(verdict)
-    if m.simulation is not None:
-        out.append(simulation_markdown(m.simulation))
     slo = ", ".join(f"{k} {v:g} ms" for k, v in (("TTFT", p.slo.ttft_ms), ("TPOT", p.slo.tpot_ms), ("E2E", p.slo.e2e_ms))
                     if v is not None) or "none set: every completed request counts"  # fmt: skip
     out += [

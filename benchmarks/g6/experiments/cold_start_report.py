@@ -12,7 +12,7 @@ matplotlib.use("Agg")
 import matplotlib.pyplot as plt  # noqa: E402  (the backend must be chosen first)
 
 from benchmarks.g6.experiments.cold_start import ColdStartResult, ColdStartRun, pull_verdict  # noqa: E402
-from benchmarks.g6.report import errors_section, target_text  # noqa: E402
+from benchmarks.g6.report import errors_section, title  # noqa: E402
 from benchmarks.harness.markdown import num, table  # noqa: E402
 from benchmarks.kube.evidence import markdown as evidence_section  # noqa: E402
 from benchmarks.kube.phases_report import waited_section  # noqa: E402
@@ -186,8 +186,7 @@ def _image_streaming(r: ColdStartResult) -> str | None:
 def render_cold_start_report(r: ColdStartResult) -> str:
     m, p, cs = r.meta, r.params, r.cold_start
     groups = _by_setting(r)
-    out = [f"# Lab g6: cold start from zero, phase by phase\n\nModel `{p.model}` served by {target_text(p)}; "
-           f"{m.started_at.isoformat()} to {m.finished_at.isoformat()}.\n"]  # fmt: skip
+    out = [title("cold start from zero, phase by phase", m, p)]
     if r.source != "live":
         out.append(f"**Source: {r.source}.**\n")
     head = next((s for s in r.summary if s.median_total_s is not None), None)

@@ -1,9 +1,9 @@
-"""What a g3 recording shows of the controllers that wrote it, in a form two runs can be compared by:
-every condition Kueue, JobSet, the scheduler and the kubelet (or kwok) wrote on a Workload, JobSet or
-Pod, as (kind, type, status, reason, message), with the run's own names (job names, run id, nodes) put
-as placeholders; and the order of a Workload's condition types. The shipped fixture
-(tests/data/labs/g3/, built by tests/g3_recording.py) is held to a real run's shapes with these
-(tests/test_labs_g3.py, tests/cluster/test_g3_local.py)."""
+"""What a lab recording shows of the controllers and kubelet that wrote it, in a form two runs can be compared
+by: every condition Kueue, JobSet, Trainer, the scheduler and the kubelet (or kwok) wrote on the recorded
+objects (Workloads, JobSets, TrainJobs, Pods), as (kind, type, status, reason, message), with a g3 run's own
+job names put as placeholders; and the order of a Workload's condition types. The shipped fixtures
+(tests/data/labs/g3/, built by tests/g3_recording.py; tests/data/labs/g4/) are held to real runs' shapes
+with these (tests/test_labs_g3.py, tests/test_labs_g4.py, tests/cluster/test_g3_local.py)."""
 
 from __future__ import annotations
 
