@@ -369,6 +369,22 @@ def test_an_unknown_variant_is_refused_by_name(capsys):
     assert "unknown variant(s) ['int3']" in capsys.readouterr().err
 
 
+def test_the_real_node_example_is_today_s_report_and_its_oracle_finding_holds(tmp_path):
+    """examples/g6-real-node: `make lab-local LAB=g6`'s benchmark, the stand-in serving on the real node, the
+    load from the host through its Service. Its report is today's; replayed on the virtual clock, throughput
+    and ITL agree at every point and TTFT p50 at c=128 does not (1.5x, before the first token only; not yet
+    explained), as docs/labs/g6.md says."""
+    from benchmarks.g6 import agreement
+
+    example = Path(__file__).resolve().parents[1] / "examples" / "g6-real-node"
+    result = load_result(G6Result, example)
+    assert (example / "report.md").read_text() == render_report(result), "examples/g6-real-node is stale"
+    assert result.params.target_kind == "url" and result.meta.simulation is not None
+    shipped, oracle = agreement.replayed(example, tmp_path)
+    held = {c.figure: c.agrees for c in agreement.checks(shipped, oracle) if c.agrees is not None}
+    assert len(held) == 12 and [f for f, ok in held.items() if not ok] == ["max-num-seqs 256 c=128 ttft_p50_ms"]
+
+
 @pytest.mark.parametrize(
     "folder, model, render",
     [("g6-kv-sim", KvResult, render_kv_report), ("g6-quant-sim", QuantResult, render_quant_report),
