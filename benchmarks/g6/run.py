@@ -13,8 +13,8 @@ from typing import Any, NamedTuple
 
 from pydantic import ValidationError
 
-from benchmarks.errors import BenchmarkError
 from benchmarks.cluster import KubeApiError, KubeCluster, new_run_id
+from benchmarks.errors import BenchmarkError
 from benchmarks.g6.client import ClientSide, client_side, vllm_endpoint
 from benchmarks.g6.config import LAB, G6Params
 from benchmarks.g6.experiment import Drive, Ending, Experiment

@@ -16,7 +16,7 @@ from cluster.procs import alive, descendants, listening_ports
 from cluster.test_realnode import LAB, POD_TIMEOUT_S, _host_state, _pod
 from kubernetes import client, config
 
-from localcluster import images
+from localcluster import images, realnode
 from localcluster.build import REPO
 
 
@@ -69,6 +69,9 @@ def test_nothing_of_the_node_outlives_its_supervisor(tmp_path, stop_with):
     for key in checked:
         assert after[key] == expected[key], key
     assert listening_ports() - ports_before == set()
+    if stop_with == signal.SIGKILL:  # what the next start does first, so the run leaves no cgroup behind
+        realnode._remove_cgroups(realnode.CGROUP_ROOT)
+        assert _host_state()["cgroups"] == []
 
 
 def _names(pids: set[int]) -> set[str]:
