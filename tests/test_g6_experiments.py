@@ -372,8 +372,8 @@ def test_an_unknown_variant_is_refused_by_name(capsys):
 def test_the_real_node_example_is_today_s_report_and_its_oracle_finding_holds(tmp_path):
     """examples/g6-real-node: `make lab-local LAB=g6`'s benchmark, the stand-in serving on the real node, the
     load from the host through its Service. Its report is today's; replayed on the virtual clock, throughput
-    and ITL agree at every point and TTFT p50 at c=128 does not (1.5x, before the first token only; not yet
-    explained), as docs/labs/g6.md says."""
+    and ITL agree at every point and TTFT p50 at c=128 does not (1.5x; not yet explained), as docs/labs/g6.md
+    says."""
     from benchmarks.g6 import agreement
 
     example = Path(__file__).resolve().parents[1] / "examples" / "g6-real-node"
