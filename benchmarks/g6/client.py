@@ -31,6 +31,13 @@ def vllm_endpoint(outputs: dict[str, Any]) -> Endpoint:
     return endpoint(outputs, section(outputs, "benchmark", G6Outputs, LAB).endpoint, LAB)
 
 
+def stack_cluster(client: ClientSide, outputs: dict[str, Any]) -> KubeCluster:
+    """The stack's cluster, wherever the load generator runs: the in-cluster runner's, else one from the
+    outputs' kubeconfig (the load sent from this machine through --target)."""
+    runner = client.runner
+    return runner.cluster if isinstance(runner, ClusterRunner) else KubeCluster.from_kubeconfig(outputs.get("kubeconfig") or "")
+
+
 def client_side(params: G6Params, outputs: dict[str, Any] | None, cpus: int, log: Callable[[str], None]) -> ClientSide:
     """The client side of a run of `params`. Nothing is created until the runner is entered."""
     over_http = PrometheusClient.over_http(params.prometheus) if params.prometheus else None

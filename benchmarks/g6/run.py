@@ -13,9 +13,9 @@ from typing import Any, NamedTuple
 
 from pydantic import ValidationError
 
-from benchmarks.cluster import KubeApiError, KubeCluster, new_run_id
+from benchmarks.cluster import KubeApiError, new_run_id
 from benchmarks.errors import BenchmarkError
-from benchmarks.g6.client import ClientSide, client_side, vllm_endpoint
+from benchmarks.g6.client import ClientSide, client_side, stack_cluster, vllm_endpoint
 from benchmarks.g6.config import LAB, G6Params
 from benchmarks.g6.experiment import Drive, Ending, Experiment
 from benchmarks.g6.experiments.cold_start import FirstServing, vllm_where
@@ -76,10 +76,10 @@ def run_evidence(params: G6Params, outputs: dict[str, Any] | None, client: Clien
         return Evidence.offline(), None
     runner = client.runner
     try:
+        cluster = stack_cluster(client, outputs)
         if isinstance(runner, ClusterRunner):
-            cluster, namespaces, run_id = runner.cluster, [runner.namespace], runner.run_id
+            namespaces, run_id = [runner.namespace], runner.run_id
         else:
-            cluster = KubeCluster.from_kubeconfig(outputs.get("kubeconfig") or "")
             namespaces, run_id = [vllm_endpoint(outputs).namespace], new_run_id(LAB)
         evidence = collect_evidence(cluster, outputs, namespaces, run_id, started, datetime.now(UTC), log)
         return evidence, simulation_of(cluster_statement(cluster), cluster.list("v1", "Node"))

@@ -7,7 +7,7 @@ import argparse
 from pathlib import Path
 from typing import Any
 
-from benchmarks.cluster import KubeCluster
+from benchmarks.g6.client import stack_cluster
 from benchmarks.g6.config import LAB, G6Params
 from benchmarks.g6.errors import G6Error
 from benchmarks.g6.experiment import Drive, Ending, Experiment, Written
@@ -23,7 +23,6 @@ from benchmarks.g6.experiments.autoscale import (
 from benchmarks.g6.experiments.autoscale_report import render_autoscale_plots, render_autoscale_report
 from benchmarks.g6.experiments.cold_start import vllm_where
 from benchmarks.g6.flags import non_negative, positive
-from benchmarks.g6.incluster import ClusterRunner
 from benchmarks.g6.invocation import Invocation
 from benchmarks.g6.sweep import load_spec
 from benchmarks.loadgen import LoadSpec
@@ -96,9 +95,7 @@ class Autoscale(Experiment[AutoscaleParams, AutoscaleOutcome]):
 
     def run(self, drive: Drive, own: AutoscaleParams, outcome: AutoscaleOutcome) -> None:
         policy = outcome.policy = policy_of(drive.outputs)
-        runner = drive.client.runner
-        cluster = runner.cluster if isinstance(runner, ClusterRunner) else KubeCluster.from_kubeconfig(
-            (drive.outputs or {}).get("kubeconfig") or "")  # fmt: skip
+        cluster = stack_cluster(drive.client, drive.outputs or {})
         fleet = Fleet(cluster, vllm_where(drive.outputs), policy, drive.client.prometheus)
         run_autoscale(drive.params, own, drive.target, drive.how, fleet, outcome, drive.log)
 
