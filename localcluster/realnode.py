@@ -19,6 +19,12 @@ port and carries each connection across, so the kubelet, kube-proxy and CoreDNS 
 
 The node is shaped like the lab's GPU pool: its labels and taint, and `nvidia.com/gpu` on its status as an
 extended resource (no device behind it). Its CPU and memory are this machine's, as the kubelet reads them.
+
+Like a GKE node it has a system bus (a real dbus-daemon) with logind on it (localcluster.logind), and its
+kubelet a graceful node shutdown as GKE configures it for Spot VMs. Powering the node off (logind's PowerOff,
+what `systemctl poweroff` calls) is then a preemption: the kubelet fails and stops its pods, the node goes,
+and it comes back under the same name with a fresh disk (`_power_cycles`), as a managed instance group recreates
+a preempted VM.
 """
 
 from __future__ import annotations
@@ -27,6 +33,7 @@ import ctypes
 import ipaddress
 import json
 import os
+import queue
 import shutil
 import socket
 import ssl
@@ -34,7 +41,8 @@ import subprocess
 import threading
 import time
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
+from datetime import datetime
 from pathlib import Path
 from typing import Any
 
@@ -42,7 +50,7 @@ import httpx
 import yaml
 
 from components.gpu_pool import GPU_RESOURCE, GPU_TAINT
-from localcluster import certs, images, nodes
+from localcluster import certs, images, logind, nodes
 from facts.simulation import REAL, SIMULATED
 from localcluster.build import MODULES, Built
 
@@ -55,6 +63,11 @@ KUBELET_PORT = 10250  # the kubelet's defaults: free inside the node's own netwo
 COREDNS_READY_PORT = 8181
 KUBE_PROXY_HEALTHZ_PORT = 10256
 START_TIMEOUT_S = 180.0
+# GKE's graceful shutdown of a Spot node: 30 s from the preemption notice, the last 15 of them for system-critical
+# pods, so other pods get at most 15 s (GKE's Spot VMs documentation); logind grants the kubelet the 30 s.
+SHUTDOWN_GRACE_S = 30
+SHUTDOWN_GRACE_CRITICAL_S = 15
+BUS = "/run/dbus/system_bus_socket"  # where a node's processes find the system bus, the kubelet included
 STOP_TIMEOUT_S = 30.0
 CLONE_NEWNET = 0x40000000
 BUFFER = 65536
@@ -213,10 +226,29 @@ class RealNode:
     images: tuple[str, ...] = images.ALWAYS  # the stand-ins it imports (images.for_lab)
     holder: subprocess.Popen | None = None
     forwarder: _Forwarder | None = None
+    logind: logind.Logind | None = None
+    boot: int = 0  # how many times it started: a recreated node's processes log beside the first boot's
+    booted_at: float = 0.0  # when this boot began (epoch seconds)
+    # Held while the node stops or is recreated: a stop from elsewhere (the cluster's end) waits for a recreation.
+    recreating: threading.Lock = field(default_factory=threading.Lock)
+    power_offs: queue.Queue = field(default_factory=queue.Queue)  # logind's power-offs, for the power thread
+    power_thread: threading.Thread | None = None
 
     @property
     def name(self) -> str:
         return nodes.REAL_NODE_NAME
+
+    @property
+    def bus_socket(self) -> Path:
+        """The node's system bus as this host reaches it (the same bus as /run/dbus/system_bus_socket inside)."""
+        return self.state.parent / f"{self.state.name}.bus"
+
+    def power_off_command(self, cwd: Path) -> list[str]:
+        """What `systemctl poweroff` on the node asks of its logind: run on this host in `cwd` (the bus's path is
+        relative to it), it preempts the node."""
+        bus = os.path.relpath(self.bus_socket, cwd)
+        return ["dbus-send", f"--bus=unix:path={bus}", "--print-reply", f"--dest={logind.SERVICE}", logind.PATH,
+                f"{logind.MANAGER}.PowerOff", "boolean:false"]  # fmt: skip
 
     @property
     def gpus(self) -> int:
@@ -235,8 +267,13 @@ class RealNode:
         if Path(f"/sys/class/net/{HOST_LINK}").exists():
             raise NodeError(f"a network device {HOST_LINK} exists: another local cluster's real node is running "
                             "(`make cluster-down`), or one was left (ip link delete " + HOST_LINK + ")")  # fmt: skip
+        missing = [tool for tool in ("dbus-daemon", "dbus-send") if shutil.which(tool) is None]
+        if missing:
+            raise NodeError(f"{' and '.join(missing)} not installed: apt-get install dbus-daemon dbus-bin (the node's system bus)")
         shutil.rmtree(self.state, ignore_errors=True)
         self.state.mkdir(parents=True)
+        self.boot += 1
+        self.booted_at = time.time()
         _remove_cgroups(CGROUP_ROOT)  # a killed supervisor's, which had no chance to
         _make_cgroups(CGROUP_ROOT)
         self._start_holder()
@@ -245,6 +282,7 @@ class RealNode:
         self.forwarder = _Forwarder(self.holder.pid if self.holder else 0, port)
         self._start_containerd()
         self._import_stand_ins()
+        self._start_logind()
         self._start_kubelet()
         self._start_kube_proxy()
         self._start_coredns()
@@ -322,7 +360,7 @@ class RealNode:
 
     def _launch(self, name: str, *args: str, env: dict[str, str] | None = None) -> Any:
         assert self.launch is not None
-        return self.launch(name, [*self._enter(), *args], env or {})
+        return self.launch(name if self.boot <= 1 else f"{name}-boot{self.boot}", [*self._enter(), *args], env or {})
 
     # In the node's own /run: a unix socket's path may not exceed 104 bytes, which a test's state folder
     # does; the host reaches it by entering the node's namespaces.
@@ -382,6 +420,39 @@ class RealNode:
             _run(*self._enter(), *ctr, "images", "import", str(archive))
         self.say(f"  containerd: {len(self.images)} stand-in images imported")
 
+    def _start_logind(self) -> None:
+        """The node's system bus and logind on it, before the kubelet, whose shutdown manager looks for them once."""
+        config = self.state / "dbus.conf"
+        config.write_text(logind.bus_config([BUS, str(self.bus_socket)]))
+        self.bus_socket.unlink(missing_ok=True)
+        _run(*self._enter(), "mkdir", "-p", str(Path(BUS).parent))
+        process = self._launch("dbus-daemon", "dbus-daemon", f"--config-file={config}", "--nofork", "--nopidfile")
+        self._until(lambda: None if self.bus_socket.is_socket() else "no socket yet", "the node's system bus", process.log, process)
+        self.logind = logind.Logind(f"unix:path={self.bus_socket}", SHUTDOWN_GRACE_S, self.power_off, say=self.say)
+        if self.power_thread is None:
+            self.power_thread = threading.Thread(target=self._power_cycles, name="node-power", daemon=True)
+            self.power_thread.start()
+
+    def power_off(self) -> None:
+        """logind's power-off: the node is recreated on the power thread (see `_power_cycles`)."""
+        self.power_offs.put(True)
+
+    def _power_cycles(self) -> None:
+        """Each power-off: the node stopped (every process of it killed, as a VM stops) and started again under its
+        name with a fresh disk, as a managed instance group recreates a preempted Spot VM. On a thread that lives as
+        long as the node, because a process dies with the thread that started it (PR_SET_PDEATHSIG)."""
+        while self.power_offs.get():
+            with self.recreating:
+                if self.holder is None:
+                    continue  # the cluster stopped first
+                self.say(f"{self.name}: powered off; recreating it (a new boot, a fresh disk, the same name)")
+                try:
+                    self._stop()
+                    self.start()
+                    self.say(f"{self.name}: recreated and Ready")
+                except Exception as e:  # say it; the benchmark waiting for the node times out
+                    self.say(f"error: {self.name} could not be recreated: {e}")
+
     def _start_kubelet(self) -> None:
         folder = self.state / "kubelet"
         config = self.state / "kubelet.yaml"
@@ -415,6 +486,8 @@ class RealNode:
             "imageGCHighThresholdPercent": 100,
             "imageGCLowThresholdPercent": 99,
             "maxPods": nodes.MAX_PODS,
+            "shutdownGracePeriod": f"{SHUTDOWN_GRACE_S}s",
+            "shutdownGracePeriodCriticalPods": f"{SHUTDOWN_GRACE_CRITICAL_S}s",
         }))  # fmt: skip
         node_labels = ",".join(f"{k}={v}" for k, v in sorted(self.labels.items()))
         process = self._launch(
@@ -437,8 +510,13 @@ class RealNode:
                         else f"{GPU_RESOURCE} not allocatable yet", f"kubelet ({GPU_RESOURCE} allocatable)", process.log, process)  # fmt: skip
 
     def _registered(self, client: httpx.Client) -> str | None:
+        """None once this boot's kubelet has registered: a recreated node's object is the old one until then."""
         answer = client.get(f"/api/v1/nodes/{self.name}")
-        return None if answer.status_code == 200 else f"node {self.name}: {answer.status_code}"
+        if answer.status_code != 200:
+            return f"node {self.name}: {answer.status_code}"
+        ready = next((c for c in answer.json()["status"].get("conditions") or [] if c["type"] == "Ready"), None)
+        beat = ready and datetime.fromisoformat(ready["lastHeartbeatTime"].replace("Z", "+00:00")).timestamp()
+        return None if beat and beat >= int(self.booted_at) else f"node {self.name}: no status from this boot's kubelet yet"
 
     def _client(self) -> httpx.Client:
         context = ssl.create_default_context(cafile=str(self.pki.ca))
@@ -500,6 +578,13 @@ class RealNode:
             "versions stay 'not known'; its CPU and memory are this machine's, not the machine type's"
             + ("" if self.pool_nodes == 1 else f"; it stands for the GPU pool's {self.pool_nodes} nodes at once, so a new replica "
                "finds its GPU without a node to add"),
+            f"{REAL}shutdown": f"{self.name}'s kubelet shuts down gracefully as GKE's Spot nodes do (shutdownGracePeriod "
+            f"{SHUTDOWN_GRACE_S} s, the last {SHUTDOWN_GRACE_CRITICAL_S} for critical pods), holding a delay lock of logind "
+            f"on the node's own system bus ({_dbus_version()})",
+            f"{SIMULATED}preemption": f"logind on {self.name} is a stand-in for what the kubelet uses of it (localcluster/logind.py); "
+            "a preemption is its PowerOff (what `systemctl poweroff` calls) where Compute Engine's notice starts it on GKE, "
+            "and the node then starts again at once under its name with a fresh disk, where a managed instance group "
+            "boots a new VM (a minute or more)",
             f"{SIMULATED}images": f"no image is pulled: stand-ins built here from Debian's packages and PyPI run under "
             f"the references the manifests name: {stand_ins}",
         }
@@ -508,6 +593,18 @@ class RealNode:
 
     def stop(self) -> None:
         """Kill the node's PID 1 (and so every process in its namespaces), then remove its cgroups."""
+        with self.recreating:
+            self._stop()
+        if self.power_thread is not None and self.power_thread is not threading.current_thread():
+            self.power_offs.put(False)
+            self.power_thread.join()
+            self.power_thread = None
+
+    def _stop(self) -> None:
+        if self.logind:
+            self.logind.close()
+            self.logind = None
+        self.bus_socket.unlink(missing_ok=True)
         if self.forwarder:
             self.forwarder.close()
             self.forwarder = None
@@ -523,6 +620,11 @@ class RealNode:
             if time.monotonic() > deadline:
                 raise NodeError(f"the node's network device {HOST_LINK} still exists {STOP_TIMEOUT_S:.0f} s after it stopped")
             time.sleep(0.1)
+
+
+def _dbus_version() -> str:
+    first = subprocess.run(["dbus-daemon", "--version"], capture_output=True, text=True, check=False).stdout.splitlines()
+    return f"dbus-daemon {first[0].split()[-1]}" if first else "dbus-daemon"
 
 
 def _coredns_rbac() -> list[tuple[str, dict[str, Any]]]:
