@@ -5,7 +5,10 @@ For each variant a Job runs scripts/trainer.py on the GPU pool; after `--kill-af
 benchmark preempts the job's spot node through the Compute API's `simulateMaintenanceEvent` (on a
 Spot VM that IS a preemption: the same ACPI shutdown notice, GKE's graceful node shutdown, the VM
 stopped and recreated by its managed instance group). Deleting the Node object or the instance
-would skip the shutdown notice a real preemption gives, so it would measure something else.
+would skip the shutdown notice a real preemption gives, so it would measure something else. On a
+cluster not on Compute Engine, `--preempt-command` preempts the node instead (the local cluster's powers
+its real node off through the node's logind, the same graceful shutdown), and `--storage-emulator` sends
+the checkpoints to a Cloud Storage emulator.
 The Job's podFailurePolicy ignores pods failed by the disruption, so the rerun is not counted as a
 failure. Everything is read back from the pods' logs ("step N", "resumed from step M") by pure
 functions.
@@ -15,12 +18,14 @@ from __future__ import annotations
 
 import argparse
 import re
+import shlex
+import subprocess
 import sys
 from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any
 
-from benchmarks.cluster import RUN_LABEL, wait_until
+from benchmarks.cluster import RUN_LABEL, WaitTimeout, wait_until
 from benchmarks.harness import ServiceRef
 from benchmarks.kube import images, objects
 from benchmarks.kube.errors import LabError
@@ -40,6 +45,8 @@ VARIANTS = {"with-checkpoints": True, "without-checkpoints": False}
 SECTION = "checkpoints"
 VARIANT_LABEL = "gke-ml-labs/variant"
 
+MAINTENANCE_EVENT = "simulateMaintenanceEvent"
+SHUTDOWN_WATCH_S = 120.0  # a Spot VM's shutdown takes 30 s; then the node is gone, and the pod with it
 _STEP = re.compile(r"^step (\d+) t=([\d.]+)$")
 _RESUMED = re.compile(r"^resumed from step (\d+)$")
 _CHECKPOINT = re.compile(r"^checkpoint step (\d+)")
@@ -70,6 +77,7 @@ class Variant(Frozen):
     job: str
     node: str | None
     preempted_at: datetime | None
+    preempted_by: str = MAINTENANCE_EVENT  # how: the Compute call, or the --preempt-command run
     steps_before: int  # steps the first pod completed (last logged step + 1)
     last_checkpoint: int | None
     resumed_at_step: int | None  # first step the new pod ran
@@ -112,6 +120,7 @@ def build_workloads(
     variant: str = "with-checkpoints",
     steps: int = 40,
     step_seconds: float = 2.0,
+    storage_emulator: str | None = None,
 ) -> list[dict[str, Any]]:
     p = lab_params(outputs, LAB, Params, SECTION)
     selector, tolerations = gpu_placement(outputs)
@@ -125,6 +134,7 @@ def build_workloads(
         "STEPS": str(steps),
         "STEP_SECONDS": f"{step_seconds:g}",
         "CHECKPOINT_EVERY": str(every),
+        **({"STORAGE_EMULATOR_HOST": storage_emulator} if storage_emulator else {}),
     }
     spec = objects.pod_spec(
         [objects.container("trainer", p.image or images.PYTORCH_CUDA, ["python", f"{objects.SCRIPT_MOUNT}/trainer.py"],
@@ -136,7 +146,9 @@ def build_workloads(
         scripts_config_map=cm["metadata"]["name"],
         service_account=p.service_account,  # Workload Identity: the bucket writer, no keys
     )
-    spec["terminationGracePeriodSeconds"] = 25  # inside GKE's ~30 s graceful shutdown of a spot node
+    # A deletion's grace; in a node's graceful shutdown the kubelet gives a pod at most shutdownGracePeriod less
+    # shutdownGracePeriodCriticalPods (15 s on GKE's Spot nodes), time enough for the SIGTERM checkpoint.
+    spec["terminationGracePeriodSeconds"] = 25
     job = objects.job(name, p.namespace, spec, labels={VARIANT_LABEL: variant}, backoff_limit=2)
     # A pod killed by the node's preemption carries the DisruptionTarget condition: rerun it without
     # spending the backoff limit (that is what the Job's podFailurePolicy is for).
@@ -159,10 +171,27 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--steps", type=int, default=40, help="steps each job runs in all")
     parser.add_argument("--step-seconds", type=float, default=2.0, help="wall time of one training step")
     parser.add_argument("--variants", default=",".join(VARIANTS), help="comma list of: " + ", ".join(VARIANTS))
+    parser.add_argument("--preempt-command", metavar="CMD",
+                        help="a command run here that preempts the node ({node}: its name), instead of Compute's "
+                             f"{MAINTENANCE_EVENT} (a cluster not on Compute Engine)")  # fmt: skip
+    parser.add_argument("--storage-emulator", metavar="URL",
+                        help="the trainer's STORAGE_EMULATOR_HOST: checkpoints to this Cloud Storage emulator, "
+                             "unauthenticated, instead of the stack's bucket in Cloud Storage")  # fmt: skip
 
 
-def preempt(node: dict[str, Any], gcp: Any = None) -> datetime:
-    """simulateMaintenanceEvent on the node's instance; returns when the call was made."""
+def preempt(node: dict[str, Any], gcp: Any = None, command: str | None = None) -> datetime:
+    """simulateMaintenanceEvent on the node's instance, or `command` ({node} its name) run here; returns when
+    the preemption was asked for."""
+    if command:
+        argv = shlex.split(command.replace("{node}", node["metadata"]["name"]))
+        at = now()
+        try:
+            done = subprocess.run(argv, capture_output=True, text=True, timeout=60, check=False)
+        except (OSError, subprocess.TimeoutExpired) as e:
+            raise LabError(f"--preempt-command {argv[0]}: {e}") from None
+        if done.returncode != 0:
+            raise LabError(f"--preempt-command {argv[0]} exited with {done.returncode}: {(done.stderr or done.stdout).strip()}")
+        return at
     from ops.gcp import GcpClient
 
     project, zone, instance = instance_of(node)
@@ -193,7 +222,7 @@ def record(session: LabSession, args: argparse.Namespace) -> Recording:
             raise LabError(f"--variants: {variant!r} is not one of {', '.join(VARIANTS)}")
         name = job_name(run_id, variant)
         started = now()
-        for obj in build_workloads(session.outputs, run_id, variant, args.steps, args.step_seconds):
+        for obj in build_workloads(session.outputs, run_id, variant, args.steps, args.step_seconds, args.storage_emulator):
             session.scope.create(obj)
 
         def poll(name: str = name) -> Snapshot:
@@ -203,8 +232,8 @@ def record(session: LabSession, args: argparse.Namespace) -> Recording:
                     text = cluster.pod_log(p.namespace, pod["metadata"]["name"])
                 except Exception:  # the node is going away: keep what we already read
                     continue
-                if text:
-                    logs[pod["metadata"]["name"]] = text
+                if kept := kept_log(logs.get(pod["metadata"]["name"]), text):
+                    logs[pod["metadata"]["name"]] = kept
             jobs = cluster.list("batch/v1", "Job", p.namespace, f"{RUN_LABEL}={run_id},{VARIANT_LABEL}={variant}")
             snapshots.append(Snapshot(at=now(), objects={"pods": pods, "jobs": jobs}))
             return snapshots[-1]
@@ -217,12 +246,24 @@ def record(session: LabSession, args: argparse.Namespace) -> Recording:
         running = next(x for x in snap.objects["pods"] if _last_step(logs.get(x["metadata"]["name"], "")) >= 0)
         node_name = running["spec"]["nodeName"]
         node = next(n for n in cluster.list("v1", "Node") if n["metadata"]["name"] == node_name)
-        session.log(f"{variant}: preempting {node_name} (simulateMaintenanceEvent on its Spot VM)")
-        preempted_at = preempt(node)
+        how = args.preempt_command or MAINTENANCE_EVENT
+        session.log(f"{variant}: preempting {node_name} ({how if args.preempt_command else how + ' on its Spot VM'})")
+        preempted_at = preempt(node, command=args.preempt_command)
+        # Its last steps and its SIGTERM checkpoint are logged in the graceful shutdown's seconds, and the log goes
+        # with the node: read it often until the pod has stopped.
+        victim = running["metadata"]["name"]
+        try:
+            wait_until(f"{variant}: {victim} stopped", poll,
+                       lambda s: all(x["status"].get("phase") in ("Failed", "Succeeded") for x in s.objects["pods"]
+                                     if x["metadata"]["name"] == victim),
+                       min(args.timeout, SHUTDOWN_WATCH_S), interval_s=min(args.poll, 0.5),
+                       progress=lambda line: session.log(line) if "waiting" not in line else None)  # fmt: skip
+        except WaitTimeout:  # a node gone before its kubelet said so: its log is what was read
+            session.log(f"{variant}: {victim} not reported stopped in {SHUTDOWN_WATCH_S:.0f} s; its log as last read")
         wait_until(f"{variant}: job rescheduled and finished", poll,
                    lambda s: any(condition_time(j, "Complete") or condition_time(j, "Failed") for j in s.objects["jobs"]),
                    args.timeout, interval_s=args.poll, progress=session.log)
-        runs.append({"variant": variant, "job": name, "node": node_name, "preempted_at": preempted_at.isoformat(),
+        runs.append({"variant": variant, "job": name, "node": node_name, "preempted_at": preempted_at.isoformat(), "preempted_by": how,
                      "dcgm": _gpu_util(session, int((now() - started).total_seconds()))})
     return session.recording()
 
@@ -239,6 +280,15 @@ def _gpu_util(session: LabSession, seconds: int) -> dict[str, Any] | None:
     except Exception as e:  # the preemption numbers stand without it
         session.notes.append(f"DCGM query failed: {e}")
         return None
+
+
+def kept_log(before: str | None, read: str) -> str | None:
+    """What to keep of a pod's log after a read. A container's log only grows, so a read that does not continue
+    the one before is not its log: the kubelet of a node back from a preemption with a fresh disk answers
+    "unable to retrieve container logs for containerd://..." (HTTP 200) for a container it never had."""
+    if not read or (before and not read.startswith(before)):
+        return before
+    return read
 
 
 def _last_step(text: str) -> int:
@@ -297,6 +347,9 @@ def _measure_variant(rec: Recording, run: dict[str, Any]) -> Variant:
     resumed_at = reschedule = resume = lost = None
     if replacement is not None:
         prog = parse_progress(rec.logs[replacement["metadata"]["name"]])
+        # A step the successor resumed after was done: a log whose last lines went with the node before they
+        # were read cannot make the first pod's work look smaller than its checkpoint proves.
+        steps_before = max(steps_before, 0 if prog.resumed_from is None else prog.resumed_from + 1)
         resumed_at = prog.steps[0][0]
         reschedule = seconds_between(preempted_at, condition_time(replacement, "PodScheduled"))
         resume = round(prog.steps[0][1] - preempted_at.timestamp(), 3)
@@ -315,6 +368,7 @@ def _measure_variant(rec: Recording, run: dict[str, Any]) -> Variant:
         job=job,
         node=run.get("node"),
         preempted_at=preempted_at,
+        preempted_by=run.get("preempted_by", MAINTENANCE_EVENT),
         steps_before=steps_before,
         last_checkpoint=max(first_log.checkpoints, default=None),
         resumed_at_step=resumed_at,
@@ -336,8 +390,7 @@ def report_body(result: G8Result) -> str:
         [
             "## Preemption under a running job",
             "",
-            f"Each step takes {result.step_seconds:g}s. The node was preempted with `simulateMaintenanceEvent` "
-            "(a real Spot preemption path: shutdown notice, graceful node shutdown, VM recreated).",
+            f"Each step takes {result.step_seconds:g}s. " + _how_preempted(result),
             "",
             "| variant | steps before preemption | last checkpoint | resumed at step | steps lost | "
             "preemption -> pod scheduled (s) | preemption -> first step (s) | job total (s) | GPU util (DCGM, %) |",
@@ -361,16 +414,26 @@ def report_body(result: G8Result) -> str:
     )
 
 
+def _how_preempted(result: G8Result) -> str:
+    commands = sorted({v.preempted_by for v in result.variants} - {MAINTENANCE_EVENT})
+    if not commands:
+        return (f"The node was preempted with `{MAINTENANCE_EVENT}` (a real Spot preemption path: shutdown notice, "
+                "graceful node shutdown, VM recreated).")  # fmt: skip
+    return (f"The node was preempted by `{'`, `'.join(commands)}` (--preempt-command), not by Compute Engine: "
+            "what that command does to the node is the cluster's to say (its statement, above).")  # fmt: skip
+
+
 def _panel(v: Variant) -> Panel:
     """The variant's steps as one line per pod, the preemption as a mark, the stall as a span."""
     points = [(t, float(s)) for t, s in v.step_series]
     if v.preempted_s is None or v.resume_s is None:
         return Panel(title=v.name, segments=[points])
     resumed = v.preempted_s + v.resume_s  # the replacement pod's first step
+    cut = resumed - 0.01  # both figures are rounded to the millisecond: split short of that step, not through it
     lost = "" if v.steps_lost is None else f", {v.steps_lost} steps lost"
     return Panel(
         title=f"{v.name}: resumed at step {v.resumed_at_step}{lost}",
-        segments=[seg for seg in ([p for p in points if p[0] < resumed], [p for p in points if p[0] >= resumed]) if seg],
+        segments=[seg for seg in ([p for p in points if p[0] < cut], [p for p in points if p[0] >= cut]) if seg],
         marks=[(v.preempted_s, "spot VM preempted")],
         spans=[(v.preempted_s, resumed, f"no progress: {v.resume_s:.0f}s to the first step of a new pod")],
     )

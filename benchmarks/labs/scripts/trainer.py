@@ -1,13 +1,14 @@
 """g8 trainer: a tiny model trained step by step on the GPU, checkpointed to GCS when asked.
 
 Checkpoints go through the GCS JSON API with the pod's Workload Identity token from the metadata
-server (no keys, no extra packages). Lines printed (parsed by benchmarks.labs.g8.parse_progress):
+server (no keys, no extra packages); with STORAGE_EMULATOR_HOST set, to that emulator unauthenticated,
+as Google's client libraries do (a cluster without Cloud Storage). Lines printed (parsed by benchmarks.labs.g8.parse_progress):
     starting from step 0 | resumed from step M
     step N t=EPOCH_SECONDS
     checkpoint step N [sigterm]
     done step N
 On SIGTERM (spot preemption gives ~30 s of graceful node shutdown) it checkpoints and exits.
-Environment: BUCKET, PREFIX, CHECKPOINT (1/0), STEPS, STEP_SECONDS, CHECKPOINT_EVERY.
+Environment: BUCKET, PREFIX, CHECKPOINT (1/0), STEPS, STEP_SECONDS, CHECKPOINT_EVERY[, STORAGE_EMULATOR_HOST].
 """
 
 import io
@@ -27,17 +28,22 @@ STEPS, STEP_SECONDS = int(os.environ["STEPS"]), float(os.environ["STEP_SECONDS"]
 EVERY = int(os.environ["CHECKPOINT_EVERY"])
 OBJECT = f"{PREFIX}checkpoint.pt"
 TOKEN_URL = "http://metadata.google.internal/computeMetadata/v1/instance/service-accounts/default/token"
+EMULATOR = os.environ.get("STORAGE_EMULATOR_HOST", "").rstrip("/")
+if EMULATOR and "://" not in EMULATOR:
+    EMULATOR = f"http://{EMULATOR}"  # host:port, as the Go and Python clients accept it
+API = EMULATOR or "https://storage.googleapis.com"
 
 
-def token() -> str:
+def auth() -> dict:
+    if EMULATOR:
+        return {}
     req = urllib.request.Request(TOKEN_URL, headers={"Metadata-Flavor": "Google"})
-    return json.load(urllib.request.urlopen(req, timeout=10))["access_token"]
+    return {"Authorization": "Bearer " + json.load(urllib.request.urlopen(req, timeout=10))["access_token"]}
 
 
 def download() -> bytes | None:
     name = urllib.parse.quote(OBJECT, safe="")
-    url = f"https://storage.googleapis.com/storage/v1/b/{BUCKET}/o/{name}?alt=media"
-    req = urllib.request.Request(url, headers={"Authorization": f"Bearer {token()}"})
+    req = urllib.request.Request(f"{API}/storage/v1/b/{BUCKET}/o/{name}?alt=media", headers=auth())
     try:
         return urllib.request.urlopen(req, timeout=60).read()
     except urllib.error.HTTPError as e:
@@ -48,9 +54,8 @@ def download() -> bytes | None:
 
 def upload(data: bytes) -> None:
     query = urllib.parse.urlencode({"uploadType": "media", "name": OBJECT})
-    url = f"https://storage.googleapis.com/upload/storage/v1/b/{BUCKET}/o?{query}"
-    req = urllib.request.Request(url, data=data, method="POST", headers={
-        "Authorization": f"Bearer {token()}", "Content-Type": "application/octet-stream"})
+    req = urllib.request.Request(f"{API}/upload/storage/v1/b/{BUCKET}/o?{query}", data=data, method="POST",
+                                 headers={**auth(), "Content-Type": "application/octet-stream"})
     urllib.request.urlopen(req, timeout=60).read()
 
 
