@@ -81,7 +81,7 @@ g3-local: venv ## g3's benchmark against a local cluster (real scheduler, Kueue,
 	$(BIN)/python -m tests.upstream fetch
 	$(BIN)/python -m localcluster bench --lab g3 --out $(OUT) --job-seconds 20 -- --work-seconds 20
 
-lab-local: venv ## a lab's benchmark, unchanged, against a local cluster shaped like its pools, the GPU pool's first node a real one (g6's load from this host through its Service): make lab-local LAB=g4 OUT=results
+lab-local: venv ## a lab's benchmark, unchanged, against a local cluster shaped like its pools, the GPU pool's first node a real one (g6's load from this host through its Service; g8's bucket in fake-gcs-server, its preemption the node's power-off): make lab-local LAB=g4 OUT=results
 	$(BIN)/python -m tests.upstream fetch
 	$(BIN)/python -m localcluster bench --lab $(LAB) --real-node --out $(OUT)
 

@@ -19,6 +19,7 @@ import contextlib
 import json
 import os
 import runpy
+import shlex
 import shutil
 import signal
 import subprocess
@@ -31,13 +32,16 @@ from typing import Any
 import yaml
 from pulumi.automation.errors import CommandError
 
-from localcluster import certs, keda, prometheus, realnode
+from localcluster import certs, gcs, keda, prometheus, realnode
 from localcluster.build import REPO, BuildError, ensure
 from localcluster.controllers import ControllerError, LabControllers, beside, needed
 from localcluster.controlplane import CONTEXT, ControlPlaneError, ControlPlane
 from localcluster.engine import stack
 from localcluster.images import ImageError
 from localcluster.realnode import NodeError
+from stacks.cluster_config import GpuNodes
+from stacks.config import LabConfig
+from stacks.kube_target import SPOT_LABEL
 from stacks.loader import PROJECT
 from stacks.stackfile import existing_keys, load_config
 
@@ -49,6 +53,10 @@ CONTROLLERS_TIMEOUT_S = 240.0
 # Labs whose benchmark sends its load from a Job on the system pool, which is kwok's here (only the GPU pool's
 # node is real): with --real-node the load goes from this host through the Service of this endpoint instead.
 LOAD_FROM_HOST = {"g6": "vllm"}
+# Labs whose benchmark keeps checkpoints in Cloud Storage and preempts the GPU node under them: with --real-node,
+# a bucket of this name (unless cluster.bucket is set) in an emulator on this host (localcluster.gcs), and the
+# preemption is the real node's power-off through its logind (the kubelet's graceful shutdown, as on a Spot VM).
+PREEMPTED_WITH_BUCKET = {"g8": "local-checkpoints"}
 
 
 class BenchError(Exception):
@@ -106,6 +114,19 @@ def service_url(plane: ControlPlane, outputs: dict[str, Any], name: str) -> str:
     return f"http://{ip}:{ep['port']}"
 
 
+def _preempted_with_bucket(lab: str, cfg: LabConfig, changes: dict[str, Any]) -> tuple[str | None, dict[str, Any]]:
+    """The emulated bucket's name and the stack file's changes for a lab of PREEMPTED_WITH_BUCKET: its checkpoints
+    in that bucket, and its GPU nodes selected as Spot nodes, as a user with Spot GPU nodes of their own writes it
+    (docs/existing-cluster.md); the local GPU nodes carry GKE's Spot label when the lab's pool is Spot."""
+    if lab not in PREEMPTED_WITH_BUCKET:
+        return None, changes
+    cluster = dict(changes.get("cluster") or {})
+    cluster.setdefault("bucket", PREEMPTED_WITH_BUCKET[lab])
+    if cfg.gpu_spot:
+        cluster.setdefault("gpu_nodes", {"node_selector": {**GpuNodes().node_selector, SPOT_LABEL: "true"}})
+    return cluster["bucket"], {**changes, "cluster": cluster}
+
+
 def _await_controllers(controllers: LabControllers, names: list[str]) -> None:
     deadline = time.monotonic() + CONTROLLERS_TIMEOUT_S
     while sorted(controllers.ready) != sorted(names):
@@ -118,12 +139,15 @@ def _await_controllers(controllers: LabControllers, names: list[str]) -> None:
 def run(lab: str, out: Path, job_seconds: float, benchmark_args: list[str], folder: Path = FOLDER,
         real_node: bool = False, local: LocalRun = LocalRun()) -> int:  # fmt: skip
     """The benchmark's exit status (0 all checks passed, 1 a check failed, 2 the run could not be made)."""
-    cfg = load_config(lab, changes={k: v for k, v in local.changes.items() if isinstance(v, dict)},
-                      overrides={k: v for k, v in local.changes.items() if not isinstance(v, dict)})  # fmt: skip
+    # The cluster's shape is the lab's GKE config; `cluster` (target existing, its bucket) is the stack file's alone.
+    shaping = {k: v for k, v in local.changes.items() if k != "cluster"}
+    cfg = load_config(lab, changes={k: v for k, v in shaping.items() if isinstance(v, dict)},
+                      overrides={k: v for k, v in shaping.items() if not isinstance(v, dict)})  # fmt: skip
     wanted = needed(cfg)
+    bucket, stack_changes = _preempted_with_bucket(lab, cfg, local.changes) if real_node else (None, local.changes)
     on_node = real_node and cfg.autoscaling.enabled
     built = ensure(MODULES + (realnode.BUILD_MODULES if real_node else ()) + tuple(c.module for c in wanted)
-                   + (("keda",) if on_node else ()))  # fmt: skip
+                   + (("keda",) if on_node else ()) + (("gcs",) if bucket else ()))  # fmt: skip
     # The CLI finds the provider as an ambient plugin on PATH.
     os.environ["PATH"] = built.path + os.pathsep + os.environ["PATH"]
     os.environ.pop("PULUMI_IGNORE_AMBIENT_PLUGINS", None)
@@ -133,7 +157,7 @@ def run(lab: str, out: Path, job_seconds: float, benchmark_args: list[str], fold
     with ControlPlane(work / "cluster", built, cfg, job_seconds=job_seconds, real_node=real_node,
                       whole_gpu_pool=local.whole_gpu_pool) as plane, \
             beside(plane, built) as controllers, contextlib.ExitStack() as beside_node:  # fmt: skip
-        (work / "stack" / f"Pulumi.{lab}.yaml").write_text(yaml.safe_dump(stack_file(lab, plane.kubeconfig, local.changes)))
+        (work / "stack" / f"Pulumi.{lab}.yaml").write_text(yaml.safe_dump(stack_file(lab, plane.kubeconfig, stack_changes)))
         lab_stack = stack(lab, PROJECT, _program, work / "stack")
         try:
             lab_stack.up(on_output=print, color="never")
@@ -151,6 +175,9 @@ def run(lab: str, out: Path, job_seconds: float, benchmark_args: list[str], fold
             if local.client_on_host:
                 through = ["--target", service_url(plane, values, local.client_on_host)]
                 through += ["--prometheus", prometheus_url] if prometheus_url else []
+            if bucket and plane.node:
+                through += ["--storage-emulator", beside_node.enter_context(gcs.serving(plane, built, bucket)),
+                            "--preempt-command", shlex.join(plane.node.power_off_command(REPO))]  # fmt: skip
             # Relative to the checkout, where it runs, as a user would type them into the recorded command.
             command = [sys.executable, "-m", "benchmarks", lab, "--outputs", os.path.relpath(outputs, REPO),
                        "--out", os.path.relpath(out, REPO), *through, *benchmark_args]  # fmt: skip

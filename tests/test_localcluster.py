@@ -396,3 +396,24 @@ def test_a_real_node_folder_too_deep_for_the_kubelet_s_sockets_is_refused_before
     with pytest.raises(realnode.NodeError, match=r"too deep for the kubelet's Unix sockets \(\d+ bytes of at most 107\)"):
         node.start()
     assert not deep.exists()
+
+
+def test_g8_on_the_real_node_checkpoints_to_the_emulated_bucket_and_selects_its_spot_gpu_node(tmp_path):
+    """g8 refuses a GPU pool not known to be Spot and needs a bucket: locally the stack file says both, as a user
+    with Spot GPU nodes of their own writes them, and the selector still finds the real node."""
+    from localcluster import bench
+    from stacks.loader import parse
+
+    cfg = load_config("g8")
+    bucket, changes = bench._preempted_with_bucket("g8", cfg, {})
+    config = bench.stack_file("g8", tmp_path / "kubeconfig", changes)["config"]
+    cluster = config["gke-ml-labs:cluster"]
+    assert bucket == cluster["bucket"] == "local-checkpoints" and cluster["target"] == "existing"
+    selector = cluster["gpu_nodes"]["node_selector"]
+    assert selector["cloud.google.com/gke-spot"] == "true"
+    (real,) = [n for n in nodes.lab_nodes(cfg, 10250) if n["metadata"]["name"] == nodes.REAL_NODE_NAME]
+    assert selector.items() <= real["metadata"]["labels"].items()
+    parse({k.removeprefix("gke-ml-labs:"): v for k, v in config.items()}, stack="g8", project="p", region="us-central1")
+    # A bucket the user named stays theirs; a lab that neither preempts nor checkpoints is left as it is.
+    assert bench._preempted_with_bucket("g8", cfg, {"cluster": {"bucket": "mine"}})[0] == "mine"
+    assert bench._preempted_with_bucket("g4", load_config("g4"), {"vllm": {}}) == (None, {"vllm": {}})

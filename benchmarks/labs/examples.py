@@ -24,7 +24,8 @@ REPO = Path(__file__).resolve().parents[2]
 FIXTURES = REPO / "tests" / "data" / "labs"
 LABS = ("g1", "g2", "g3", "g4", "g5", "g7", "g8")
 # Further examples of a lab on another configuration: example name -> the lab whose benchmark wrote it.
-VARIANTS = {"g5-triton": "g5", "g4-v1": "g4", "g3-local": "g3", "g3-real-node": "g3", "g4-real-node": "g4"}
+VARIANTS = {"g5-triton": "g5", "g4-v1": "g4", "g3-local": "g3", "g3-real-node": "g3", "g4-real-node": "g4",
+            "g8-real-node": "g8"}
 # Examples measured from a real run's recording.json, and what ran it.
 RECORDED = {
     "g3-local": "recording of `make g3-local`: the real kube-scheduler, Kueue and JobSet on kwok's simulated nodes "
@@ -33,6 +34,9 @@ RECORDED = {
     "barrier run by a real kubelet on the GPU pool's real node (see What was real and what was simulated)",
     "g4-real-node": "recording of `make lab-local LAB=g4`: the real Trainer and JobSet controllers, both ranks run by a "
     "real kubelet in the PyTorch stand-in on the GPU pool's real node (see What was real and what was simulated)",
+    "g8-real-node": "recording of `make lab-local LAB=g8`: the trainer run by a real kubelet in the PyTorch stand-in on "
+    "the GPU pool's real node, preempted through that kubelet's graceful shutdown, its checkpoints in fake-gcs-server "
+    "(see What was real and what was simulated)",
 }
 
 
