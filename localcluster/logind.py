@@ -77,22 +77,22 @@ class Logind:
 
     def _answer(self, message) -> None:
         fields = message.header.fields
-        interface, member = fields.get(HeaderFields.interface), fields.get(HeaderFields.member)
-        if fields.get(HeaderFields.path) == PATH and interface == PROPERTIES and member == "Get" \
-                and message.body == (MANAGER, "InhibitDelayMaxUSec"):  # fmt: skip
+        path, interface, member = (fields.get(f) for f in (HeaderFields.path, HeaderFields.interface, HeaderFields.member))
+        call = (interface, member) if path == PATH else None
+        if call == (PROPERTIES, "Get") and message.body == (MANAGER, "InhibitDelayMaxUSec"):
             self.connection.send(new_method_return(message, "v", (("t", self._delay_usec()),)))
-        elif fields.get(HeaderFields.path) == PATH and interface == PROPERTIES and member == "GetAll" and message.body == (MANAGER,):
+        elif call == (PROPERTIES, "GetAll") and message.body == (MANAGER,):
             self.connection.send(new_method_return(message, "a{sv}", ({"InhibitDelayMaxUSec": ("t", self._delay_usec())},)))
-        elif fields.get(HeaderFields.path) == PATH and interface == MANAGER and member == "Inhibit":
+        elif call == (MANAGER, "Inhibit"):
             self._inhibit(message)
-        elif fields.get(HeaderFields.path) == PATH and interface == MANAGER and member == "PowerOff":
+        elif call == (MANAGER, "PowerOff"):
             self.connection.send(new_method_return(message))
             if self.shutting_down_since is None:
                 self.shutting_down_since = time.monotonic()
                 self.say(f"  logind: PowerOff: PrepareForShutdown(true), {len(self.locks)} delay lock(s) held")
                 self.connection.send(new_signal(DBusAddress(PATH, interface=MANAGER), "PrepareForShutdown", "b", (True,)))
         else:
-            text = f"{interface}.{member} on {fields.get(HeaderFields.path)} is not served by this node's logind"
+            text = f"{interface}.{member} on {path} is not served by this node's logind"
             self.connection.send(new_error(message, UNKNOWN_METHOD, "s", (text,)))
 
     def _delay_usec(self) -> int:
